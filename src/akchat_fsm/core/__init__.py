@@ -1,0 +1,1 @@
+"""akchat_fsm.core."""

@@ -1,0 +1,220 @@
+"""Every exception akchat-fsm raises, in one hierarchy.
+
+Catch the narrowest class that matches what you can do about it::
+
+    AkchatError                      root: nothing else ever escapes a public call
+    ├── InvalidInput                 untrusted data was rejected (never retry the same bytes)
+    │   ├── InvalidSessionSnapshot   .code / .message / .retryable, as the reference diagnostic
+    │   ├── InvalidMemoryRecord      a canonical chat-memory record broke a rule
+    │   └── InvalidControlledSnapshot .layer == "shell" | "messages"
+    ├── ConfigError                  the reference's ConfigError (code "AK_CONFIG_INVALID", .hint):
+    │   │                            bad options, or state that does not belong to this definition
+    │   ├── IncompatibleSession      stored state is foreign / another definition / revision / replay
+    │   ├── InvalidConfirmationToken token unknown here, or bound to another session (inert)
+    │   └── LimitExceeded            a documented bound would be crossed; checked before side effects
+    ├── IllegalTransition            a machine refused (state, event); names both, state unchanged
+    ├── ConfirmationError            a resolution did not run here
+    │   ├── AlreadyResolved          terminal already; .record holds it, nothing was called
+    │   └── ResolutionInProgress     another client holds the claim (approving/rejecting/expiring)
+    ├── SessionConflict              CAS refused: stored cursor moved; reload and re-apply the intent
+    └── StorageError                 the storage call failed
+        ├── StorageUnavailable       definite: nothing was applied, a retry is safe
+        └── OutcomeUnknown           the write may have applied: settle by re-reading, never guess
+
+A timeout is never reported as ``SessionConflict``: a conflict is a definite "not applied
+because the cursor moved", while a timeout after the request left is ``OutcomeUnknown``.
+Driver exceptions are mapped to ``StorageError`` subclasses once, at each adapter's boundary,
+with ``raise ... from`` so the original stays on ``__cause__``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+__all__ = [
+    "AkchatError",
+    "AlreadyResolved",
+    "ConfigError",
+    "ConfirmationError",
+    "IllegalTransition",
+    "IncompatibleSession",
+    "InvalidConfirmationToken",
+    "InvalidControlledSnapshot",
+    "InvalidInput",
+    "InvalidMemoryRecord",
+    "InvalidSessionSnapshot",
+    "LimitExceeded",
+    "OutcomeUnknown",
+    "ResolutionInProgress",
+    "SessionConflict",
+    "StorageError",
+    "StorageUnavailable",
+]
+
+# The reference's hints, quoted because hosts written against it match on them.
+CONVERSATION_HINT = "Define valid conversation states, routes, and transition targets."
+CONFIRMATION_HINT = "Use the pending confirmation token in the session that created it."
+MEMORY_RECORD_HINT = "Pass a version 1 MemoryRecord produced by serializeMessages()."
+
+
+class AkchatError(Exception):
+    """Root of every error raised by akchat-fsm."""
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+class InvalidInput(AkchatError):
+    """Untrusted data was rejected. The same bytes will be rejected again."""
+
+
+class InvalidSessionSnapshot(InvalidInput):
+    """A session envelope that does not decode.
+
+    Carries the reference diagnostic: ``code`` is ``SESSION_INVALID_SNAPSHOT`` or
+    ``SESSION_UNSUPPORTED_VERSION`` and ``message`` is the reference's exact text.
+    """
+
+    def __init__(self, code: str, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+
+
+class InvalidMemoryRecord(InvalidInput):
+    """A canonical memory record (messages) that breaks the upstream rules."""
+
+    def __init__(self, message: str = "Serialized message record is invalid.") -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = "AK_CONFIG_INVALID"
+        self.hint = MEMORY_RECORD_HINT
+
+
+class InvalidControlledSnapshot(InvalidInput):
+    """A controlled-chat snapshot that fails closed.
+
+    ``layer`` is ``"shell"`` when the strict outer object is wrong (the reference throws a
+    ZodError) and ``"messages"`` when a message record is (the reference throws TypeError).
+    """
+
+    def __init__(self, layer: Literal["shell", "messages"], message: str) -> None:
+        super().__init__(message)
+        self.layer = layer
+        self.message = message
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+class ConfigError(AkchatError):
+    """The reference's ``ConfigError``: ``code`` is always ``AK_CONFIG_INVALID``."""
+
+    code = "AK_CONFIG_INVALID"
+
+    def __init__(self, message: str, *, hint: str = CONVERSATION_HINT) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class IncompatibleSession(ConfigError):
+    """Stored state exists but may not be resumed by this definition or session id."""
+
+
+class InvalidConfirmationToken(ConfigError):
+    """The token is unknown to this session. A token from another session is inert."""
+
+    def __init__(
+        self, message: str = "Action confirmation token is invalid for this session."
+    ) -> None:
+        super().__init__(message, hint=CONFIRMATION_HINT)
+
+
+class LimitExceeded(ConfigError):
+    """A documented bound would be crossed. Always raised before any upstream side effect."""
+
+    def __init__(self, message: str, *, limit: str = "", hint: str = CONFIRMATION_HINT) -> None:
+        super().__init__(message, hint=hint)
+        self.limit = limit
+
+
+# --------------------------------------------------------------------------- machines
+
+
+class IllegalTransition(AkchatError):
+    """A state machine refused an event. The state is unchanged.
+
+    ``machine``, ``state`` and ``event`` name exactly what was refused (h11 style).
+    """
+
+    def __init__(self, machine: str, state: str, event: str, detail: str = "") -> None:
+        message = f"{machine} can't handle event {event!r} in state {state!r}"
+        if detail:
+            message = f"{message}: {detail}"
+        super().__init__(message)
+        self.machine = machine
+        self.state = state
+        self.event = event
+
+
+# --------------------------------------------------------------------------- confirmations
+
+
+class ConfirmationError(AkchatError):
+    """A resolution did not run in this call. ``record`` is the record as stored."""
+
+    def __init__(self, message: str, *, record: Any = None) -> None:
+        super().__init__(message)
+        self.record = record
+
+
+class AlreadyResolved(ConfirmationError):
+    """The record is terminal; nothing was called and nothing changed."""
+
+
+class ResolutionInProgress(ConfirmationError):
+    """Another client (or a crashed one) holds the claim; reconcile to settle it."""
+
+
+# --------------------------------------------------------------------------- persistence
+
+
+class SessionConflict(AkchatError):
+    """The compare-and-set save was refused because the stored cursor moved.
+
+    Nothing was written. The session object is *not* poisoned: reload it and re-apply the
+    intent. ``expected_cursor`` is what this client expected (``None`` for create-only).
+    """
+
+    default_message = "Session snapshot changed in another client."
+
+    def __init__(
+        self,
+        message: str = default_message,
+        *,
+        session_id: str = "",
+        expected_cursor: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.expected_cursor = expected_cursor
+
+
+class StorageError(AkchatError):
+    """A storage call failed. Subclasses say whether the write may have applied."""
+
+    retryable: bool = False
+
+
+class StorageUnavailable(StorageError):
+    """Definite failure: nothing was applied, so the same call may be retried."""
+
+    retryable = True
+
+
+class OutcomeUnknown(StorageError):
+    """The write may or may not have applied. Re-read to settle it; never assume either."""
+
+    retryable = False
