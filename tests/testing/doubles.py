@@ -1,0 +1,286 @@
+"""Small adapters used to test the kit itself: a correct one and deliberately broken ones.
+
+They are test doubles of *adapters* (the kit's input), not of the servers the real adapters
+talk to. Each broken adapter differs from :class:`DictStorage` by one bug.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import sqlite3
+import threading
+import time
+from typing import Any
+
+from akchat_fsm.errors import OutcomeUnknown, StorageUnavailable
+from akchat_fsm.wire.session import SessionSnapshot
+
+
+class DictStorage:
+    """Correct: a dict of wire dicts behind one lock."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def load(self, session_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            stored = self._data.get(session_id)
+            return copy.deepcopy(stored)
+
+    def _matches(self, session_id: str, expected: int | None) -> bool:
+        stored = self._data.get(session_id)
+        current = None if stored is None else stored["cursor"]
+        return current == expected
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        with self._lock:
+            if not self._matches(snapshot.session_id, expected_cursor):
+                return False
+            self._data[snapshot.session_id] = snapshot.to_wire()
+            return True
+
+    def delete(self, session_id: str) -> None:
+        with self._lock:
+            self._data.pop(session_id, None)
+
+    def open_connections(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class AsyncDictStorage:
+    """Correct asyncio twin: no await between compare and swap."""
+
+    def __init__(self) -> None:
+        self._sync = DictStorage()
+
+    async def load(self, session_id: str) -> dict[str, Any] | None:
+        await asyncio.sleep(0)
+        return self._sync.load(session_id)
+
+    async def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        await asyncio.sleep(0)
+        return self._sync.save(snapshot, expected_cursor)
+
+    async def delete(self, session_id: str) -> None:
+        await asyncio.sleep(0)
+        self._sync.delete(session_id)
+
+
+class SqliteStorage:
+    """Correct and shared across processes: one row per session, BEGIN IMMEDIATE CAS."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        with self._conn() as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS s (k TEXT PRIMARY KEY, c INT, body TEXT)")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self._path, isolation_level=None, timeout=30.0)
+            conn.execute("PRAGMA journal_mode=WAL")
+            self._local.conn = conn
+            with self._lock:
+                self._conns.append(conn)
+        return conn
+
+    def load(self, session_id: str) -> str | None:
+        row = self._conn().execute("SELECT body FROM s WHERE k=?", (session_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        conn = self._conn()
+        body = json.dumps(snapshot.to_wire())
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if expected_cursor is None:
+                cur = conn.execute(
+                    "INSERT INTO s VALUES (?,?,?) ON CONFLICT(k) DO NOTHING",
+                    (snapshot.session_id, snapshot.cursor, body),
+                )
+            else:
+                cur = conn.execute(
+                    "UPDATE s SET c=?, body=? WHERE k=? AND c=?",
+                    (snapshot.cursor, body, snapshot.session_id, expected_cursor),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return cur.rowcount == 1
+
+    def delete(self, session_id: str) -> None:
+        self._conn().execute("DELETE FROM s WHERE k=?", (session_id,))
+
+    def open_connections(self) -> int:
+        with self._lock:
+            return len(self._conns)
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._conns:
+                conn.close()
+            self._conns.clear()
+        self._local = threading.local()
+
+
+class SqliteFactory:
+    """Picklable factory for process racers."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self) -> SqliteStorage:
+        return SqliteStorage(self.path)
+
+
+# --------------------------------------------------------------------------- broken adapters
+
+
+class LastWriteWins(DictStorage):
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        with self._lock:
+            self._data[snapshot.session_id] = snapshot.to_wire()
+            return True
+
+
+class AcceptsStaleCursor(DictStorage):
+    """Compares with <= instead of ==: a stale expected cursor still writes."""
+
+    def _matches(self, session_id: str, expected: int | None) -> bool:
+        stored = self._data.get(session_id)
+        if stored is None:
+            return expected is None
+        return expected is not None and expected <= stored["cursor"]
+
+
+class CheckThenAct(DictStorage):
+    """Reads, yields, then writes: the compare and the swap are not atomic."""
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        with self._lock:
+            ok = self._matches(snapshot.session_id, expected_cursor)
+        time.sleep(0.001)
+        if not ok:
+            return False
+        with self._lock:
+            self._data[snapshot.session_id] = snapshot.to_wire()
+        return True
+
+
+class LosesAcknowledgedWrite(DictStorage):
+    """Acknowledges every 7th update without keeping it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._n = 0
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        with self._lock:
+            if not self._matches(snapshot.session_id, expected_cursor):
+                return False
+            self._n += 1
+            if expected_cursor is None or self._n % 7:
+                self._data[snapshot.session_id] = snapshot.to_wire()
+            return True
+
+
+class CreateOverwrites(DictStorage):
+    """expected_cursor=None writes even when a record exists."""
+
+    def _matches(self, session_id: str, expected: int | None) -> bool:
+        if expected is None:
+            return True
+        return super()._matches(session_id, expected)
+
+
+class RaisesOnConflict(DictStorage):
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        if not super().save(snapshot, expected_cursor):
+            raise RuntimeError("version mismatch")
+        return True
+
+
+class _FlakyDriver:
+    """Stands in for a driver that times out on every third write, sometimes after commit."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def maybe_timeout(self, applied: bool) -> None:
+        self.n += 1
+        if self.n % 3 == 0:
+            raise TimeoutError(f"driver timeout (applied={applied})")
+
+
+class TimeoutAsConflict(DictStorage):
+    """Shares data with a healthy twin; maps driver timeouts to ``False`` (the Aerospike bug)."""
+
+    def __init__(self, data: dict[str, dict[str, Any]], lock: threading.Lock) -> None:
+        super().__init__()
+        self._data = data
+        self._lock = lock
+        self._driver = _FlakyDriver()
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        try:
+            self._driver.maybe_timeout(applied=False)
+        except TimeoutError:
+            return False
+        return super().save(snapshot, expected_cursor)
+
+
+class MapsTimeouts(DictStorage):
+    """Correct twin of :class:`TimeoutAsConflict`: timeouts become typed errors."""
+
+    def __init__(self, data: dict[str, dict[str, Any]], lock: threading.Lock) -> None:
+        super().__init__()
+        self._data = data
+        self._lock = lock
+        self._driver = _FlakyDriver()
+        self._after = False
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        try:
+            self._driver.maybe_timeout(applied=False)
+        except TimeoutError as exc:
+            raise StorageUnavailable("timed out before sending") from exc
+        ok = super().save(snapshot, expected_cursor)
+        self._after = not self._after
+        if self._after:
+            try:
+                self._driver.maybe_timeout(applied=True)
+            except TimeoutError as exc:
+                raise OutcomeUnknown("timed out after sending") from exc
+        return ok
+
+
+class LeaksDriverError(MapsTimeouts):
+    """Lets the raw driver exception escape."""
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        self._driver.maybe_timeout(applied=False)
+        return DictStorage.save(self, snapshot, expected_cursor)
+
+
+class LeaksConnections(DictStorage):
+    def __init__(self) -> None:
+        super().__init__()
+        self._open = 0
+
+    def load(self, session_id: str) -> dict[str, Any] | None:
+        self._open += 1
+        return super().load(session_id)
+
+    def open_connections(self) -> int:
+        return self._open
