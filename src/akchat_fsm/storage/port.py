@@ -15,6 +15,12 @@ when it knows nothing was applied and :class:`~akchat_fsm.errors.OutcomeUnknown`
 write may have applied (a timeout after sending, a dropped connection before the commit
 acknowledgement). ``load`` may return a :class:`SessionSnapshot`, its wire ``dict``, its JSON
 text (``str``/``bytes``) or ``None`` when nothing is stored; callers decode it.
+
+The shipped adapters (memory, SQLite, PostgreSQL, Redis) go further: they validate the
+session id (a SafeIdentifier) and the cursor rule (an update stores ``expected_cursor + 1``)
+before any I/O and raise :class:`~akchat_fsm.errors.ConfigError` otherwise; ``load`` returns
+the canonical JSON text exactly as saved; ``delete`` is provided; each is a (async) context
+manager whose exit closes its connections. See ``docs/adapters.md``.
 """
 
 from __future__ import annotations
@@ -23,8 +29,16 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from ..wire.session import SessionSnapshot
+from ._cas import check_session_id
 
-__all__ = ["AsyncSessionStorage", "SessionStorage", "StoredValue"]
+__all__ = [
+    "AsyncDeletableSessionStorage",
+    "AsyncSessionStorage",
+    "DeletableSessionStorage",
+    "SessionStorage",
+    "StoredValue",
+    "check_session_id",
+]
 
 #: What ``load`` may return: the snapshot, its wire dict, its JSON text, or nothing.
 StoredValue = SessionSnapshot | Mapping[str, Any] | str | bytes | None
@@ -46,3 +60,17 @@ class AsyncSessionStorage(Protocol):
     async def load(self, session_id: str) -> StoredValue: ...
 
     async def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool: ...
+
+
+@runtime_checkable
+class DeletableSessionStorage(SessionStorage, Protocol):
+    """A :class:`SessionStorage` that can also forget a session (the optional ``delete``)."""
+
+    def delete(self, session_id: str) -> None: ...
+
+
+@runtime_checkable
+class AsyncDeletableSessionStorage(AsyncSessionStorage, Protocol):
+    """The asyncio twin of :class:`DeletableSessionStorage`."""
+
+    async def delete(self, session_id: str) -> None: ...

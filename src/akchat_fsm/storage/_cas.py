@@ -1,0 +1,119 @@
+"""Decisions every adapter shares, made once and without I/O.
+
+An adapter only moves bytes: it asks :func:`prepare_save` what to write and under which
+condition, runs one backend-specific atomic statement, and reports ``True``/``False``.
+Validation happens here, before any I/O, so a bad argument never reaches a backend and is
+reported the same way by every adapter (:class:`~akchat_fsm.errors.ConfigError`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from ..wire._js import MAX_SAFE_INTEGER, is_identifier
+
+__all__ = [
+    "STORAGE_HINT",
+    "PreparedSave",
+    "cas_allows",
+    "check_session_id",
+    "check_sql_identifier",
+    "prepare_save",
+    "snapshot_text",
+]
+
+STORAGE_HINT = "Pass a valid session id, a v1 SessionSnapshot, and expected_cursor None or int."
+
+# Table names are spliced into SQL text, so they must be plain identifiers (never quoted input).
+_SQL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}", re.ASCII)
+
+
+def check_session_id(session_id: object) -> str:
+    """Return ``session_id`` if it is a SafeIdentifier, else raise ``ConfigError``.
+
+    One validator for every adapter: it also keeps NUL bytes (which PostgreSQL ``text``
+    refuses), spaces and non-ASCII out of every backend alike.
+    """
+    if not is_identifier(session_id):
+        raise ConfigError(f"Invalid session id {session_id!r}.", hint=STORAGE_HINT)
+    return str(session_id)
+
+
+def check_sql_identifier(name: object) -> str:
+    """Return ``name`` if it is a safe unquoted SQL identifier (table name), else raise."""
+    if not isinstance(name, str) or _SQL_IDENTIFIER.fullmatch(name) is None:
+        raise ConfigError(
+            f"Invalid table name {name!r}.",
+            hint="Use letters, digits and underscores, starting with a letter (max 63).",
+        )
+    return name
+
+
+def _cursor(value: object, what: str) -> int:
+    # bool is an int in Python but never a cursor (REFERENCE §8).
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SAFE_INTEGER:
+        raise ConfigError(f"{what} must be a non-negative safe integer, got {value!r}.")
+    return value
+
+
+def snapshot_text(snapshot: Any) -> str:
+    """The canonical JSON text of a snapshot: ``to_json()`` if it has one, else its wire dict."""
+    to_json = getattr(snapshot, "to_json", None)
+    if callable(to_json):
+        text = to_json()
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        if isinstance(text, str):
+            return text
+    to_wire = getattr(snapshot, "to_wire", None)
+    if not callable(to_wire):
+        raise ConfigError("save() needs a SessionSnapshot.", hint=STORAGE_HINT)
+    try:
+        return json.dumps(to_wire(), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError("The snapshot is not JSON-serializable.", hint=STORAGE_HINT) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSave:
+    """What one compare-and-set writes, and the condition under which it may."""
+
+    session_id: str
+    #: The cursor stored after the write (the snapshot's own cursor).
+    cursor: int
+    #: ``None``: only if nothing is stored; an int: only if the stored cursor equals it.
+    expected: int | None
+    #: The canonical JSON text stored verbatim and returned by ``load``.
+    text: str
+
+
+def prepare_save(snapshot: Any, expected_cursor: object) -> PreparedSave:
+    """Validate a ``save`` call and decide what to write.
+
+    The cursor rule: a successful save advances the stored cursor by exactly one, so an
+    update must carry ``snapshot.cursor == expected_cursor + 1``. A create-only save
+    (``expected_cursor is None``) may carry any cursor (imports and re-creates keep theirs).
+    Anything else is a caller bug, refused with ``ConfigError`` before any I/O.
+    """
+    session_id = check_session_id(getattr(snapshot, "session_id", None))
+    cursor = _cursor(getattr(snapshot, "cursor", None), "snapshot.cursor")
+    expected = None if expected_cursor is None else _cursor(expected_cursor, "expected_cursor")
+    if expected is not None and cursor != expected + 1:
+        raise ConfigError(
+            f"snapshot.cursor must be expected_cursor + 1 ({expected + 1}), got {cursor}.",
+            hint=STORAGE_HINT,
+        )
+    return PreparedSave(session_id, cursor, expected, snapshot_text(snapshot))
+
+
+def cas_allows(stored_cursor: int | None, expected: int | None) -> bool:
+    """The reference's whole CAS rule: write iff the stored cursor equals the expected one.
+
+    Nothing stored is ``None``, so ``expected=None`` means create-only. Backends that
+    compare inside the database (SQL ``WHERE``, Lua) implement exactly this predicate.
+    """
+    return stored_cursor == expected

@@ -1,0 +1,63 @@
+"""An asyncio twin for a blocking adapter: each call runs the sync adapter in a worker thread.
+
+No logic is copied: the async class only changes *where* the sync call runs. Cancelling the
+awaiting task does not stop a call already running in its thread, so a ``save`` cancelled
+mid-flight may still apply: treat it like :class:`~akchat_fsm.errors.OutcomeUnknown`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+from typing import Generic, Protocol, Self, TypeVar
+
+from ..wire.session import SessionSnapshot
+
+__all__ = ["ThreadedAsyncStorage"]
+
+
+class _Blocking(Protocol):
+    def load(self, session_id: str) -> str | None: ...
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool: ...
+
+    def delete(self, session_id: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Blocking)
+
+
+class ThreadedAsyncStorage(Generic[S]):
+    """Runs every call of the wrapped blocking adapter ``sync`` via ``asyncio.to_thread``."""
+
+    def __init__(self, sync: S) -> None:
+        self.sync = sync
+
+    async def load(self, session_id: str) -> str | None:
+        """The stored JSON text for ``session_id``, or ``None``."""
+        return await asyncio.to_thread(self.sync.load, session_id)
+
+    async def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""
+        return await asyncio.to_thread(self.sync.save, snapshot, expected_cursor)
+
+    async def delete(self, session_id: str) -> None:
+        """Forget ``session_id``; a missing session is not an error."""
+        await asyncio.to_thread(self.sync.delete, session_id)
+
+    async def aclose(self) -> None:
+        """Close the wrapped adapter (waits for a call in flight to finish)."""
+        await asyncio.to_thread(self.sync.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
