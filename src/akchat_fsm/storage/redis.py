@@ -1,0 +1,261 @@
+"""Redis adapter (redis-py, extra ``redis``): one Lua script is the whole compare-and-set.
+
+Each session is a hash at ``prefix + session_id`` with fields ``cursor`` (a decimal string,
+compared as a string: Lua numbers are doubles) and ``body`` (the canonical JSON text). The
+script validates first and writes last, so an error inside it never leaves a partial write.
+
+We drive a pooled connection ourselves (connect, send, read) instead of
+``Redis.execute_command`` so that each failure is classified by *when* it happened: before the
+command left (``StorageUnavailable``) or while waiting for its reply (``OutcomeUnknown`` for a
+write: the script may have run). Writes are never retried; a ``NOSCRIPT`` reply (the script
+cache was flushed: nothing ran) is answered once with ``EVAL`` of the same script, which also
+re-caches it. Durability is Redis configuration (``appendonly``/``appendfsync``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
+from ..wire.session import SessionSnapshot
+from ._cas import check_session_id, prepare_save
+
+__all__ = ["CAS_SCRIPT", "AsyncRedisStorage", "RedisStorage", "map_redis_error"]
+
+DEFAULT_PREFIX = "akchat:session:"
+
+#: KEYS[1] session hash; ARGV[1] expected cursor ("" = create-only), ARGV[2] new cursor,
+#: ARGV[3] body. Returns 1 when written, 0 on a conflict. O(1).
+CAS_SCRIPT = """\
+local stored = redis.call('HGET', KEYS[1], 'cursor')
+if ARGV[1] == '' then
+  if stored then return 0 end
+elseif stored ~= ARGV[1] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'cursor', ARGV[2], 'body', ARGV[3])
+return 1
+"""
+CAS_SHA = hashlib.sha1(CAS_SCRIPT.encode()).hexdigest()
+
+Phase = Literal["connect", "send", "reply"]
+
+
+def map_redis_error(exc: BaseException, *, phase: Phase, write: bool) -> StorageError:
+    """Classify a redis-py error by the phase it happened in.
+
+    ``connect``/``send``: the command never fully reached the server, nothing ran. ``reply``:
+    an error *reply* (``BUSY``, ``OOM``, ``READONLY``…) means the script did not write;
+    a timeout or a dropped connection while waiting means a write may have applied.
+    """
+    lost = isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError)
+    if phase == "reply" and write and lost:
+        return OutcomeUnknown(f"Redis write may have applied: {exc}")
+    return StorageUnavailable(f"Redis: {exc}")
+
+
+class _Plan:
+    """Everything but the I/O: options, key naming, the commands to send."""
+
+    def __init__(self, url: str, prefix: str, socket_timeout: float, connect_timeout: float):
+        if not isinstance(url, str) or not url:
+            raise ConfigError("url must be a redis:// URL.")
+        if not isinstance(prefix, str) or "\x00" in prefix:
+            raise ConfigError(f"Invalid key prefix {prefix!r}.")
+        self.url = url
+        self.prefix = prefix
+        # No retries anywhere: a retried write could run twice (redis-py 8 retries by default).
+        self.pool_kwargs: dict[str, Any] = {
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": connect_timeout,
+            "retry_on_timeout": False,
+            "retry": Retry(NoBackoff(), 0),
+        }
+
+    def key(self, session_id: str) -> str:
+        return self.prefix + check_session_id(session_id)
+
+    def load_command(self, session_id: str) -> tuple[Any, ...]:
+        return ("HGET", self.key(session_id), "body")
+
+    def delete_command(self, session_id: str) -> tuple[Any, ...]:
+        return ("DEL", self.key(session_id))
+
+    def save_args(self, snapshot: Any, expected_cursor: Any) -> tuple[Any, ...]:
+        """``1, key, expected, cursor, body``: what follows ``EVALSHA sha`` or ``EVAL src``."""
+        p = prepare_save(snapshot, expected_cursor)
+        expected = "" if p.expected is None else str(p.expected)
+        return (1, self.prefix + p.session_id, expected, str(p.cursor), p.text)
+
+
+def _text(reply: Any) -> str | None:
+    return None if reply is None else bytes(reply).decode("utf-8")
+
+
+class RedisStorage:
+    """Compare-and-set storage in Redis hashes, via one Lua script.
+
+    ``RedisStorage(url="redis://127.0.0.1:6379/0", *, prefix="akchat:session:",
+    socket_timeout=5.0, connect_timeout=5.0)``
+
+    Owns a connection pool (thread-safe; each call borrows one connection). A reply not
+    received within ``socket_timeout`` seconds is ``OutcomeUnknown`` for a write.
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        socket_timeout: float = 5.0,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        self._plan = _Plan(url, prefix, socket_timeout, connect_timeout)
+        self.prefix = prefix
+        try:
+            self.pool = redis.ConnectionPool.from_url(url, **self._plan.pool_kwargs)
+        except (ValueError, RedisError) as exc:
+            raise ConfigError(f"Invalid Redis URL: {exc}") from exc
+
+    def _call(self, command: tuple[Any, ...], *, write: bool, script: bool = False) -> Any:
+        phase: Phase = "connect"
+        try:
+            conn: Any = self.pool.get_connection()
+        except (RedisError, OSError) as exc:
+            raise map_redis_error(exc, phase=phase, write=write) from exc
+        try:
+            phase = "send"
+            conn.send_command(*command)
+            phase = "reply"
+            try:
+                return conn.read_response()
+            except NoScriptError:
+                if not script:
+                    raise
+                phase = "send"  # nothing ran: send the source once, which re-caches it
+                conn.send_command("EVAL", CAS_SCRIPT, *command[2:])
+                phase = "reply"
+                return conn.read_response()
+        except (RedisError, OSError) as exc:
+            conn.disconnect()
+            raise map_redis_error(exc, phase=phase, write=write) from exc
+        except BaseException:
+            conn.disconnect()  # interrupted mid-protocol: never reuse
+            raise
+        finally:
+            self.pool.release(conn)
+
+    def load(self, session_id: str) -> str | None:
+        """The stored JSON text for ``session_id``, or ``None``."""
+        return _text(self._call(self._plan.load_command(session_id), write=False))
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""
+        args = self._plan.save_args(snapshot, expected_cursor)
+        return bool(self._call(("EVALSHA", CAS_SHA, *args), write=True, script=True) == 1)
+
+    def delete(self, session_id: str) -> None:
+        """Forget ``session_id``; a missing session is not an error."""
+        self._call(self._plan.delete_command(session_id), write=True)
+
+    def close(self) -> None:
+        """Disconnect every pooled connection."""
+        self.pool.disconnect()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncRedisStorage:
+    """The asyncio twin of :class:`RedisStorage` (same arguments, ``redis.asyncio``)."""
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        socket_timeout: float = 5.0,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        self._plan = _Plan(url, prefix, socket_timeout, connect_timeout)
+        self.prefix = prefix
+        kwargs = dict(self._plan.pool_kwargs, retry=AsyncRetry(NoBackoff(), 0))
+        try:
+            self.pool = redis.asyncio.ConnectionPool.from_url(url, **kwargs)
+        except (ValueError, RedisError) as exc:
+            raise ConfigError(f"Invalid Redis URL: {exc}") from exc
+
+    async def _call(self, command: tuple[Any, ...], *, write: bool, script: bool = False) -> Any:
+        phase: Phase = "connect"
+        try:
+            conn: Any = await self.pool.get_connection()  # type: ignore[no-untyped-call]
+        except (RedisError, OSError) as exc:
+            raise map_redis_error(exc, phase=phase, write=write) from exc
+        try:
+            phase = "send"
+            await conn.send_command(*command)
+            phase = "reply"
+            try:
+                return await conn.read_response()
+            except NoScriptError:
+                if not script:
+                    raise
+                phase = "send"
+                await conn.send_command("EVAL", CAS_SCRIPT, *command[2:])
+                phase = "reply"
+                return await conn.read_response()
+        except (RedisError, OSError) as exc:
+            await conn.disconnect()
+            raise map_redis_error(exc, phase=phase, write=write) from exc
+        except BaseException:
+            await conn.disconnect()
+            raise
+        finally:
+            await self.pool.release(conn)
+
+    async def load(self, session_id: str) -> str | None:
+        """The stored JSON text for ``session_id``, or ``None``."""
+        return _text(await self._call(self._plan.load_command(session_id), write=False))
+
+    async def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""
+        args = self._plan.save_args(snapshot, expected_cursor)
+        return bool(await self._call(("EVALSHA", CAS_SHA, *args), write=True, script=True) == 1)
+
+    async def delete(self, session_id: str) -> None:
+        """Forget ``session_id``; a missing session is not an error."""
+        await self._call(self._plan.delete_command(session_id), write=True)
+
+    async def aclose(self) -> None:
+        """Disconnect every pooled connection."""
+        await self.pool.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,137 @@
+"""Open an adapter from a URL: ``open_storage(url)`` and ``open_async_storage(url)``.
+
+================================  ==========================================================
+URL                               adapter
+================================  ==========================================================
+``memory://``                     a new, private :class:`~.memory.MemoryStorage`
+``sqlite:///relative/file.db``    :class:`~.sqlite.SQLiteStorage` (``sqlite:////abs/path``
+                                  for an absolute path; ``sqlite:///:memory:`` or
+                                  ``sqlite://`` for a private in-memory database)
+``postgresql://…``/``postgres://…``  :class:`~.postgres.PostgresStorage` (extra ``postgres``)
+``redis://…``/``rediss://…``      :class:`~.redis.RedisStorage` (extra ``redis``)
+================================  ==========================================================
+
+Query parameters that configure the adapter: ``table`` and ``busy_timeout`` (SQLite),
+``table``, ``isolation`` (``read_committed``/``repeatable_read``/``serializable``) and
+``statement_timeout`` (ms) (PostgreSQL; every other parameter goes to libpq unchanged),
+``prefix`` (Redis; other parameters go to redis-py). An unknown scheme, an unknown
+parameter or a bad value raises :class:`~akchat_fsm.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from ..errors import ConfigError
+from .memory import AsyncMemoryStorage, MemoryStorage
+from .sqlite import AsyncSQLiteStorage, SQLiteStorage
+
+__all__ = ["open_async_storage", "open_storage"]
+
+_URL_HINT = "Use memory://, sqlite:///path, postgresql://… or redis://… (see docs/adapters.md)."
+
+
+def _split(url: str) -> tuple[str, Any, dict[str, str]]:
+    if not isinstance(url, str):
+        raise ConfigError(f"A storage URL must be a string, got {url!r}.", hint=_URL_HINT)
+    parts = urlsplit(url)
+    try:
+        query = dict(
+            parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+        )
+    except ValueError as exc:
+        raise ConfigError(f"Bad query string in storage URL {url!r}.", hint=_URL_HINT) from exc
+    return parts.scheme.lower(), parts, query
+
+
+def _pop_float(query: dict[str, str], name: str) -> float | None:
+    raw = query.pop(name, None)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a number, got {raw!r}.", hint=_URL_HINT) from exc
+    if not value >= 0:  # also refuses NaN
+        raise ConfigError(f"{name} must be >= 0, got {raw!r}.", hint=_URL_HINT)
+    return value
+
+
+def _no_leftovers(query: dict[str, str], scheme: str) -> None:
+    if query:
+        names = ", ".join(sorted(query))
+        raise ConfigError(f"Unknown {scheme} storage parameter(s): {names}.", hint=_URL_HINT)
+
+
+def _sqlite_args(parts: Any, query: dict[str, str]) -> dict[str, Any]:
+    # sqlite:///x.db -> path "/x.db" -> "x.db" (relative); sqlite:////abs -> "//abs" -> "/abs".
+    path = unquote(parts.path)[1:] if parts.path.startswith("/") else unquote(parts.path)
+    if parts.netloc:
+        raise ConfigError("A sqlite URL has no host: use sqlite:///path.", hint=_URL_HINT)
+    args: dict[str, Any] = {"path": path or ":memory:"}
+    if "table" in query:
+        args["table"] = query.pop("table")
+    timeout = _pop_float(query, "busy_timeout")
+    if timeout is not None:
+        args["busy_timeout"] = timeout
+    _no_leftovers(query, "sqlite")
+    return args
+
+
+def _postgres_args(parts: Any, query: dict[str, str]) -> dict[str, Any]:
+    args: dict[str, Any] = {}
+    for name in ("table", "isolation"):
+        if name in query:
+            args[name] = query.pop(name)
+    timeout = _pop_float(query, "statement_timeout")
+    if timeout is not None:
+        args["statement_timeout_ms"] = int(timeout)
+    args["conninfo"] = urlunsplit(parts._replace(query=urlencode(query)))
+    return args
+
+
+def _redis_args(parts: Any, query: dict[str, str]) -> dict[str, Any]:
+    args: dict[str, Any] = {}
+    if "prefix" in query:
+        args["prefix"] = query.pop("prefix")
+    args["url"] = urlunsplit(parts._replace(query=urlencode(query)))
+    return args
+
+
+def open_storage(url: str) -> Any:
+    """A new synchronous adapter for ``url`` (see the module table). Close it when done."""
+    scheme, parts, query = _split(url)
+    if scheme == "memory":
+        _no_leftovers(query, "memory")
+        return MemoryStorage()
+    if scheme == "sqlite":
+        return SQLiteStorage(**_sqlite_args(parts, query))
+    if scheme in ("postgresql", "postgres"):
+        from .postgres import PostgresStorage
+
+        return PostgresStorage(**_postgres_args(parts, query))
+    if scheme in ("redis", "rediss", "unix"):
+        from .redis import RedisStorage
+
+        return RedisStorage(**_redis_args(parts, query))
+    raise ConfigError(f"Unknown storage URL scheme {scheme!r}.", hint=_URL_HINT)
+
+
+def open_async_storage(url: str) -> Any:
+    """A new asyncio adapter for ``url`` (see the module table). ``aclose()`` it when done."""
+    scheme, parts, query = _split(url)
+    if scheme == "memory":
+        _no_leftovers(query, "memory")
+        return AsyncMemoryStorage()
+    if scheme == "sqlite":
+        return AsyncSQLiteStorage(**_sqlite_args(parts, query))
+    if scheme in ("postgresql", "postgres"):
+        from .postgres import AsyncPostgresStorage
+
+        return AsyncPostgresStorage(**_postgres_args(parts, query))
+    if scheme in ("redis", "rediss", "unix"):
+        from .redis import AsyncRedisStorage
+
+        return AsyncRedisStorage(**_redis_args(parts, query))
+    raise ConfigError(f"Unknown storage URL scheme {scheme!r}.", hint=_URL_HINT)

@@ -1,0 +1,121 @@
+"""Shared helpers for the storage tests: snapshots, the sync facade, the race harness.
+
+Imported as a plain module (``tests/storage`` is on ``sys.path`` under pytest's default
+import mode), so its name is unique across the test tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from akchat_fsm.wire.session import SessionSnapshot
+
+T = TypeVar("T")
+
+
+def snap(session_id: str, cursor: int, *, note: str = "x") -> SessionSnapshot:
+    """A minimal valid v1 snapshot; ``note`` makes bodies distinguishable."""
+    return SessionSnapshot(
+        session_id=session_id,
+        definition_id=f"def-{note}",
+        definition_revision=1,
+        updated_at="2026-11-29T00:00:00.000Z",
+        cursor=cursor,
+        confirmations=(),
+    )
+
+
+class Client:
+    """A synchronous view of one adapter instance, sync or async."""
+
+    def __init__(self, adapter: Any, is_async: bool) -> None:
+        self.adapter = adapter
+        self.is_async = is_async
+        self._runner = asyncio.Runner() if is_async else None
+
+    def _call(self, name: str, *args: Any) -> Any:
+        method = getattr(self.adapter, name)
+        if self._runner is None:
+            return method(*args)
+        return self._runner.run(method(*args))
+
+    def load(self, session_id: str) -> Any:
+        return self._call("load", session_id)
+
+    def save(self, snapshot: SessionSnapshot, expected: int | None) -> bool:
+        result = self._call("save", snapshot, expected)
+        assert isinstance(result, bool)
+        return result
+
+    def delete(self, session_id: str) -> None:
+        self._call("delete", session_id)
+
+    def close(self) -> None:
+        if self._runner is None:
+            self.adapter.close()
+        else:
+            self._runner.run(self.adapter.aclose())
+            self._runner.close()
+
+
+@dataclass
+class Backend:
+    """How to open another adapter instance on the same store, sync or async."""
+
+    name: str
+    url: str
+    open_sync: Callable[[], Any]
+    open_async: Callable[[], Any]
+    #: Backend-specific probes for fault tests (e.g. the PostgreSQL admin URL).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Harness:
+    backend: Backend
+    is_async: bool
+    clients: list[Client] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    def client(self) -> Client:
+        """A new adapter instance (its own connection) on the shared store."""
+        opener = self.backend.open_async if self.is_async else self.backend.open_sync
+        c = Client(opener(), self.is_async)
+        with self._lock:
+            self.clients.append(c)
+        return c
+
+    def race(self, n: int, body: Callable[[Client], T]) -> list[T]:
+        """Run ``body`` in ``n`` threads, each with its own client, released by one Barrier."""
+        barrier = threading.Barrier(n)
+        results: list[Any] = [None] * n
+        errors: list[BaseException] = []
+
+        def run(i: int) -> None:
+            try:
+                c = self.client()
+                barrier.wait(timeout=30)
+                results[i] = body(c)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        if errors:
+            raise errors[0]
+        return results
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
