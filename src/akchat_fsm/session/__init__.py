@@ -1,0 +1,53 @@
+"""Sessions and confirmations: the I/O shell around the pure core, sync and asyncio.
+
+Each operation is written once as a sans-I/O plan (a generator of :mod:`.effects`); the sync
+and async classes only pick the driver that runs it (:mod:`.drivers`).
+"""
+
+from __future__ import annotations
+
+from .definition import ChatDefinition, ConversationFlow, Route
+from .observers import Observer, SessionEvent, SessionEventKind
+from .ports import (
+    AsyncChatMemory,
+    AsyncUpstreamChat,
+    ChatMemory,
+    ToolCallProposal,
+    UpstreamChat,
+    UpstreamFailed,
+)
+from .reconcile import ReconcileOutcome, reconcile, reconcile_async
+from .session import (
+    AsyncChatSession,
+    AsyncConfirmationCoordinator,
+    ChatSession,
+    ConfirmationCoordinator,
+    resolve_chat_session,
+    resume_chat_session,
+    resume_chat_session_async,
+)
+
+__all__ = [
+    "AsyncChatMemory",
+    "AsyncChatSession",
+    "AsyncConfirmationCoordinator",
+    "AsyncUpstreamChat",
+    "ChatDefinition",
+    "ChatMemory",
+    "ChatSession",
+    "ConfirmationCoordinator",
+    "ConversationFlow",
+    "Observer",
+    "ReconcileOutcome",
+    "Route",
+    "SessionEvent",
+    "SessionEventKind",
+    "ToolCallProposal",
+    "UpstreamChat",
+    "UpstreamFailed",
+    "reconcile",
+    "reconcile_async",
+    "resolve_chat_session",
+    "resume_chat_session",
+    "resume_chat_session_async",
+]

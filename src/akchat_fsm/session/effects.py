@@ -1,0 +1,86 @@
+"""The I/O a session operation asks for, as plain values (sans-I/O).
+
+Every operation is written once, as a *plan*: a generator that yields these effects and
+receives their results (or has the effect's exception thrown into it). Two drivers execute
+them, one sync and one asyncio (:mod:`akchat_fsm.session.drivers`); a test can also step a
+plan effect by effect, which is how the stateful suites interleave clients and inject crashes
+between any two steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar
+
+from ..wire.session import SessionSnapshot
+
+__all__ = [
+    "Approve",
+    "Deny",
+    "Effect",
+    "Emit",
+    "Load",
+    "Plan",
+    "Propose",
+    "ReadMemory",
+    "Save",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Load:
+    """``storage.load(session_id)`` → the stored value (or ``None``)."""
+
+    session_id: str
+
+
+@dataclass(frozen=True)
+class Save:
+    """``storage.save(snapshot, expected_cursor)`` → ``True`` or ``False`` (conflict)."""
+
+    snapshot: SessionSnapshot
+    expected_cursor: int | None
+
+
+@dataclass(frozen=True)
+class Propose:
+    """``upstream.propose_tool_call(id, name, args)`` → the call upstream returned."""
+
+    id: str
+    name: str
+    args: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Approve:
+    """``upstream.approve(tool_call_id)``: the side effect the claim protects."""
+
+    tool_call_id: str
+
+
+@dataclass(frozen=True)
+class Deny:
+    """``upstream.deny(tool_call_id, reason)``: the side effect the claim protects."""
+
+    tool_call_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReadMemory:
+    """``memory.load()`` → the canonical messages (used only by reconciliation)."""
+
+
+@dataclass(frozen=True)
+class Emit:
+    """Deliver an observer event. Never fails: observer errors are swallowed by drivers."""
+
+    event: Any
+
+
+Effect: TypeAlias = Load | Save | Propose | Approve | Deny | ReadMemory | Emit
+#: A plan yields effects, receives their results, and returns ``T``.
+Plan: TypeAlias = Generator[Effect, Any, T]

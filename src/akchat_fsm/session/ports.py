@@ -1,0 +1,90 @@
+"""The host's side of a session: the upstream chat controller and its canonical memory.
+
+Both come in a sync and an asyncio flavour with the same meaning. akchat-fsm never calls
+``approve``/``deny`` except from the single client whose claim was saved by compare-and-set,
+and it only *reads* memory (to reconcile processing records).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import ConfirmationError
+
+__all__ = [
+    "AsyncChatMemory",
+    "AsyncUpstreamChat",
+    "ChatMemory",
+    "ToolCallProposal",
+    "UpstreamChat",
+    "UpstreamFailed",
+]
+
+
+@dataclass(frozen=True)
+class ToolCallProposal:
+    """What upstream returned for a proposal: the canonical call and its status.
+
+    ``status`` is upstream's tool-call status; anything but ``"requires_confirmation"`` makes
+    the binding born ``rejected`` with no deny call (REFERENCE §3.2 step 4).
+    """
+
+    id: str
+    name: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    status: str = "requires_confirmation"
+
+
+@runtime_checkable
+class UpstreamChat(Protocol):
+    """The upstream chat controller (``Pick<ChatReturn, 'proposeToolCall'|'approve'|'deny'>``)."""
+
+    def propose_tool_call(
+        self, id: str, name: str, args: Mapping[str, Any]
+    ) -> ToolCallProposal | Mapping[str, Any]: ...
+
+    def approve(self, tool_call_id: str) -> object: ...
+
+    def deny(self, tool_call_id: str, reason: str) -> object: ...
+
+
+@runtime_checkable
+class AsyncUpstreamChat(Protocol):
+    """The asyncio twin of :class:`UpstreamChat`."""
+
+    async def propose_tool_call(
+        self, id: str, name: str, args: Mapping[str, Any]
+    ) -> ToolCallProposal | Mapping[str, Any]: ...
+
+    async def approve(self, tool_call_id: str) -> object: ...
+
+    async def deny(self, tool_call_id: str, reason: str) -> object: ...
+
+
+@runtime_checkable
+class ChatMemory(Protocol):
+    """The host's canonical message store (upstream ``ChatMemory``); only ``load`` is used.
+
+    ``load`` returns a memory record ``{"version": 1, "messages": [...]}`` (or its
+    :class:`~akchat_fsm.wire.memory.MemoryRecord`) or the bare list of messages.
+    """
+
+    def load(self) -> object: ...
+
+
+@runtime_checkable
+class AsyncChatMemory(Protocol):
+    """The asyncio twin of :class:`ChatMemory`."""
+
+    async def load(self) -> object: ...
+
+
+class UpstreamFailed(ConfirmationError):
+    """An upstream call raised. ``record`` is the binding exactly as it is stored now.
+
+    For a resolution the record stays in its processing status (never a false completion,
+    never retried automatically): reconcile it from memory. For a proposal nothing was saved.
+    The upstream exception is on ``__cause__``.
+    """

@@ -1,0 +1,45 @@
+"""``reconcile``: settle processing confirmation records from the host's canonical memory.
+
+A record left ``approving`` / ``rejecting`` / ``expiring`` (a crash between the two saves of
+a resolution, an upstream failure, an unsettled unknown outcome) is settled from the status
+of its upstream tool call in ``ChatMemory``:
+
+=========================  ===================================================================
+upstream tool-call status   what reconcile does
+=========================  ===================================================================
+``requires_confirmation``   upstream never acted: issue the claimed call now and record the
+                            final status (default), or back to ``pending`` with
+                            ``release_untouched=True``
+anything else               upstream acted: record the matching final status, call nothing
+missing from memory         left as is, reported as ``"unknown"``
+=========================  ===================================================================
+
+Run it only when no client is still inside a resolution of those records: at start-up after a
+crash, or once the host's own resolution timeout has passed (docs/reconciliation.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .session import AsyncChatSession, ChatSession, ReconcileOutcome
+
+__all__ = ["ReconcileOutcome", "reconcile", "reconcile_async"]
+
+
+def reconcile(
+    session: ChatSession, memory: Any, *, upstream: Any = None, release_untouched: bool = False
+) -> tuple[ReconcileOutcome, ...]:
+    """Settle ``session``'s processing records from ``memory``; one outcome per record."""
+    return session.reconcile(memory, upstream=upstream, release_untouched=release_untouched)
+
+
+async def reconcile_async(
+    session: AsyncChatSession,
+    memory: Any,
+    *,
+    upstream: Any = None,
+    release_untouched: bool = False,
+) -> tuple[ReconcileOutcome, ...]:
+    """The asyncio twin of :func:`reconcile`."""
+    return await session.reconcile(memory, upstream=upstream, release_untouched=release_untouched)

@@ -1,0 +1,447 @@
+"""``ChatSession`` / ``AsyncChatSession`` and their confirmation coordinators: thin shells.
+
+Each public method builds a plan (:mod:`._ops`, :mod:`._confirm`) and hands it to a driver;
+the sync and async classes differ only in which driver runs it. One session object serialises
+its own operations (a lock), like the reference's per-session persist queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from ..errors import ConfigError
+from ..machines.confirmation import ConfirmationEvent
+from ..wire.enums import DecisionKind, TurnOutcome
+from ..wire.session import ConfirmationBinding, RouteDecision, SessionSnapshot
+from . import _confirm, _ops
+from ._state import SessionState
+from .definition import ChatDefinition
+from .drivers import Ports, run_async, run_sync
+from .effects import Plan
+from .observers import Observer
+
+__all__ = [
+    "AsyncChatSession",
+    "AsyncConfirmationCoordinator",
+    "ChatSession",
+    "ConfirmationCoordinator",
+    "ReconcileOutcome",
+    "default_clock",
+    "resolve_chat_session",
+    "resume_chat_session",
+    "resume_chat_session_async",
+]
+
+T = TypeVar("T")
+ReconcileOutcome = _confirm.ReconcileOutcome
+PREPARED_INCOMPATIBLE = "Prepared session is incompatible with this chat definition."
+
+
+def default_clock() -> int:
+    """Wall-clock epoch milliseconds (inject your own ``clock`` for tests)."""
+    return time.time_ns() // 1_000_000
+
+
+def default_confirmation_id() -> str:
+    """A random, unguessable id suffix (96 bits). Still a correlation handle, not a secret."""
+    return secrets.token_hex(12)
+
+
+class _SessionBase:
+    """What both flavours share: the state, the ports and the read-only views."""
+
+    def __init__(self, state: SessionState, ports: Ports) -> None:
+        self._state = state
+        self._ports = ports
+
+    # -- read-only views -----------------------------------------------------------------
+    @property
+    def session_id(self) -> str:
+        return self._state.session_id
+
+    @property
+    def definition(self) -> ChatDefinition:
+        return self._state.definition
+
+    @property
+    def cursor(self) -> int:
+        """The last cursor storage confirmed (0 for a session never saved)."""
+        return self._state.cursor
+
+    @property
+    def exists(self) -> bool:
+        """Whether anything is stored yet (the next save is create-only when ``False``)."""
+        return self._state.exists
+
+    @property
+    def snapshot(self) -> SessionSnapshot:
+        """The envelope as storage last confirmed it (or the unsaved fresh one)."""
+        return self._state.snapshot
+
+    @property
+    def conversation_state(self) -> str | None:
+        return self._state.conversation_state
+
+    @property
+    def confirmations(self) -> tuple[ConfirmationBinding, ...]:
+        return self._state.snapshot.confirmations
+
+    def get_by_tool_call(self, tool_call_id: str) -> ConfirmationBinding | None:
+        """The binding for an upstream tool-call id, if this session holds one."""
+        for binding in self._state.snapshot.confirmations:
+            if binding.tool_call_id == tool_call_id:
+                return binding
+        return None
+
+    def add_observer(self, observer: Observer) -> None:
+        """Receive one :class:`SessionEvent` per durable transition from now on."""
+        self._ports.observers = (*self._ports.observers, observer)
+
+    # -- plans (shared by both flavours) -------------------------------------------------
+    def _persist(self, attempts: int) -> Plan[int]:
+        return _ops.plan_persist(self._state, attempts)
+
+    def _ports_with(self, upstream: Any = None, memory: Any = None) -> Ports:
+        return Ports(
+            self._ports.storage,
+            upstream if upstream is not None else self._ports.upstream,
+            memory if memory is not None else self._ports.memory,
+            self._ports.observers,
+        )
+
+
+class ChatSession(_SessionBase):
+    """A resumed (or new) chat session over a sync :class:`SessionStorage`.
+
+    Every mutation is one compare-and-set save (cursor + 1). On :class:`SessionConflict` the
+    session has already reloaded: re-apply the intent. Not shared across threads without the
+    built-in lock's serialisation; use one object per worker for parallelism.
+    """
+
+    def __init__(self, state: SessionState, ports: Ports) -> None:
+        super().__init__(state, ports)
+        self._lock = threading.RLock()
+
+    def _run(self, plan: Plan[T], ports: Ports | None = None) -> T:
+        with self._lock:
+            return run_sync(plan, ports or self._ports)
+
+    def reload(self) -> None:
+        """Re-read storage (validated like resume); drops nothing durable."""
+        from ._state import reload
+
+        self._run(reload(self._state))
+
+    def persist(self, *, attempts: int = 1) -> int:
+        """One CAS save of the current envelope; returns the new cursor."""
+        return self._run(self._persist(attempts))
+
+    def claim_turn(self, turn_id: str, lease_ms: int) -> bool:
+        """Take the turn lease; ``False`` when busy or a replayed turn (REFERENCE §9)."""
+        return self._run(_ops.plan_claim_turn(self._state, turn_id, lease_ms))
+
+    def release_turn(
+        self, turn_id: str, outcome: TurnOutcome | str = TurnOutcome.COMPLETED
+    ) -> bool:
+        """Release the lease held by ``turn_id``; ``False`` when it does not hold it."""
+        return self._run(_ops.plan_release_turn(self._state, turn_id, outcome))
+
+    def record_decision(
+        self,
+        message_id: str,
+        route_id: str,
+        *,
+        input: str = "",
+        content: str = "",
+        kind: DecisionKind | str = DecisionKind.DETERMINISTIC,
+    ) -> RouteDecision:
+        """Record a route decision through the host flow (never the message) and save it."""
+        return self._run(
+            _ops.plan_record_decision(
+                self._state,
+                message_id=message_id,
+                route_id=route_id,
+                input=input,
+                content=content,
+                kind=kind,
+            )
+        )
+
+    def confirmations_for(
+        self,
+        upstream: Any,
+        *,
+        ttl_ms: int = _confirm.DEFAULT_TTL_MS,
+        create_id: Callable[[], str] = default_confirmation_id,
+    ) -> ConfirmationCoordinator:
+        """A confirmation coordinator bound to this session and ``upstream``."""
+        return ConfirmationCoordinator(self, upstream, ttl_ms=ttl_ms, create_id=create_id)
+
+    def reconcile(
+        self, memory: Any, *, upstream: Any = None, release_untouched: bool = False
+    ) -> tuple[ReconcileOutcome, ...]:
+        """Settle processing records from ``memory`` (see :func:`reconcile`)."""
+        plan = _confirm.plan_reconcile(self._state, release_untouched=release_untouched)
+        return self._run(plan, self._ports_with(upstream, memory))
+
+
+class ConfirmationCoordinator:
+    """Propose, approve, reject and expire tool calls for one :class:`ChatSession`.
+
+    All coordinators of a session share its one binding list (no clobbering, REFERENCE §7.5).
+    A token is a correlation handle bound to this session, not authentication.
+    """
+
+    def __init__(
+        self,
+        session: ChatSession,
+        upstream: Any,
+        *,
+        ttl_ms: int = _confirm.DEFAULT_TTL_MS,
+        create_id: Callable[[], str] = default_confirmation_id,
+    ) -> None:
+        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
+            raise ConfigError(
+                _confirm.OPTIONS_INVALID,
+                hint="Use the pending confirmation token in the session that created it.",
+            )
+        self.session = session
+        self._ports = session._ports_with(upstream)
+        self._ttl_ms = ttl_ms
+        self._create_id = create_id
+
+    def _run(self, plan: Plan[T]) -> T:
+        return self.session._run(plan, self._ports)
+
+    def propose(self, name: str, input: Mapping[str, Any]) -> ConfirmationBinding:
+        """Limits, then upstream ``propose_tool_call``, then one CAS save of the binding."""
+        state = self.session._state
+        return self._run(
+            _confirm.plan_propose(state, name, input, suffix=self._create_id(), ttl_ms=self._ttl_ms)
+        )
+
+    def approve(self, token: str, session_id: str | None = None) -> ConfirmationBinding:
+        """Claim, call upstream ``approve`` once, record ``approved`` (``expired`` if due)."""
+        return self._run(
+            _confirm.plan_resolve(
+                self.session._state, token, ConfirmationEvent.APPROVE, session_id=session_id
+            )
+        )
+
+    def reject(
+        self, token: str, session_id: str | None = None, reason: str = ""
+    ) -> ConfirmationBinding:
+        """Claim, call upstream ``deny`` once, record ``rejected`` (``expired`` if due)."""
+        return self._run(
+            _confirm.plan_resolve(
+                self.session._state,
+                token,
+                ConfirmationEvent.REJECT,
+                reason=reason,
+                session_id=session_id,
+            )
+        )
+
+    def expire(self, token: str) -> ConfirmationBinding:
+        """Resolve a pending record whose expiry passed: deny upstream, record ``expired``."""
+        return self._run(
+            _confirm.plan_resolve(self.session._state, token, ConfirmationEvent.EXPIRE)
+        )
+
+    def expire_due(self) -> tuple[ConfirmationBinding, ...]:
+        """Expire every pending record that is due on the session clock."""
+        return tuple(self.expire(token) for token in _confirm.expired_pending(self.session._state))
+
+    def get_by_tool_call(self, tool_call_id: str) -> ConfirmationBinding | None:
+        return self.session.get_by_tool_call(tool_call_id)
+
+    def get_snapshot(self) -> tuple[ConfirmationBinding, ...]:
+        return self.session.confirmations
+
+
+class AsyncChatSession(_SessionBase):
+    """The asyncio twin of :class:`ChatSession` (same plans, awaited effects)."""
+
+    def __init__(self, state: SessionState, ports: Ports) -> None:
+        super().__init__(state, ports)
+        self._lock = asyncio.Lock()
+
+    async def _run(self, plan: Plan[T], ports: Ports | None = None) -> T:
+        async with self._lock:
+            return await run_async(plan, ports or self._ports)
+
+    async def reload(self) -> None:
+        from ._state import reload
+
+        await self._run(reload(self._state))
+
+    async def persist(self, *, attempts: int = 1) -> int:
+        return await self._run(self._persist(attempts))
+
+    async def claim_turn(self, turn_id: str, lease_ms: int) -> bool:
+        return await self._run(_ops.plan_claim_turn(self._state, turn_id, lease_ms))
+
+    async def release_turn(
+        self, turn_id: str, outcome: TurnOutcome | str = TurnOutcome.COMPLETED
+    ) -> bool:
+        return await self._run(_ops.plan_release_turn(self._state, turn_id, outcome))
+
+    async def record_decision(
+        self,
+        message_id: str,
+        route_id: str,
+        *,
+        input: str = "",
+        content: str = "",
+        kind: DecisionKind | str = DecisionKind.DETERMINISTIC,
+    ) -> RouteDecision:
+        return await self._run(
+            _ops.plan_record_decision(
+                self._state,
+                message_id=message_id,
+                route_id=route_id,
+                input=input,
+                content=content,
+                kind=kind,
+            )
+        )
+
+    def confirmations_for(
+        self,
+        upstream: Any,
+        *,
+        ttl_ms: int = _confirm.DEFAULT_TTL_MS,
+        create_id: Callable[[], str] = default_confirmation_id,
+    ) -> AsyncConfirmationCoordinator:
+        return AsyncConfirmationCoordinator(self, upstream, ttl_ms=ttl_ms, create_id=create_id)
+
+    async def reconcile(
+        self, memory: Any, *, upstream: Any = None, release_untouched: bool = False
+    ) -> tuple[ReconcileOutcome, ...]:
+        plan = _confirm.plan_reconcile(self._state, release_untouched=release_untouched)
+        return await self._run(plan, self._ports_with(upstream, memory))
+
+
+class AsyncConfirmationCoordinator:
+    """The asyncio twin of :class:`ConfirmationCoordinator`."""
+
+    def __init__(
+        self,
+        session: AsyncChatSession,
+        upstream: Any,
+        *,
+        ttl_ms: int = _confirm.DEFAULT_TTL_MS,
+        create_id: Callable[[], str] = default_confirmation_id,
+    ) -> None:
+        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
+            raise ConfigError(
+                _confirm.OPTIONS_INVALID,
+                hint="Use the pending confirmation token in the session that created it.",
+            )
+        self.session = session
+        self._ports = session._ports_with(upstream)
+        self._ttl_ms = ttl_ms
+        self._create_id = create_id
+
+    async def _run(self, plan: Plan[T]) -> T:
+        return await self.session._run(plan, self._ports)
+
+    async def propose(self, name: str, input: Mapping[str, Any]) -> ConfirmationBinding:
+        state = self.session._state
+        return await self._run(
+            _confirm.plan_propose(state, name, input, suffix=self._create_id(), ttl_ms=self._ttl_ms)
+        )
+
+    async def approve(self, token: str, session_id: str | None = None) -> ConfirmationBinding:
+        return await self._run(
+            _confirm.plan_resolve(
+                self.session._state, token, ConfirmationEvent.APPROVE, session_id=session_id
+            )
+        )
+
+    async def reject(
+        self, token: str, session_id: str | None = None, reason: str = ""
+    ) -> ConfirmationBinding:
+        return await self._run(
+            _confirm.plan_resolve(
+                self.session._state,
+                token,
+                ConfirmationEvent.REJECT,
+                reason=reason,
+                session_id=session_id,
+            )
+        )
+
+    async def expire(self, token: str) -> ConfirmationBinding:
+        return await self._run(
+            _confirm.plan_resolve(self.session._state, token, ConfirmationEvent.EXPIRE)
+        )
+
+    async def expire_due(self) -> tuple[ConfirmationBinding, ...]:
+        tokens = _confirm.expired_pending(self.session._state)
+        return tuple([await self.expire(token) for token in tokens])
+
+    def get_by_tool_call(self, tool_call_id: str) -> ConfirmationBinding | None:
+        return self.session.get_by_tool_call(tool_call_id)
+
+    def get_snapshot(self) -> tuple[ConfirmationBinding, ...]:
+        return self.session.confirmations
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def resume_chat_session(
+    definition: ChatDefinition,
+    *,
+    session_id: str,
+    storage: Any,
+    clock: Callable[[], int] = default_clock,
+    observers: Iterable[Observer] = (),
+    upstream: Any = None,
+    memory: Any = None,
+) -> ChatSession:
+    """Resume ``session_id`` from ``storage`` (or start it fresh when nothing is stored).
+
+    Corrupt, unsupported, foreign-session, other-definition, other-revision or unreplayable
+    state is rejected before any session object exists, with the reference's messages
+    (``ConfigError`` / :class:`IncompatibleSession`). ``clock`` returns epoch milliseconds.
+    """
+    ports = Ports(storage, upstream, memory, tuple(observers))
+    state = run_sync(_ops.plan_resume(definition, session_id, clock), ports)
+    return ChatSession(state, ports)
+
+
+async def resume_chat_session_async(
+    definition: ChatDefinition,
+    *,
+    session_id: str,
+    storage: Any,
+    clock: Callable[[], int] = default_clock,
+    observers: Iterable[Observer] = (),
+    upstream: Any = None,
+    memory: Any = None,
+) -> AsyncChatSession:
+    """The asyncio twin of :func:`resume_chat_session` (asyncio storage)."""
+    ports = Ports(storage, upstream, memory, tuple(observers))
+    state = await run_async(_ops.plan_resume(definition, session_id, clock), ports)
+    return AsyncChatSession(state, ports)
+
+
+S = TypeVar("S", ChatSession, AsyncChatSession)
+
+
+def resolve_chat_session(definition: ChatDefinition, session: S) -> S:
+    """The renderers' check: ``session`` was prepared for this definition id and revision."""
+    if (
+        not isinstance(session, _SessionBase)
+        or session.definition.id != definition.id
+        or session.definition.revision != definition.revision
+    ):
+        raise ConfigError(PREPARED_INCOMPATIBLE)
+    return session
