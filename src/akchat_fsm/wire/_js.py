@@ -16,8 +16,24 @@ from pydantic import AfterValidator, PlainValidator
 
 MAX_SAFE_INTEGER = 2**53 - 1
 
-# ASCII-only, whole-string: `$` in Python would accept a trailing newline, fullmatch does not.
-_IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}", re.ASCII)
+# Anchored, ASCII-only source shared by Python (`fullmatch`) and pydantic-core (Rust `regex`,
+# where `$` is end-of-text only and explicit `[0-9]` avoids Unicode `\d`).
+IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+_IDENTIFIER = re.compile(IDENTIFIER_PATTERN[1:-1], re.ASCII)
+
+# zod 4.4.3 `z.string().datetime({ offset: true })`, spelled out: the leap-day alternative
+# encodes the proleptic Gregorian rule (divisible by 4, centuries only when divisible by 400,
+# so 0000-02-29 passes); seconds and fraction are optional (the 4.4.3 minutes-only quirk);
+# the zone is `Z` or `+HH:MM` / `-HH:MM` with hours 00-23. Upper-case `T` and `Z` only.
+_LEAP_DAY = r"(?:[0-9]{2}(?:[2468][048]|[13579][26]|0[48])|(?:[02468][048]|[13579][26])00)-02-29"
+_DATE = (
+    r"(?:" + _LEAP_DAY + r"|[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+    r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8])))"
+)
+_TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9](?::[0-5][0-9](?:\.[0-9]+)?)?"
+_ZONE = r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+DATETIME_PATTERN = "^" + _DATE + "T" + _TIME + _ZONE + "$"
+_DATETIME = re.compile(DATETIME_PATTERN[1:-1], re.ASCII)
 
 
 def utf16_len(text: str) -> int:
@@ -31,15 +47,59 @@ def is_identifier(value: object) -> bool:
     return isinstance(value, str) and _IDENTIFIER.fullmatch(value) is not None
 
 
+def is_zod_datetime(value: object) -> bool:
+    """``updatedAt`` acceptance exactly as zod 4.4.3 ``datetime({ offset: true })``."""
+    return isinstance(value, str) and _DATETIME.fullmatch(value) is not None
+
+
+def js_number_to_string(value: float | int) -> str:
+    """``String(x)`` / ``JSON.stringify(x)`` for a finite JS number.
+
+    Python's ``repr`` and JavaScript both print the shortest digits that round-trip, so only the
+    layout differs: JS writes plain digits for decimal exponents in ``[-7, 21)``.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_SAFE_INTEGER:
+        return str(value)
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError("not a finite number")
+    if number == 0:
+        return "0"
+    if number < 0:
+        return "-" + js_number_to_string(-number)
+    mantissa, _, exp_text = repr(number).partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits = (whole + frac).lstrip("0")
+    # n: the decimal point sits after the n-th digit (value = 0.d1d2... x 10**n).
+    point = len(whole) + (int(exp_text) if exp_text else 0)
+    point -= len(whole + frac) - len((whole + frac).lstrip("0"))
+    digits = digits.rstrip("0") or "0"
+    k = len(digits)
+    if k <= point <= 21:
+        return digits + "0" * (point - k)
+    if 0 < point <= 21:
+        return digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return "0." + "0" * (-point) + digits
+    exponent = point - 1
+    sign = "+" if exponent >= 0 else "-"
+    head = digits[0] + ("." + digits[1:] if k > 1 else "")
+    return f"{head}e{sign}{abs(exponent)}"
+
+
 def as_safe_int(value: object) -> int | None:
     """The integer a JS number denotes if it is a safe integer, else ``None``."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else None
-    if isinstance(value, float):
-        if math.isfinite(value) and value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
-            return int(value)
+    if (
+        isinstance(value, float)
+        and math.isfinite(value)
+        and value.is_integer()
+        and abs(value) <= MAX_SAFE_INTEGER
+    ):
+        return int(value)
     return None
 
 
@@ -91,6 +151,8 @@ NonNegativeInt = safe_int(0)
 PositiveInt = safe_int(1)
 
 __all__ = [
+    "DATETIME_PATTERN",
+    "IDENTIFIER_PATTERN",
     "MAX_SAFE_INTEGER",
     "Identifier",
     "NonNegativeInt",
@@ -99,6 +161,8 @@ __all__ = [
     "as_safe_int",
     "bounded_str",
     "is_identifier",
+    "is_zod_datetime",
+    "js_number_to_string",
     "safe_int",
     "utf16_len",
 ]

@@ -1,80 +1,337 @@
 """The session envelope ``agentskit.chat.session`` v1 as frozen pydantic models.
 
-Attributes are snake_case; wire keys are the reference's camelCase (REFERENCE §1.1).
-SKELETON: the field set and names below are the contract other layers code against; the wire
-layer issue completes validation to the reference's exact rules and adds the decoder.
+Attributes are snake_case; wire keys are the reference's camelCase (REFERENCE §1.1). Every
+constructor validates exactly as the reference decoder does, and every model is deeply
+immutable: sequences are tuples and a confirmation ``input`` is a :class:`FrozenDict`.
+
+Speed: almost every rule runs inside pydantic-core (ASCII patterns, code-point lengths, strict
+types). Lengths are UTF-16 in the reference; a code-point count equals it unless the string holds
+astral characters, so one Python pass per snapshot re-checks UTF-16 lengths only when the caller
+cannot vouch that the text has none (the decoder vouches via the validation context).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Annotated, Any, Final, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationInfo,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import PydanticCustomError, core_schema
 
-from ._js import Identifier, NonNegativeInt, PositiveInt, bounded_str
+from ._js import (
+    DATETIME_PATTERN,
+    IDENTIFIER_PATTERN,
+    MAX_SAFE_INTEGER,
+    as_safe_int,
+    js_number_to_string,
+    utf16_len,
+)
+from .bounded import FrozenDict, freeze_bounded_object, thaw
 from .enums import ConfirmationStatus, DecisionKind, TurnOutcome
 
-PROTOCOL = "agentskit.chat.session"
+__all__ = [
+    "MAX_CONFIRMATIONS",
+    "MAX_DECISIONS",
+    "MAX_TERMINAL_TURNS",
+    "PROTOCOL",
+    "VERSION",
+    "ActiveTurn",
+    "ConfirmationBinding",
+    "Conversation",
+    "RouteDecision",
+    "SessionSnapshot",
+    "TerminalTurn",
+]
+
+PROTOCOL: Final = "agentskit.chat.session"
 VERSION = 1
+MAX_TERMINAL_TURNS = 64
+MAX_CONFIRMATIONS = 1_000
+MAX_DECISIONS = 1_000
+
+#: Validation-context key: the caller guarantees no string holds an astral character, so
+#: code-point lengths (checked by pydantic-core) already are UTF-16 lengths.
+BMP_ONLY = "akchat_bmp_only"
 
 
+# --------------------------------------------------------------------------- field types
+def _float_to_safe_int(value: float) -> int:
+    out = as_safe_int(value)
+    if out is None:
+        raise PydanticCustomError("safe_int", "not a safe integer")
+    return out
+
+
+class _SafeInt:
+    """A JS safe integer in ``[minimum, maximum]``: a strict int, or a whole float (``1E2``)."""
+
+    def __init__(self, minimum: int, maximum: int = MAX_SAFE_INTEGER) -> None:
+        self.minimum = minimum
+        self.maximum = maximum
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        whole = core_schema.int_schema(strict=True, ge=self.minimum, le=self.maximum)
+        fractional_form = core_schema.no_info_after_validator_function(
+            _float_to_safe_int,
+            core_schema.float_schema(
+                strict=True, ge=self.minimum, le=self.maximum, allow_inf_nan=False
+            ),
+        )
+        return core_schema.union_schema([whole, fractional_form])
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        if self.minimum == self.maximum:
+            return {"const": self.minimum}
+        return {"type": "integer", "minimum": self.minimum, "maximum": self.maximum}
+
+
+class _Omittable:
+    """``X | None`` in Python, but on the wire the key is omitted when absent: ``null`` fails."""
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        (present,) = [arg for arg in get_args(source) if arg is not type(None)]
+        return handler.generate_schema(present)
+
+
+class _BoundedObject:
+    """Confirmation ``input``: a bounded JSON object, frozen (see :mod:`.bounded`)."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            freeze_bounded_object,
+            serialization=core_schema.plain_serializer_function_ser_schema(thaw),
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {
+            "type": "object",
+            "description": "Bounded JSON object: <= 1000 nodes incl. root, depth <= 20, "
+            "strings <= 16384 UTF-16 units, arrays <= 1000 items, <= 1000 keys of <= 256 "
+            "UTF-16 units per object, finite numbers.",
+        }
+
+
+def _text(min_len: int, max_len: int) -> Any:
+    # Code points here; UTF-16 units are re-checked by `_check_utf16` (see module docstring).
+    return Annotated[str, Field(strict=True, min_length=min_len, max_length=max_len)]
+
+
+Identifier = Annotated[str, Field(strict=True, pattern=IDENTIFIER_PATTERN)]
+SafeNonNegativeInt = Annotated[int, _SafeInt(0)]
+SafePositiveInt = Annotated[int, _SafeInt(1)]
+StateName = _text(1, 128)
+DecisionInput = _text(0, 16_384)
+DecisionContent = _text(0, 65_536)
+DateTimeText = Annotated[str, Field(strict=True, pattern=DATETIME_PATTERN)]
+
+
+def _over(text: str, max_len: int, min_len: int = 0) -> bool:
+    if text.isascii():
+        return False  # pydantic-core already checked the code-point length
+    return not min_len <= utf16_len(text) <= max_len
+
+
+def _needs_utf16_check(info: ValidationInfo) -> bool:
+    context = info.context
+    return not (isinstance(context, dict) and context.get(BMP_ONLY))
+
+
+def _invalid(what: str) -> PydanticCustomError:
+    return PydanticCustomError("session_rule", "{what}", {"what": what})
+
+
+# --------------------------------------------------------------------------- models
 class _Wire(BaseModel):
     model_config = ConfigDict(
-        frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True
+        frozen=True,
+        extra="ignore",
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=True,
+        serialize_by_alias=True,
+        hide_input_in_errors=True,
     )
 
 
 class ConfirmationBinding(_Wire):
+    """One persisted confirmation (REFERENCE §1.1). No ``sessionId``: it is the envelope's."""
+
     token: Identifier
     action: Identifier
-    input: dict[str, Any]
+    input: Annotated[FrozenDict, _BoundedObject]
     tool_call_id: Identifier
-    expires_at: NonNegativeInt
+    expires_at: SafeNonNegativeInt
     status: ConfirmationStatus
 
 
 class RouteDecision(_Wire):
+    """A cached deterministic route decision, replayed in order on resume.
+
+    Its UTF-16 length bounds are enforced by the enclosing :class:`Conversation` (one pass
+    over all decisions instead of a Python call per decision); a decision on its own has its
+    code-point lengths checked only. Use :meth:`fits_utf16` to check one standalone.
+    """
+
     message_id: Identifier
-    input: bounded_str(0, 16_384)  # type: ignore[valid-type]
+    input: DecisionInput  # type: ignore[valid-type]
     route_id: Identifier
     kind: DecisionKind
-    content: bounded_str(0, 65_536)  # type: ignore[valid-type]
-    from_state: bounded_str(1, 128)  # type: ignore[valid-type]
-    to_state: bounded_str(1, 128)  # type: ignore[valid-type]
+    content: DecisionContent  # type: ignore[valid-type]
+    from_state: StateName  # type: ignore[valid-type]
+    to_state: StateName  # type: ignore[valid-type]
+
+    def fits_utf16(self) -> bool:
+        """Whether every bounded string fits its limit counted in UTF-16 code units."""
+        return not (
+            _over(self.input, 16_384)
+            or _over(self.content, 65_536)
+            or _over(self.from_state, 128, 1)
+            or _over(self.to_state, 128, 1)
+        )
 
 
 class Conversation(_Wire):
-    state: bounded_str(1, 128)  # type: ignore[valid-type]
-    decisions: tuple[RouteDecision, ...]
+    """The host statechart position and the decisions that led there."""
+
+    state: StateName  # type: ignore[valid-type]
+    decisions: Annotated[tuple[RouteDecision, ...], Field(max_length=MAX_DECISIONS)]
+
+    @model_validator(mode="after")
+    def _check(self, info: ValidationInfo) -> Conversation:
+        if _needs_utf16_check(info) and (
+            _over(self.state, 128, 1) or not all(d.fits_utf16() for d in self.decisions)
+        ):
+            raise _invalid("string longer than allowed (UTF-16 units)")
+        if len({decision.message_id for decision in self.decisions}) != len(self.decisions):
+            raise _invalid("duplicate decision messageId")
+        return self
 
 
 class ActiveTurn(_Wire):
+    """The server turn lease; ``expires_at`` is epoch milliseconds."""
+
     turn_id: Identifier
-    expires_at: NonNegativeInt
+    expires_at: SafeNonNegativeInt
 
 
 class TerminalTurn(_Wire):
+    """A finished turn, kept so a replayed turn id is refused."""
+
     turn_id: Identifier
     outcome: TurnOutcome
 
 
 class SessionSnapshot(_Wire):
-    protocol: str = PROTOCOL
-    version: int = VERSION
+    """The v1 envelope. ``to_wire()`` equals the reference decoder's output for the same input.
+
+    ``terminal_turns`` is emitted by ``to_wire()`` when non-empty, or when it was given
+    explicitly (as the reference decoder keeps an explicit ``[]``); a snapshot built without
+    it omits the key, as the reference writer does.
+    """
+
+    protocol: Literal["agentskit.chat.session"] = PROTOCOL
+    version: Annotated[int, _SafeInt(1, 1)] = VERSION
     session_id: Identifier
     definition_id: Identifier
-    definition_revision: PositiveInt
-    updated_at: str
-    cursor: NonNegativeInt
-    active_turn: ActiveTurn | None = None
-    terminal_turns: tuple[TerminalTurn, ...] = ()
-    conversation: Conversation | None = None
-    confirmations: tuple[ConfirmationBinding, ...]
+    definition_revision: SafePositiveInt
+    updated_at: DateTimeText
+    cursor: SafeNonNegativeInt
+    active_turn: Annotated[ActiveTurn | None, _Omittable()] = None
+    terminal_turns: Annotated[tuple[TerminalTurn, ...], Field(max_length=MAX_TERMINAL_TURNS)] = ()
+    conversation: Annotated[Conversation | None, _Omittable()] = None
+    confirmations: Annotated[tuple[ConfirmationBinding, ...], Field(max_length=MAX_CONFIRMATIONS)]
+
+    @model_validator(mode="after")
+    def _check_unique(self) -> SessionSnapshot:
+        bindings = self.confirmations
+        if len({b.token for b in bindings}) != len(bindings):
+            raise _invalid("duplicate confirmation token")
+        if len({b.tool_call_id for b in bindings}) != len(bindings):
+            raise _invalid("duplicate confirmation toolCallId")
+        turns = self.terminal_turns
+        if len({t.turn_id for t in turns}) != len(turns):
+            raise _invalid("duplicate terminal turnId")
+        return self
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON-ready wire object; optional keys are omitted when absent."""
-        out = self.model_dump(mode="json", by_alias=True, exclude_none=True)
-        if not self.terminal_turns:
-            out.pop("terminalTurns", None)
-        return out
+        out = self.model_dump(mode="python", by_alias=True, exclude_none=True)
+        if not self.terminal_turns and "terminal_turns" not in self.model_fields_set:
+            del out["terminalTurns"]
+        return _plain(out)  # type: ignore[no-any-return]
+
+    def to_json(self) -> str:
+        """Compact JSON text, byte-equal to ``JSON.stringify`` of the reference's object.
+
+        Keys keep the reference schema order (the order of :meth:`to_wire`); numbers inside
+        confirmation inputs are written the way JavaScript prints them.
+        """
+        return _encode(self.to_wire())
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> SessionSnapshot:
+        """Decode a JSON-shaped value; raise ``InvalidSessionSnapshot`` on failure."""
+        from .decode import parse_session_snapshot
+
+        return parse_session_snapshot(obj)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> SessionSnapshot:
+        """Decode JSON text; raise ``InvalidSessionSnapshot`` on failure."""
+        from .decode import parse_session_snapshot
+
+        return parse_session_snapshot(text)
+
+
+def _plain(value: Any) -> Any:
+    # Enums to their string values; everything else is already JSON-shaped.
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, ConfirmationStatus | DecisionKind | TurnOutcome):
+        return value.value
+    return value
+
+
+_encode_str = json.encoder.encode_basestring
+
+
+def _encode(value: Any) -> str:
+    # `json.dumps` cannot print floats the JavaScript way, so this tiny encoder does. Depth is
+    # bounded by the model (confirmation inputs are at most 20 deep).
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return str(_encode_str(value))
+    if isinstance(value, int | float):
+        return js_number_to_string(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(_encode_str(k) + ":" + _encode(v) for k, v in value.items()) + "}"
+    return "[" + ",".join(_encode(item) for item in value) + "]"

@@ -1,0 +1,93 @@
+"""Decode speed against ``json.loads`` on the same text, measured in the same run.
+
+A realistic envelope: 40 confirmations with small inputs, 120 route decisions, a turn lease and
+10 terminal turns. Prints the median of many timed batches for ``decode_session_snapshot(text)``
+and ``json.loads(text)`` and their ratio (target: <= 4x). Not a test: timing never gates CI.
+
+    python benchmarks/bench_decode.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from akchat_fsm.wire.decode import decode_session_snapshot
+
+
+def realistic_envelope() -> dict[str, Any]:
+    statuses = ["pending", "approving", "approved", "rejected", "expired"]
+    return {
+        "protocol": "agentskit.chat.session",
+        "version": 1,
+        "sessionId": "session-7f3a9c",
+        "definitionId": "support-desk",
+        "definitionRevision": 3,
+        "updatedAt": "2026-07-11T09:15:42.117Z",
+        "cursor": 412,
+        "activeTurn": {"turnId": "turn-413", "expiresAt": 1783761342117},
+        "terminalTurns": [
+            {"turnId": f"turn-{400 + i}", "outcome": "completed" if i % 3 else "indeterminate"}
+            for i in range(10)
+        ],
+        "conversation": {
+            "state": "collecting-details",
+            "decisions": [
+                {
+                    "messageId": f"msg-1783761{i:06d}-{i}",
+                    "input": f"/route {i} please look at order #{1000 + i} — thanks",
+                    "routeId": f"route.step-{i % 7}",
+                    "kind": ["deterministic", "repaired", "fallback"][i % 3],
+                    "content": f"Step {i}: we looked up order {1000 + i}; anything else?",
+                    "fromState": f"state-{i}",
+                    "toState": f"state-{i + 1}",
+                }
+                for i in range(120)
+            ],
+        },
+        "confirmations": [
+            {
+                "token": f"confirm-{i:04d}",
+                "action": "email.send" if i % 2 else "ticket.update",
+                "input": {"to": f"user{i}@example.com", "priority": i % 4, "cc": ["ops"]},
+                "toolCallId": f"app-{i:04d}",
+                "expiresAt": 1783761300000 + i,
+                "status": statuses[i % len(statuses)],
+            }
+            for i in range(40)
+        ],
+    }
+
+
+def median_seconds(fn: Callable[[], object], repeat: int, number: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - start) / number)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=25)
+    parser.add_argument("--number", type=int, default=50)
+    args = parser.parse_args()
+    text = json.dumps(realistic_envelope(), ensure_ascii=False)
+    result = decode_session_snapshot(text)
+    assert result.ok, result.diagnostic
+    baseline = median_seconds(lambda: json.loads(text), args.repeat, args.number)
+    decode = median_seconds(lambda: decode_session_snapshot(text), args.repeat, args.number)
+    print(f"envelope: {len(text.encode())} bytes")
+    print(f"json.loads:              {baseline * 1e6:9.1f} us (median)")
+    print(f"decode_session_snapshot: {decode * 1e6:9.1f} us (median)")
+    print(f"ratio:                   {decode / baseline:9.2f}x (target <= 4x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""Bounded JSON values (REFERENCE §0) and their deeply immutable representation.
+
+A confirmation ``input`` must be a JSON object within these bounds:
+
+- at most 1,000 nodes, the root included; depth at most 20 (root at depth 0);
+- strings of at most 16,384 UTF-16 code units; arrays of at most 1,000 items;
+- objects of at most 1,000 keys, each key at most 256 UTF-16 code units;
+- finite numbers only; no container appearing twice (shared references fail, not only cycles);
+- nothing but ``None``, ``bool``, ``int``, ``float``, ``str``, lists and string-keyed dicts.
+
+Accepted values are *frozen* in the same walk: objects become :class:`FrozenDict`, arrays become
+``tuple``. Numbers are normalised to what JavaScript holds: an integral value within the safe
+range is an ``int`` (``1.0`` → ``1``, ``-0.0`` → ``0``), anything else a ``float`` (an integer
+literal beyond 2**53 becomes the nearest double, one beyond the double range is infinite and so
+rejected). Object key order follows JavaScript's own-key order: array-index keys (``"0"``,
+``"17"``) first in ascending order, then the others in insertion order.
+
+``__proto__``: the reference's record parser drops a key literally named ``__proto__`` at the
+top level of ``input`` before the size checks; deeper in the value it is an ordinary key. This
+port does the same (see docs/wire-format.md). Shared references can only arise in values a
+caller built in Python; they are detected by object identity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ._js import MAX_SAFE_INTEGER, utf16_len
+
+__all__ = [
+    "MAX_ARRAY_ITEMS",
+    "MAX_DEPTH",
+    "MAX_KEYS",
+    "MAX_KEY_LENGTH",
+    "MAX_NODES",
+    "MAX_STRING_LENGTH",
+    "BoundedJsonError",
+    "FrozenDict",
+    "freeze_bounded_object",
+    "is_bounded_json_value",
+    "thaw",
+]
+
+MAX_NODES = 1_000
+MAX_DEPTH = 20
+MAX_STRING_LENGTH = 16_384
+MAX_ARRAY_ITEMS = 1_000
+MAX_KEYS = 1_000
+MAX_KEY_LENGTH = 256
+_MAX_INDEX = 2**32 - 2  # the largest JS array index
+
+
+class BoundedJsonError(ValueError):
+    """Internal: the value breaks a bounded-JSON rule (becomes a validation error)."""
+
+
+class FrozenDict(Mapping[str, Any]):
+    """An immutable, hashable JSON object. Compares equal to a ``dict`` with the same items."""
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, data: Mapping[str, Any] = ()) -> None:  # type: ignore[assignment]
+        self._data: dict[str, Any] = dict(data)
+        self._hash: int | None = None
+
+    @classmethod
+    def _wrap(cls, data: dict[str, Any]) -> FrozenDict:
+        # Takes ownership of a fresh dict without copying it (internal use only).
+        out = cls.__new__(cls)
+        out._data = data
+        out._hash = None
+        return out
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._data.items()))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({self._data!r})"
+
+
+def _is_index_key(key: str) -> bool:
+    # Canonical array index: "0" or a digit string without a leading zero, below 2**32 - 1.
+    return (
+        key.isdigit()
+        and key.isascii()
+        and (key == "0" or key[0] != "0")
+        and (len(key) <= 10 and int(key) <= _MAX_INDEX)
+    )
+
+
+def _js_key_order(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    index_items = [item for item in items if _is_index_key(item[0])]
+    if not index_items:
+        return items
+    index_items.sort(key=lambda item: int(item[0]))
+    return index_items + [item for item in items if not _is_index_key(item[0])]
+
+
+def _number(value: int | float) -> int | float:
+    if isinstance(value, int):
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            return value
+        try:
+            value = float(value)
+        except OverflowError:
+            raise BoundedJsonError("number overflows a double") from None
+    if not math.isfinite(value):
+        raise BoundedJsonError("number is not finite")
+    if value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
+        return int(value)
+    return value
+
+
+def _string(value: str) -> str:
+    if len(value) > MAX_STRING_LENGTH or (
+        not value.isascii() and utf16_len(value) > MAX_STRING_LENGTH
+    ):
+        raise BoundedJsonError("string too long")
+    return value
+
+
+def _key(key: Any) -> str:
+    if type(key) is not str:
+        raise BoundedJsonError("object key is not a string")
+    if len(key) > MAX_KEY_LENGTH or (not key.isascii() and utf16_len(key) > MAX_KEY_LENGTH):
+        raise BoundedJsonError("key too long")
+    return key
+
+
+def _walk(value: Any, *, root_object: bool) -> Any:
+    """Check and freeze ``value`` in one depth-first pass (a closure: this is the hot path)."""
+    nodes = 0
+    seen: set[int] = set()  # ids of the containers visited: a repeat is a shared reference
+    wrap = FrozenDict._wrap
+
+    def claim(container: Any) -> None:
+        marker = id(container)
+        if marker in seen:
+            raise BoundedJsonError("shared reference")
+        seen.add(marker)
+
+    def visit(item: Any, depth: int, root: bool) -> Any:
+        nonlocal nodes
+        nodes += 1
+        if nodes > MAX_NODES or depth > MAX_DEPTH:
+            raise BoundedJsonError("too many nodes or too deep")
+        kind = type(item)
+        if kind is str:
+            return _string(item)
+        if kind is int:
+            return item if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER else _number(item)
+        if item is None or kind is bool:
+            return item
+        if kind is dict or kind is FrozenDict:
+            claim(item)
+            out: dict[str, Any] = {}
+            index_keys = False
+            for key, child in item.items():
+                if root and key == "__proto__":
+                    continue  # dropped before any check, as the reference's record parser does
+                if _key(key)[:1].isdigit():
+                    index_keys = True
+                out[key] = visit(child, depth + 1, False)
+            if len(out) > MAX_KEYS:
+                raise BoundedJsonError("too many keys")
+            if index_keys:
+                out = dict(_js_key_order(list(out.items())))
+            return wrap(out)
+        if kind is list or kind is tuple:
+            if kind is list:
+                claim(item)  # tuples are this library's immutable arrays, not JS objects
+            if len(item) > MAX_ARRAY_ITEMS:
+                raise BoundedJsonError("array too long")
+            return tuple([visit(child, depth + 1, False) for child in item])
+        if kind is float:
+            return _number(item)
+        raise BoundedJsonError(f"{kind.__name__} is not a JSON value")
+
+    return visit(value, 0, root_object)
+
+
+def freeze_bounded_object(value: Any) -> FrozenDict:
+    """Validate a confirmation ``input`` and return its frozen form.
+
+    Raises :class:`BoundedJsonError` (a ``ValueError``) when ``value`` is not a JSON object or
+    breaks a bound. Never raises ``RecursionError``: depth is checked before descending.
+    """
+    if type(value) is not dict and type(value) is not FrozenDict:
+        raise BoundedJsonError("not a JSON object")
+    result = _walk(value, root_object=True)
+    assert isinstance(result, FrozenDict)
+    return result
+
+
+def is_bounded_json_value(value: Any) -> bool:
+    """Whether ``value`` (any JSON value, not only an object) satisfies REFERENCE §0."""
+    try:
+        _walk(value, root_object=False)
+    except BoundedJsonError:
+        return False
+    return True
+
+
+def thaw(value: Any) -> Any:
+    """The plain ``dict`` / ``list`` form of a frozen value (for ``json`` and ``to_wire``)."""
+    kind = type(value)
+    if kind is FrozenDict:
+        return {key: thaw(item) for key, item in value.items()}
+    if kind is tuple:
+        return [thaw(item) for item in value]
+    return value
