@@ -14,10 +14,12 @@ then. Nothing leaves a final state.
 
 The machine is strict (``StateMachine``): an event with no enabled transition raises and leaves
 the state unchanged. Callbacks do no I/O; hot paths use the table derived from this class in
-:mod:`akchat_fsm.machines.table` instead of instantiating it.
+:mod:`akchat_fsm.machines.tables` instead of instantiating it.
 """
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 from statemachine import State, StateMachine
 
@@ -29,12 +31,12 @@ __all__ = ["ConfirmationEvent", "ConfirmationLifecycle", "ConfirmationModel"]
 class ConfirmationModel:
     """The mutable box the machine runs on; the envelope itself stays frozen."""
 
-    def __init__(self, state: ConfirmationStatus, *, expired: bool = False) -> None:
+    def __init__(self, state: ConfirmationStatus | None = None, *, expired: bool = False) -> None:
         self.state = state
         self.expired = expired
 
 
-class ConfirmationLifecycle(StateMachine):  # type: ignore[misc]
+class ConfirmationLifecycle(StateMachine):
     """Lifecycle of one confirmation binding. States are :class:`ConfirmationStatus` values."""
 
     pending = State(initial=True, value=ConfirmationStatus.PENDING)
@@ -55,8 +57,8 @@ class ConfirmationLifecycle(StateMachine):  # type: ignore[misc]
     release = approving.to(pending) | rejecting.to(pending) | expiring.to(pending)
 
 
-class ConfirmationEvent:
-    """Event names of :class:`ConfirmationLifecycle`, for callers that avoid bare strings."""
+class ConfirmationEvent(StrEnum):
+    """Event names of :class:`ConfirmationLifecycle` (a ``StrEnum``: each member is its name)."""
 
     APPROVE = "approve"
     REJECT = "reject"

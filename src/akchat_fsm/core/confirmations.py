@@ -1,0 +1,317 @@
+"""Confirmation commands on the envelope: propose, claim, complete, reconcile.
+
+Thin adapters: each maps the pydantic envelope to kernel :class:`~.records.Record` s, lets the
+kernel (:mod:`.records`, :mod:`.retention`, CrossHair-checked) decide, and maps back. Every
+limit and rule is checked before a step with effects is returned, so a shell never performs
+an upstream call for a command that would later fail validation.
+
+Resolution protocol (REFERENCE §3, gaps of §7 closed):
+
+1. :func:`claim_resolution` → ``SaveSnapshot`` (the claim: ``approving`` / ``rejecting`` /
+   ``expiring``) then ``CallApprove`` or ``CallDeny``. The upstream call runs only if that save
+   returned ``True``: exactly one client wins a claim.
+2. :func:`complete_resolution` → ``SaveSnapshot`` of the matching final state.
+3. :func:`reconcile` settles a processing record left by a crash or a lost save (ADR-0012).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import (
+    CONFIRMATION_HINT,
+    ConfigError,
+    ConfirmationError,
+    IllegalTransition,
+    InvalidConfirmationToken,
+    LimitExceeded,
+)
+from ..machines.confirmation import ConfirmationEvent
+from ..wire._js import MAX_SAFE_INTEGER, is_identifier
+from ..wire.bounded import BoundedJsonError, FrozenDict, freeze_bounded_object
+from ..wire.enums import ConfirmationStatus
+from ..wire.session import ConfirmationBinding, SessionSnapshot
+from . import records as k
+from .effects import CallApprove, CallDeny, ProposeUpstream
+from .records import Reconciliation, Record, UpstreamToolStatus
+from .retention import KEEP_TERMINAL, MAX_CONFIRMATIONS, live_count, prune_for_admission
+from .state import SessionState, Step, _saving, check_can_save, check_clock
+
+__all__ = [
+    "DEFAULT_TTL_MS",
+    "EXPIRED_REASON",
+    "Proposal",
+    "UpstreamCall",
+    "by_tool_call",
+    "claim_resolution",
+    "complete_resolution",
+    "find_binding",
+    "plan_proposal",
+    "random_suffix",
+    "reconcile",
+    "record_proposal",
+]
+
+DEFAULT_TTL_MS = 300_000
+#: The deny reason of an expiry, as the reference sends it.
+EXPIRED_REASON = "confirmation expired"
+_MAX_SUFFIX = 120  # so that "confirm-" + suffix and "app-" + suffix stay within 128
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A planned propose: checked, not yet recorded. Perform ``effect``, then record it."""
+
+    token: str
+    name: str
+    args: FrozenDict
+    expires_at: int
+    effect: ProposeUpstream
+
+
+@dataclass(frozen=True)
+class UpstreamCall:
+    """What upstream's ``propose_tool_call`` returned (its id, name, args and status)."""
+
+    id: str
+    name: str
+    args: Mapping[str, Any]
+    status: UpstreamToolStatus
+
+
+def random_suffix() -> str:
+    """Default id suffix: 128 random bits (unguessable; never a sequence or a timestamp)."""
+    return secrets.token_hex(16)
+
+
+def _records(snapshot: SessionSnapshot) -> tuple[Record, ...]:
+    return tuple(
+        Record(b.token, b.action, b.tool_call_id, b.expires_at, b.status)
+        for b in snapshot.confirmations
+    )
+
+
+def _bindings(
+    snapshot: SessionSnapshot, records: tuple[Record, ...], extra: ConfirmationBinding | None = None
+) -> tuple[ConfirmationBinding, ...]:
+    by_token = {b.token: b for b in snapshot.confirmations}
+    if extra is not None:
+        by_token[extra.token] = extra
+    out = []
+    for record in records:
+        binding = by_token[record.token]
+        if binding.status is not record.status:
+            binding = binding.model_copy(update={"status": record.status})
+        out.append(binding)
+    return tuple(out)
+
+
+def find_binding(state: SessionState, token: str) -> ConfirmationBinding | None:
+    """The binding holding ``token`` in this session, if any."""
+    return next((b for b in state.snapshot.confirmations if b.token == token), None)
+
+
+def by_tool_call(state: SessionState, tool_call_id: str) -> ConfirmationBinding | None:
+    """The binding of upstream tool call ``tool_call_id``, if any (the renderers' lookup)."""
+    return next((b for b in state.snapshot.confirmations if b.tool_call_id == tool_call_id), None)
+
+
+def _invalid_options() -> ConfigError:
+    return ConfigError("Action confirmation options are invalid.", hint=CONFIRMATION_HINT)
+
+
+def _check_admission(records: tuple[Record, ...]) -> None:
+    if live_count(records) >= MAX_CONFIRMATIONS:
+        raise LimitExceeded(
+            f"A session holds at most {MAX_CONFIRMATIONS} unresolved confirmations.",
+            limit="confirmations",
+        )
+
+
+def _freeze_args(args: Any) -> FrozenDict:
+    try:
+        return freeze_bounded_object(args)
+    except BoundedJsonError as exc:
+        raise LimitExceeded(
+            "Action confirmation input is not a bounded JSON object.", limit="input"
+        ) from exc
+
+
+def plan_proposal(
+    state: SessionState,
+    name: str,
+    args: Mapping[str, Any],
+    now_ms: int,
+    *,
+    ttl_ms: int = DEFAULT_TTL_MS,
+    suffix: str | None = None,
+    new_suffix: Callable[[], str] = random_suffix,
+) -> Proposal:
+    """Check every limit of a propose and plan its one upstream effect.
+
+    Raises (before anything is performed): ``ConfigError`` for bad options, a bad id
+    (``"Action confirmation id is invalid."``) or an id already used here; ``LimitExceeded``
+    for an input that is not a bounded JSON object or 1,000 live confirmations;
+    ``IllegalTransition`` if the session may not save now (conflicted or uncertain).
+    """
+    check_can_save(state)
+    check_clock(now_ms)
+    if type(ttl_ms) is not int or not 0 < ttl_ms <= MAX_SAFE_INTEGER:
+        raise _invalid_options()
+    expires_at = now_ms + ttl_ms
+    if not 0 <= expires_at <= MAX_SAFE_INTEGER or not is_identifier(name):
+        raise _invalid_options()
+    chosen = new_suffix() if suffix is None else suffix
+    if not is_identifier(chosen) or len(chosen) > _MAX_SUFFIX:
+        raise ConfigError("Action confirmation id is invalid.", hint=CONFIRMATION_HINT)
+    token, tool_call_id = f"confirm-{chosen}", f"app-{chosen}"
+    if find_binding(state, token) or by_tool_call(state, tool_call_id):
+        raise ConfigError("Action confirmation id is invalid.", hint=CONFIRMATION_HINT)
+    frozen = _freeze_args(args)
+    _check_admission(_records(state.snapshot))
+    return Proposal(token, name, frozen, expires_at, ProposeUpstream(tool_call_id, name, frozen))
+
+
+def record_proposal(
+    state: SessionState,
+    proposal: Proposal,
+    call: UpstreamCall,
+    now_ms: int,
+    *,
+    keep_terminal: int = KEEP_TERMINAL,
+) -> Step:
+    """Record what upstream returned for ``proposal``: one save of the new binding.
+
+    The record is ``pending`` if the call requires confirmation, otherwise it is born
+    ``rejected`` with no deny (REFERENCE §3.2). Old terminal records are pruned first
+    (ADR-0013). If this session already binds the returned tool call, nothing is saved and
+    ``accepted`` is ``False`` (upstream is idempotent per id; the existing binding stands).
+    """
+    check_can_save(state)
+    existing = by_tool_call(state, call.id)
+    if existing is not None or find_binding(state, proposal.token) is not None:
+        return Step(state, (), accepted=False)
+    if not is_identifier(call.id) or not is_identifier(call.name):
+        raise LimitExceeded("Upstream tool call does not fit the envelope.", limit="identifier")
+    status = (
+        ConfirmationStatus.PENDING
+        if call.status is UpstreamToolStatus.REQUIRES_CONFIRMATION
+        else ConfirmationStatus.REJECTED
+    )
+    binding = ConfirmationBinding.model_construct(
+        token=proposal.token,
+        action=call.name,
+        input=_freeze_args(call.args),
+        tool_call_id=call.id,
+        expires_at=proposal.expires_at,
+        status=status,
+    )
+    records = _records(state.snapshot)
+    _check_admission(records)
+    kept = prune_for_admission(records, MAX_CONFIRMATIONS, keep_terminal)
+    new = Record(binding.token, binding.action, binding.tool_call_id, binding.expires_at, status)
+    bindings = _bindings(state.snapshot, (*kept, new), binding)
+    return _saving(state, state.snapshot.model_copy(update={"confirmations": bindings}), now_ms)
+
+
+def _with_binding(error: ConfirmationError, state: SessionState, token: str) -> None:
+    error.record = find_binding(state, token)
+
+
+def _upstream_effect(record: Record, reason: str | None) -> CallApprove | CallDeny:
+    if record.status is ConfirmationStatus.APPROVING:
+        return CallApprove(record.tool_call_id)
+    if record.status is ConfirmationStatus.EXPIRING:
+        return CallDeny(record.tool_call_id, EXPIRED_REASON)
+    return CallDeny(record.tool_call_id, reason or "")
+
+
+def _check_session(state: SessionState, session_id: str | None) -> None:
+    if session_id is not None and session_id != state.snapshot.session_id:
+        raise InvalidConfirmationToken()
+
+
+def claim_resolution(
+    state: SessionState,
+    token: str,
+    event: ConfirmationEvent,
+    now_ms: int,
+    *,
+    session_id: str | None = None,
+    reason: str | None = None,
+) -> Step:
+    """Claim ``approve`` / ``reject`` / ``expire`` of ``token``: save the claim, then call upstream.
+
+    Effects: ``SaveSnapshot`` (the processing record) then ``CallApprove`` (approving) or
+    ``CallDeny`` (rejecting with ``reason``; expiring with ``"confirmation expired"``).
+    Losers raise: ``AlreadyResolved`` (terminal), ``ResolutionInProgress`` (processing),
+    ``InvalidConfirmationToken`` (unknown token or another ``session_id``), each carrying the
+    stored binding in ``.record``; ``IllegalTransition`` for ``expire`` before expiry.
+    """
+    check_clock(now_ms)
+    _check_session(state, session_id)
+    if event not in k.CLAIM_EVENTS:
+        raise IllegalTransition("confirmation", "pending", str(event), "not a claim")
+    check_can_save(state)
+    try:
+        won = k.claim(_records(state.snapshot), token, event, now_ms)
+    except ConfirmationError as error:
+        _with_binding(error, state, token)
+        raise
+    snapshot = state.snapshot.model_copy(
+        update={"confirmations": _bindings(state.snapshot, won.records)}
+    )
+    step = _saving(state, snapshot, now_ms)
+    return Step(step.state, (*step.effects, _upstream_effect(won.record, reason)))
+
+
+def complete_resolution(state: SessionState, token: str, now_ms: int) -> Step:
+    """Upstream returned for the claim on ``token``: save the matching final state."""
+    check_clock(now_ms)
+    check_can_save(state)
+    records = k.complete(_records(state.snapshot), token)
+    snapshot = state.snapshot.model_copy(
+        update={"confirmations": _bindings(state.snapshot, records)}
+    )
+    return _saving(state, snapshot, now_ms)
+
+
+def reconcile(
+    state: SessionState,
+    token: str,
+    upstream: UpstreamToolStatus,
+    now_ms: int,
+    *,
+    release_untouched: bool = False,
+    reason: str | None = None,
+) -> Step:
+    """Settle the processing record of ``token`` from upstream's tool-call status (ADR-0012).
+
+    - upstream left ``requires_confirmation`` (running / complete / error / pending): it acted,
+      so save the claim's matching final state (no upstream call);
+    - upstream still ``requires_confirmation`` and ``release_untouched`` is false (default):
+      re-issue the claimed call (no save now; call :func:`complete_resolution` after it);
+    - ... and ``release_untouched`` is true (the host knows no claimant is alive): save the
+      record back to ``pending``.
+    """
+    check_clock(now_ms)
+    binding = find_binding(state, token)
+    if binding is None:
+        raise InvalidConfirmationToken()
+    decision = k.reconcile_decision(binding.status, upstream, release_untouched)
+    current = Record(
+        token, binding.action, binding.tool_call_id, binding.expires_at, binding.status
+    )
+    if decision is Reconciliation.RESUME:
+        return Step(state, (_upstream_effect(current, reason),))
+    if decision is Reconciliation.COMPLETE:
+        return complete_resolution(state, token, now_ms)
+    check_can_save(state)
+    records = k.release(_records(state.snapshot), token)
+    snapshot = state.snapshot.model_copy(
+        update={"confirmations": _bindings(state.snapshot, records)}
+    )
+    return _saving(state, snapshot, now_ms)

@@ -1,0 +1,248 @@
+"""The confirmation kernel: pure functions over tuples of frozen :class:`Record` s.
+
+No pydantic, no ``Literal``, no state-machine instances: CrossHair checks the PEP 316
+contracts in these docstrings (``scripts/check_contracts.py``). Every move is looked up in
+:data:`~akchat_fsm.machines.tables.CONFIRMATION_TABLE`, derived from ``ConfirmationLifecycle``.
+The edge adapters in :mod:`akchat_fsm.core.session` map the pydantic envelope to and from
+these records; a record's JSON ``input`` stays at the edge (it never changes after propose).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from ..errors import (
+    AlreadyResolved,
+    IllegalTransition,
+    InvalidConfirmationToken,
+    ResolutionInProgress,
+)
+from ..machines.confirmation import ConfirmationEvent
+from ..machines.tables import CONFIRMATION_TABLE
+from ..wire.enums import ConfirmationStatus
+
+__all__ = [
+    "CLAIM_EVENTS",
+    "MATCHING_TERMINAL",
+    "Claim",
+    "Reconciliation",
+    "Record",
+    "UpstreamToolStatus",
+    "claim",
+    "complete",
+    "confirmation_step",
+    "find",
+    "is_expired",
+    "reconcile_decision",
+    "release",
+]
+
+MACHINE = "confirmation"
+CLAIM_EVENTS = frozenset(
+    {ConfirmationEvent.APPROVE, ConfirmationEvent.REJECT, ConfirmationEvent.EXPIRE}
+)
+#: The only way into each final state: from its own processing state.
+MATCHING_TERMINAL = {
+    ConfirmationStatus.APPROVING: ConfirmationStatus.APPROVED,
+    ConfirmationStatus.REJECTING: ConfirmationStatus.REJECTED,
+    ConfirmationStatus.EXPIRING: ConfirmationStatus.EXPIRED,
+}
+
+
+@dataclass(frozen=True)
+class Record:
+    """One confirmation binding as the kernel sees it (no JSON ``input``)."""
+
+    token: str
+    action: str
+    tool_call_id: str
+    expires_at: int
+    status: ConfirmationStatus
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A won claim: the new record list and the index of the claimed record."""
+
+    records: tuple[Record, ...]
+    index: int
+
+    @property
+    def record(self) -> Record:
+        return self.records[self.index]
+
+
+class UpstreamToolStatus(StrEnum):
+    """Status of the upstream tool call (REFERENCE §5.2), read by reconciliation."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETE = "complete"
+    ERROR = "error"
+    REQUIRES_CONFIRMATION = "requires_confirmation"
+
+
+class Reconciliation(StrEnum):
+    """What reconciling a processing record decides."""
+
+    #: Upstream acted: record the claim's matching final state (no upstream call).
+    COMPLETE = "complete"
+    #: Upstream has not acted: issue the claimed call again, then complete. Safe with a live
+    #: claimant because upstream approve/deny are no-ops once the call left
+    #: ``requires_confirmation``, so the two calls execute the tool at most once.
+    RESUME = "resume"
+    #: Upstream has not acted and the host asserts no claimant is alive: back to ``pending``.
+    RELEASE = "release"
+
+
+def is_expired(expires_at: int, now_ms: int) -> bool:
+    """Expiry rule: the boundary ``now == expires_at`` is already expired.
+
+    post: __return__ == (now_ms >= expires_at)
+    """
+    return now_ms >= expires_at
+
+
+def confirmation_step(
+    status: ConfirmationStatus, event: ConfirmationEvent, expired: bool
+) -> ConfirmationStatus:
+    """One move of the confirmation lifecycle, from the derived table.
+
+    raises: IllegalTransition
+    post: not status.is_terminal
+    post: __return__ != status
+    post: not (expired and event in CLAIM_EVENTS) or __return__ == ConfirmationStatus.EXPIRING
+    post: not __return__.is_terminal or MATCHING_TERMINAL.get(status) == __return__
+    post: not __return__.is_processing or status == ConfirmationStatus.PENDING
+    """
+    target = CONFIRMATION_TABLE.get((status, event, expired))
+    if target is None:
+        raise IllegalTransition(MACHINE, str(status), str(event))
+    return target
+
+
+def find(records: tuple[Record, ...], token: str) -> int:
+    """Index of the record holding ``token``, or -1.
+
+    post: __return__ == -1 or records[__return__].token == token
+    post: __return__ != -1 or all(r.token != token for r in records)
+    """
+    for index, record in enumerate(records):
+        if record.token == token:
+            return index
+    return -1
+
+
+def _others_unchanged(before: tuple[Record, ...], after: tuple[Record, ...], index: int) -> bool:
+    return len(before) == len(after) and all(
+        a == b for i, (a, b) in enumerate(zip(before, after, strict=True)) if i != index
+    )
+
+
+def _expiry_respected(
+    before: tuple[Record, ...], won: Claim, event: ConfirmationEvent, now_ms: int
+) -> bool:
+    expiring = won.record.status is ConfirmationStatus.EXPIRING
+    return expiring == (event is ConfirmationEvent.EXPIRE or now_ms >= before[won.index].expires_at)
+
+
+def claim(records: tuple[Record, ...], token: str, event: ConfirmationEvent, now_ms: int) -> Claim:
+    """Claim the resolution of ``token`` (approve, reject or expire) at ``now_ms``.
+
+    The loser outcomes are typed: a terminal record raises ``AlreadyResolved``, a processing
+    record ``ResolutionInProgress``, an unknown token ``InvalidConfirmationToken``; ``expire``
+    before ``expires_at`` is an ``IllegalTransition``. After expiry every claim is ``expiring``.
+
+    pre: event in CLAIM_EVENTS
+    raises: AlreadyResolved, ResolutionInProgress, InvalidConfirmationToken, IllegalTransition
+    post: _others_unchanged(records, __return__.records, __return__.index)
+    post: records[__return__.index].status == ConfirmationStatus.PENDING
+    post: __return__.record.status.is_processing
+    post: __return__.record.token == token
+    post: replace(__return__.record, status=ConfirmationStatus.PENDING) == records[__return__.index]
+    post: _expiry_respected(records, __return__, event, now_ms)
+    """
+    index = find(records, token)
+    if index < 0:
+        raise InvalidConfirmationToken()
+    current = records[index]
+    if current.status.is_terminal:
+        raise AlreadyResolved("Action confirmation was already resolved.", record=current)
+    if current.status.is_processing:
+        raise ResolutionInProgress(
+            "Action confirmation is being resolved by another client.", record=current
+        )
+    target = confirmation_step(current.status, event, is_expired(current.expires_at, now_ms))
+    claimed = replace(current, status=target)
+    return Claim((*records[:index], claimed, *records[index + 1 :]), index)
+
+
+def _settle(
+    records: tuple[Record, ...], token: str, event: ConfirmationEvent
+) -> tuple[Record, ...]:
+    index = find(records, token)
+    if index < 0:
+        raise InvalidConfirmationToken()
+    current = records[index]
+    # Settling ignores the clock: a claim already taken is finished (or given up) as claimed.
+    target = confirmation_step(current.status, event, False)
+    return (*records[:index], replace(current, status=target), *records[index + 1 :])
+
+
+def _moved(
+    before: tuple[Record, ...], after: tuple[Record, ...], token: str, status: ConfirmationStatus
+) -> bool:
+    index = find(before, token)
+    return after[index] == replace(before[index], status=status)
+
+
+def _completed(before: tuple[Record, ...], after: tuple[Record, ...], token: str) -> bool:
+    return _moved(before, after, token, MATCHING_TERMINAL[before[find(before, token)].status])
+
+
+def complete(records: tuple[Record, ...], token: str) -> tuple[Record, ...]:
+    """Record that upstream returned for the claim on ``token``: the matching final state.
+
+    raises: InvalidConfirmationToken, IllegalTransition
+    post: len(__return__) == len(records)
+    post: records[find(records, token)].status.is_processing
+    post: _completed(records, __return__, token)
+    post: _others_unchanged(records, __return__, find(records, token))
+    """
+    return _settle(records, token, ConfirmationEvent.COMPLETE)
+
+
+def release(records: tuple[Record, ...], token: str) -> tuple[Record, ...]:
+    """Give up the claim on ``token`` (upstream known not to have acted): back to ``pending``.
+
+    raises: InvalidConfirmationToken, IllegalTransition
+    post: records[find(records, token)].status.is_processing
+    post: _moved(records, __return__, token, ConfirmationStatus.PENDING)
+    post: _others_unchanged(records, __return__, find(records, token))
+    """
+    return _settle(records, token, ConfirmationEvent.RELEASE)
+
+
+UNTOUCHED = UpstreamToolStatus.REQUIRES_CONFIRMATION
+
+
+def reconcile_decision(
+    status: ConfirmationStatus, upstream: UpstreamToolStatus, release_untouched: bool
+) -> Reconciliation:
+    """Decide how to settle a processing record from the upstream tool-call status.
+
+    ``requires_confirmation`` means upstream has not acted: resume the claim (default) or,
+    when the host asserts the claimant is gone, release it. Any other status means the call
+    left ``requires_confirmation``, i.e. upstream acted: complete the claim.
+
+    raises: IllegalTransition
+    post: status.is_processing
+    post: (__return__ == Reconciliation.COMPLETE) == (upstream != UNTOUCHED)
+    post: __return__ != Reconciliation.RELEASE or release_untouched
+    """
+    if not status.is_processing:
+        raise IllegalTransition(MACHINE, str(status), "reconcile", "only a processing record")
+    if upstream is not UpstreamToolStatus.REQUIRES_CONFIRMATION:
+        return Reconciliation.COMPLETE
+    return Reconciliation.RELEASE if release_untouched else Reconciliation.RESUME

@@ -1,0 +1,184 @@
+"""The edge of the pure core: the pydantic envelope plus the session's cursor phase.
+
+Every command of the core is a function ``(SessionState, ..., now_ms) -> Step``. A
+:class:`Step` holds the state to adopt and the effects to perform, in order (see
+:mod:`akchat_fsm.core.effects`). When a step saves, its ``state`` is the *saving* state: the
+shell performs :class:`SaveSnapshot` and then calls :func:`save_settled` with what storage said
+(``saved`` → in sync at cursor + 1, ``conflict`` → reload required, ``unknown`` → re-read and
+:func:`settle_uncertain`). Nothing here does I/O, reads a clock or draws randomness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from ..errors import ConfigError, IllegalTransition, IncompatibleSession
+from ..machines.cursor import CursorEvent, CursorPhase
+from ..wire._js import MAX_SAFE_INTEGER
+from ..wire.session import Conversation, SessionSnapshot
+from . import cursor as _cursor
+from .cursor import CursorState
+from .effects import Effect, SaveSnapshot
+
+__all__ = [
+    "SessionState",
+    "Step",
+    "iso_ms",
+    "new_session",
+    "next_snapshot",
+    "persist",
+    "reloaded",
+    "resumed",
+    "save_settled",
+    "settle_uncertain",
+]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: ``Date.prototype.toISOString`` leaves the four-digit form after year 9999.
+_MAX_CLOCK_MS = 253_402_300_799_999
+_MIN_CLOCK_MS = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """The in-memory envelope and where this object stands relative to storage."""
+
+    snapshot: SessionSnapshot
+    cursor: CursorState
+
+
+@dataclass(frozen=True)
+class Step:
+    """The result of one core command.
+
+    ``state``: adopt it once every effect succeeded (a save's effect is settled through
+    :func:`save_settled`). ``effects``: perform in order, stop at the first failure.
+    ``accepted``: ``False`` when the command was a definite no-op (e.g. a refused turn
+    claim); then ``effects`` is empty and ``state`` is the input state.
+    """
+
+    state: SessionState
+    effects: tuple[Effect, ...] = ()
+    accepted: bool = True
+
+
+def check_clock(now_ms: int) -> int:
+    """Validate an injected clock reading (epoch ms, a safe integer within ISO years 1-9999)."""
+    if type(now_ms) is not int or not _MIN_CLOCK_MS <= now_ms <= _MAX_CLOCK_MS:
+        raise ConfigError("Clock reading is invalid: expected epoch milliseconds.")
+    return now_ms
+
+
+def iso_ms(now_ms: int) -> str:
+    """``new Date(now_ms).toISOString()``: ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
+    moment = _EPOCH + timedelta(milliseconds=check_clock(now_ms))
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T"
+        f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}."
+        f"{moment.microsecond // 1000:03d}Z"
+    )
+
+
+def next_snapshot(snapshot: SessionSnapshot, now_ms: int) -> SessionSnapshot:
+    """The snapshot a save writes: ``cursor + 1`` and ``updatedAt`` = ``now_ms`` as ISO ms Z."""
+    if snapshot.cursor >= MAX_SAFE_INTEGER:
+        raise IllegalTransition("session_cursor", "in_sync", "save", "cursor would overflow")
+    return snapshot.model_copy(update={"cursor": snapshot.cursor + 1, "updated_at": iso_ms(now_ms)})
+
+
+def new_session(
+    session_id: str,
+    definition_id: str,
+    definition_revision: int = 1,
+    *,
+    now_ms: int,
+    conversation_state: str | None = None,
+) -> SessionState:
+    """A brand-new session: nothing stored, cursor 0, the next save is create-only."""
+    conversation = (
+        None if conversation_state is None else {"state": conversation_state, "decisions": []}
+    )
+    try:
+        snapshot = SessionSnapshot.model_validate(
+            {
+                "sessionId": session_id,
+                "definitionId": definition_id,
+                "definitionRevision": definition_revision,
+                "updatedAt": iso_ms(now_ms),
+                "cursor": 0,
+                "confirmations": [],
+                **({"conversation": conversation} if conversation else {}),
+            }
+        )
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise ConfigError("Session options are invalid.") from exc
+    return SessionState(snapshot, CursorState.new())
+
+
+def resumed(snapshot: SessionSnapshot) -> SessionState:
+    """A session restored from storage at ``snapshot.cursor``."""
+    return SessionState(snapshot, CursorState.stored(snapshot.cursor))
+
+
+def _saving(state: SessionState, snapshot: SessionSnapshot, now_ms: int) -> Step:
+    """The step that saves ``snapshot`` (the new in-memory envelope) with CAS."""
+    saving = _cursor.begin_save(state.cursor)
+    saved = next_snapshot(snapshot, now_ms)
+    return Step(SessionState(saved, saving), (SaveSnapshot(saved, state.cursor.expected_cursor),))
+
+
+def check_can_save(state: SessionState) -> None:
+    """Raise :class:`IllegalTransition` unless a save may start now (checked before effects)."""
+    _cursor.cursor_step(state.cursor.phase, CursorEvent.SAVE, False)
+
+
+def persist(state: SessionState, now_ms: int) -> Step:
+    """An explicit save of the current envelope (the reference's ``session.persist()``)."""
+    return _saving(state, state.snapshot, now_ms)
+
+
+def save_settled(state: SessionState, outcome: CursorEvent) -> SessionState:
+    """Settle the save in flight with ``saved``, ``conflict`` or ``unknown``."""
+    if outcome not in (CursorEvent.SAVED, CursorEvent.CONFLICT, CursorEvent.UNKNOWN):
+        raise IllegalTransition("session_cursor", str(state.cursor.phase), str(outcome))
+    return SessionState(state.snapshot, _cursor.save_settled(state.cursor, outcome))
+
+
+def _check_same_session(state: SessionState, stored: SessionSnapshot) -> None:
+    mine = state.snapshot
+    if (stored.session_id, stored.definition_id, stored.definition_revision) != (
+        mine.session_id,
+        mine.definition_id,
+        mine.definition_revision,
+    ):
+        raise IncompatibleSession("Stored session belongs to another session or definition.")
+
+
+def reloaded(state: SessionState, stored: SessionSnapshot | None) -> SessionState:
+    """Adopt what a re-read of storage found (``None``: nothing stored)."""
+    if stored is None:
+        return SessionState(
+            state.snapshot.model_copy(update={"cursor": 0}), _cursor.reloaded(state.cursor, None)
+        )
+    _check_same_session(state, stored)
+    return SessionState(stored, _cursor.reloaded(state.cursor, stored.cursor))
+
+
+def settle_uncertain(
+    state: SessionState, attempted: SaveSnapshot, stored: SessionSnapshot | None
+) -> tuple[SessionState, bool]:
+    """Settle an ``uncertain`` save by what a re-read found; ``True`` if our save applied.
+
+    It applied iff the stored record is exactly the snapshot we sent (same cursor, same
+    content, including its millisecond ``updatedAt``). Either way the state is reloaded.
+    """
+    if state.cursor.phase is not CursorPhase.UNCERTAIN:
+        raise IllegalTransition("session_cursor", str(state.cursor.phase), "settle")
+    applied = stored is not None and stored.to_wire() == attempted.snapshot.to_wire()
+    return reloaded(state, stored), applied
+
+
+def with_conversation(snapshot: SessionSnapshot, conversation: Conversation) -> SessionSnapshot:
+    """``snapshot`` with ``conversation`` replaced (no validation: callers keep it valid)."""
+    return snapshot.model_copy(update={"conversation": conversation})
