@@ -1,44 +1,45 @@
 """Shell orchestration shared by every plan: decode what storage holds, save by CAS, settle.
 
-:class:`SessionState` is what one session object knows: the last durable snapshot (or the
-unsaved fresh one) and whether anything is stored yet. Plans update it only at durable points
-(a save that returned ``True``, a settled unknown outcome, a reload), so a plan that fails at
-any step leaves the session exactly as storage last confirmed it: rollback in memory is free.
+:class:`SessionHolder` is what one session object knows: the core's
+:class:`~akchat_fsm.core.SessionState` (envelope + cursor phase) plus the definition, the
+replayed conversation state and the clock. Plans replace ``holder.core`` only at durable
+points (a save that returned ``True``, a settled unknown outcome, a reload), so a plan that
+fails at any step leaves the session exactly as storage last confirmed it: rollback in memory
+is free.
 
-:func:`apply` is the one loop every mutation goes through: decide on the current snapshot
-(the decision is a pure function passed in), save it with CAS, and on a conflict reload and
-decide again, up to ``attempts`` times. The session object is therefore never left stale: after
-a :class:`SessionConflict` it already holds the fresh state and the intent can be re-applied.
+:func:`apply` is the one loop every mutation goes through: ask the core for a step on the
+current state, save it with CAS, and on a conflict reload and ask again, up to ``attempts``
+times. The session object is never left stale or stuck: after a :class:`SessionConflict` it
+already holds the fresh state, and any later operation first reloads a state the core would
+refuse to save from (conflicted or uncertain).
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Generic, TypeVar
+from dataclasses import dataclass, field, replace
 
+from .. import core
 from ..errors import (
     CONVERSATION_HINT,
-    AkchatError,
     ConfigError,
     IncompatibleSession,
     OutcomeUnknown,
     SessionConflict,
     StorageError,
 )
+from ..machines.cursor import CursorEvent, CursorPhase
 from ..wire.decode import INVALID, decode_session_snapshot
-from ..wire.session import Conversation, SessionSnapshot
+from ..wire.session import SessionSnapshot
 from .definition import ChatDefinition, replay_conversation
 from .effects import Emit, Load, Plan, Save
-from .observers import SessionEvent
+from .observers import SessionEvent, SessionEventKind
 
-__all__ = ["SNAPSHOT_INCOMPATIBLE", "Decision", "SessionState", "apply", "decode_stored"]
-
-T = TypeVar("T")
+__all__ = ["SNAPSHOT_INCOMPATIBLE", "SessionHolder", "apply", "decode_stored", "reload"]
 
 SNAPSHOT_INCOMPATIBLE = "Session snapshot is incompatible with this chat definition."
+Command = Callable[[core.SessionState, int], core.Step]
 
 
 def _decode(raw: object) -> SessionSnapshot:
@@ -75,16 +76,15 @@ def decode_stored(
     return snapshot, state
 
 
-def iso_now(now_ms: int, nonce: int) -> str:
-    """``updatedAt`` for a write: the clock to the millisecond, then a per-write nonce.
+def with_write_nonce(updated_at: str, nonce: int) -> str:
+    """``updatedAt`` to the millisecond, then 12 more fraction digits unique to this write.
 
-    The extra fraction digits make every written snapshot unique, so an unknown outcome can be
-    settled exactly by re-reading (ADR-0062). ``updatedAt`` is never read for any decision
-    and any fraction precision is valid on the wire (REFERENCE §1.3).
+    Every written snapshot is then unique, so an unknown outcome is settled exactly by
+    re-reading, even when another client saved the same change from the same base in the same
+    millisecond (ADR-0062). ``updatedAt`` is never read for any decision, and any fraction
+    precision is valid on the wire (REFERENCE §1.3).
     """
-    seconds, millis = divmod(now_ms, 1000)
-    stamp = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{stamp}.{millis:03d}{nonce:012d}Z"
+    return f"{updated_at[:-1]}{nonce:012d}Z"
 
 
 def _default_nonce() -> int:
@@ -92,128 +92,165 @@ def _default_nonce() -> int:
 
 
 @dataclass
-class SessionState:
-    """What one session object knows about its stored envelope (mutated at durable points)."""
+class SessionHolder:
+    """What one session object knows about its stored envelope (replaced at durable points)."""
 
     definition: ChatDefinition
     session_id: str
-    snapshot: SessionSnapshot
-    exists: bool
+    core: core.SessionState
     conversation_state: str | None
     clock: Callable[[], int]
     nonce: Callable[[], int] = field(default=_default_nonce)
 
     @property
+    def snapshot(self) -> SessionSnapshot:
+        return self.core.snapshot
+
+    @property
     def cursor(self) -> int:
-        return self.snapshot.cursor
+        return self.core.cursor.cursor
+
+    @property
+    def exists(self) -> bool:
+        return self.core.cursor.phase is not CursorPhase.NEW
+
+    @property
+    def needs_reload(self) -> bool:
+        return self.core.cursor.phase not in (CursorPhase.NEW, CursorPhase.IN_SYNC)
 
     @classmethod
     def fresh(
         cls, definition: ChatDefinition, session_id: str, clock: Callable[[], int]
-    ) -> SessionState:
+    ) -> SessionHolder:
         conversation = definition.conversation
         state = conversation.initial_state if conversation is not None else None
-        fields: dict[str, object] = {
-            "session_id": session_id,
-            "definition_id": definition.id,
-            "definition_revision": definition.revision,
-            "updated_at": iso_now(clock(), 0),
-            "cursor": 0,
-            "confirmations": (),
-        }
-        if state is not None:
-            # Present iff the definition has a conversation (REFERENCE §1.1, write side).
-            fields["conversation"] = Conversation(state=state, decisions=())
-        snapshot = SessionSnapshot.model_validate(fields)
-        return cls(definition, session_id, snapshot, False, state, clock)
+        fresh = core.new_session(
+            session_id,
+            definition.id,
+            definition.revision,
+            now_ms=clock(),
+            conversation_state=state,
+        )
+        return cls(definition, session_id, fresh, state, clock)
 
-    def adopt(self, snapshot: SessionSnapshot, conversation_state: str | None) -> None:
-        self.snapshot = snapshot
-        self.exists = True
-        self.conversation_state = conversation_state
-
-
-@dataclass(frozen=True)
-class Decision(Generic[T]):
-    """What a pure decision returns: the snapshot to save (``None``: nothing to save),
-    the value for the caller and the observer events the save makes durable."""
-
-    snapshot: SessionSnapshot | None
-    value: T
-    events: tuple[Callable[[int], SessionEvent], ...] = ()
+    def adopt_stored(self, stored: tuple[SessionSnapshot, str | None] | None) -> None:
+        """Adopt what a re-read found (through the core, which refuses a cursor going down)."""
+        if stored is None:
+            fresh = SessionHolder.fresh(self.definition, self.session_id, self.clock)
+            self.core = core.reloaded(self.core, None)
+            self.core = replace(self.core, snapshot=fresh.snapshot)
+            self.conversation_state = fresh.conversation_state
+            return
+        self.core = core.reloaded(self.core, stored[0])
+        self.conversation_state = stored[1]
 
 
-def reload(state: SessionState) -> Plan[None]:
-    """Re-read storage into ``state`` (validating it exactly like resume)."""
-    raw = yield Load(state.session_id)
-    decoded = decode_stored(raw, state.definition, state.session_id)
-    if decoded is None:
-        # The record vanished (deleted by the host): back to "nothing stored".
-        fresh = SessionState.fresh(state.definition, state.session_id, state.clock)
-        state.snapshot, state.exists = fresh.snapshot, False
-        state.conversation_state = fresh.conversation_state
-        return
-    state.adopt(*decoded)
+def reload(holder: SessionHolder) -> Plan[None]:
+    """Re-read storage into ``holder`` (validated exactly like resume)."""
+    raw = yield Load(holder.session_id)
+    holder.adopt_stored(decode_stored(raw, holder.definition, holder.session_id))
 
 
-def _save(state: SessionState, proposed: SessionSnapshot) -> Plan[SessionSnapshot | None]:
-    """One CAS save of ``proposed`` at cursor + 1; the saved snapshot, or ``None`` on conflict.
+def _save(holder: SessionHolder, step: core.Step, save: core.SaveSnapshot) -> Plan[bool]:
+    """Perform the step's CAS save; ``True`` iff it applied (settled by re-reading if unknown).
 
-    On conflict or a settled "not applied" the state is reloaded. An unknown outcome is settled
-    by re-reading: the stored snapshot equals ours (nonce included) iff our write applied. If
-    the re-read itself fails the outcome stays unknown and :class:`OutcomeUnknown` propagates.
+    On a conflict, or an unknown outcome that turns out not applied, ``holder`` is reloaded.
+    If the re-read that should settle an unknown outcome fails, :class:`OutcomeUnknown`
+    propagates and ``holder`` stays *uncertain* (the next operation reloads first).
     """
-    expected = state.cursor if state.exists else None
-    target = proposed.model_copy(
-        update={"cursor": state.cursor + 1, "updated_at": iso_now(state.clock(), state.nonce())}
+    nonced = save.snapshot.model_copy(
+        update={"updated_at": with_write_nonce(save.snapshot.updated_at, holder.nonce())}
     )
+    attempted = core.SaveSnapshot(nonced, save.expected_cursor)
+    saving = replace(step.state, snapshot=nonced)
     try:
-        saved = yield Save(target, expected)
-    except OutcomeUnknown as unknown:
+        saved = yield Save(nonced, save.expected_cursor)
+    except OutcomeUnknown:
+        holder.core = core.save_settled(saving, CursorEvent.UNKNOWN)
         try:
-            raw = yield Load(state.session_id)
-            decoded = decode_stored(raw, state.definition, state.session_id)
+            raw = yield Load(holder.session_id)
         except StorageError as exc:
-            raise OutcomeUnknown(
-                "save outcome unknown and the re-read to settle it failed"
-            ) from exc
-        except AkchatError as exc:  # pragma: no cover - storage returned foreign state
-            raise unknown from exc
-        if decoded is not None and decoded[0].to_wire() == target.to_wire():
-            state.adopt(*decoded)
-            return target
-        if decoded is not None:
-            state.adopt(*decoded)
-        return None
+            raise OutcomeUnknown("save outcome unknown; the re-read to settle it failed") from exc
+        stored = decode_stored(raw, holder.definition, holder.session_id)
+        holder.core, applied = core.settle_uncertain(
+            holder.core, attempted, None if stored is None else stored[0]
+        )
+        if stored is not None:
+            holder.conversation_state = stored[1]
+        return applied
     if saved is True:
-        state.adopt(target, _conversation_state(state, target))
-        return target
-    yield from reload(state)
-    return None
+        holder.core = core.save_settled(saving, CursorEvent.SAVED)
+        conversation = nonced.conversation
+        if conversation is not None:
+            holder.conversation_state = conversation.state
+        return True
+    holder.core = core.save_settled(saving, CursorEvent.CONFLICT)
+    yield from reload(holder)
+    return False
 
 
-def _conversation_state(state: SessionState, snapshot: SessionSnapshot) -> str | None:
-    conversation = snapshot.conversation
-    return conversation.state if conversation is not None else state.conversation_state
+def events_between(
+    session_id: str, before: SessionSnapshot, after: SessionSnapshot
+) -> tuple[SessionEvent, ...]:
+    """One observer event per durable transition a save made (by comparing the envelopes)."""
+    cursor = after.cursor
+    events: list[SessionEvent] = []
+    old = {b.token: b for b in before.confirmations}
+    new_tokens = {b.token for b in after.confirmations}
+    if any(token not in new_tokens for token in old):
+        events.append(SessionEvent(SessionEventKind.PRUNED, session_id, cursor))
+    for binding in after.confirmations:
+        previous = old.get(binding.token)
+        if previous is None or previous.status is not binding.status:
+            events.append(
+                SessionEvent(
+                    SessionEventKind.CONFIRMATION,
+                    session_id,
+                    cursor,
+                    record=binding,
+                    previous_status=None if previous is None else str(previous.status),
+                )
+            )
+    if (before.active_turn, before.terminal_turns) != (after.active_turn, after.terminal_turns):
+        if after.active_turn is not None:
+            turn_id: str | None = after.active_turn.turn_id
+        else:
+            turn_id = after.terminal_turns[-1].turn_id if after.terminal_turns else None
+        events.append(SessionEvent(SessionEventKind.TURN, session_id, cursor, turn_id=turn_id))
+    if before.conversation != after.conversation:
+        decisions = after.conversation.decisions if after.conversation else ()
+        events.append(
+            SessionEvent(
+                SessionEventKind.DECISION,
+                session_id,
+                cursor,
+                message_id=decisions[-1].message_id if decisions else None,
+            )
+        )
+    if not events:
+        events.append(SessionEvent(SessionEventKind.PERSISTED, session_id, cursor))
+    return tuple(events)
 
 
-def apply(
-    state: SessionState, decide: Callable[[SessionSnapshot, int], Decision[T]], attempts: int
-) -> Plan[T]:
-    """Decide on the current snapshot, CAS-save, and on conflict reload and decide again.
+def apply(holder: SessionHolder, command: Command, attempts: int = 1) -> Plan[core.Step]:
+    """Run a core command and perform its save; on conflict reload and run it again.
 
-    ``decide(snapshot, now_ms)`` is pure and raises typed errors to refuse. After ``attempts``
-    conflicts :class:`SessionConflict` is raised; ``state`` already holds the fresh envelope.
+    Returns the step whose save applied (its remaining effects, e.g. an upstream call, are the
+    caller's to perform), or the step that saved nothing (``accepted`` false or no save).
+    After ``attempts`` conflicts :class:`SessionConflict` is raised; ``holder`` is fresh.
     """
-    expected = state.cursor if state.exists else None
+    if holder.needs_reload:
+        yield from reload(holder)
+    expected = holder.cursor if holder.exists else None
     for _ in range(max(1, attempts)):
-        expected = state.cursor if state.exists else None
-        decision = decide(state.snapshot, state.clock())
-        if decision.snapshot is None:
-            return decision.value
-        saved = yield from _save(state, decision.snapshot)
-        if saved is not None:
-            for make_event in decision.events:
-                yield Emit(make_event(saved.cursor))
-            return decision.value
-    raise SessionConflict(session_id=state.session_id, expected_cursor=expected)
+        expected = holder.cursor if holder.exists else None
+        before = holder.snapshot
+        step = command(holder.core, holder.clock())
+        save = next((e for e in step.effects if isinstance(e, core.SaveSnapshot)), None)
+        if not step.accepted or save is None:
+            return step
+        if (yield from _save(holder, step, save)):
+            for event in events_between(holder.session_id, before, holder.snapshot):
+                yield Emit(event)
+            return replace(step, state=holder.core)
+    raise SessionConflict(session_id=holder.session_id, expected_cursor=expected)

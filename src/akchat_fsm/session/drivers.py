@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import AkchatError, ConfigError, OutcomeUnknown, StorageUnavailable
+from ..wire.bounded import thaw
 from .effects import Approve, Deny, Effect, Emit, Load, Plan, Propose, ReadMemory, Save
 from .observers import Observer, log
 
@@ -68,7 +69,9 @@ def _execute_sync(effect: Effect, ports: Ports) -> Any:
         except Exception as exc:
             raise _storage_error(effect, exc) from exc
     if isinstance(effect, Propose):
-        return _upstream(ports).propose_tool_call(effect.id, effect.name, effect.args)
+        return _upstream(ports).propose_tool_call(
+            effect.tool_call_id, effect.name, thaw(effect.args)
+        )
     if isinstance(effect, Approve):
         return _upstream(ports).approve(effect.tool_call_id)
     if isinstance(effect, Deny):
@@ -106,7 +109,9 @@ async def _execute_async(effect: Effect, ports: Ports) -> Any:
         except Exception as exc:
             raise _storage_error(effect, exc) from exc
     if isinstance(effect, Propose):
-        return await _upstream(ports).propose_tool_call(effect.id, effect.name, effect.args)
+        return await _upstream(ports).propose_tool_call(
+            effect.tool_call_id, effect.name, thaw(effect.args)
+        )
     if isinstance(effect, Approve):
         return await _upstream(ports).approve(effect.tool_call_id)
     if isinstance(effect, Deny):

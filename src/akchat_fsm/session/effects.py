@@ -5,15 +5,19 @@ receives their results (or has the effect's exception thrown into it). Two drive
 them, one sync and one asyncio (:mod:`akchat_fsm.session.drivers`); a test can also step a
 plan effect by effect, which is how the stateful suites interleave clients and inject crashes
 between any two steps.
+
+The save and upstream effects are the core's own (:mod:`akchat_fsm.core.effects`); the shell
+adds the reads (storage, memory) and observer delivery.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
-from ..wire.session import SessionSnapshot
+from ..core.effects import CallApprove, CallDeny, ProposeUpstream, SaveSnapshot
+from .observers import SessionEvent
 
 __all__ = [
     "Approve",
@@ -29,44 +33,21 @@ __all__ = [
 
 T = TypeVar("T")
 
+#: ``storage.save(snapshot, expected_cursor)`` → ``True`` or ``False`` (conflict).
+Save = SaveSnapshot
+#: ``upstream.propose_tool_call(id, name, args)`` → the call upstream returned.
+Propose = ProposeUpstream
+#: ``upstream.approve(tool_call_id)``: the side effect the claim protects.
+Approve = CallApprove
+#: ``upstream.deny(tool_call_id, reason)``: the side effect the claim protects.
+Deny = CallDeny
+
 
 @dataclass(frozen=True)
 class Load:
     """``storage.load(session_id)`` → the stored value (or ``None``)."""
 
     session_id: str
-
-
-@dataclass(frozen=True)
-class Save:
-    """``storage.save(snapshot, expected_cursor)`` → ``True`` or ``False`` (conflict)."""
-
-    snapshot: SessionSnapshot
-    expected_cursor: int | None
-
-
-@dataclass(frozen=True)
-class Propose:
-    """``upstream.propose_tool_call(id, name, args)`` → the call upstream returned."""
-
-    id: str
-    name: str
-    args: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Approve:
-    """``upstream.approve(tool_call_id)``: the side effect the claim protects."""
-
-    tool_call_id: str
-
-
-@dataclass(frozen=True)
-class Deny:
-    """``upstream.deny(tool_call_id, reason)``: the side effect the claim protects."""
-
-    tool_call_id: str
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -78,9 +59,11 @@ class ReadMemory:
 class Emit:
     """Deliver an observer event. Never fails: observer errors are swallowed by drivers."""
 
-    event: Any
+    event: SessionEvent
 
 
-Effect: TypeAlias = Load | Save | Propose | Approve | Deny | ReadMemory | Emit
+Effect: TypeAlias = (
+    Load | SaveSnapshot | ProposeUpstream | CallApprove | CallDeny | ReadMemory | Emit
+)
 #: A plan yields effects, receives their results, and returns ``T``.
 Plan: TypeAlias = Generator[Effect, Any, T]

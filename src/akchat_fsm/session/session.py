@@ -8,18 +8,18 @@ its own operations (a lock), like the reference's per-session persist queue.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from .. import core
 from ..errors import ConfigError
 from ..machines.confirmation import ConfirmationEvent
 from ..wire.enums import DecisionKind, TurnOutcome
 from ..wire.session import ConfirmationBinding, RouteDecision, SessionSnapshot
 from . import _confirm, _ops
-from ._state import SessionState
+from ._state import SessionHolder
 from .definition import ChatDefinition
 from .drivers import Ports, run_async, run_sync
 from .effects import Plan
@@ -48,14 +48,14 @@ def default_clock() -> int:
 
 
 def default_confirmation_id() -> str:
-    """A random, unguessable id suffix (96 bits). Still a correlation handle, not a secret."""
-    return secrets.token_hex(12)
+    """A random, unguessable id suffix (the core's 128 bits); a correlation handle, not a secret."""
+    return core.random_suffix()
 
 
 class _SessionBase:
     """What both flavours share: the state, the ports and the read-only views."""
 
-    def __init__(self, state: SessionState, ports: Ports) -> None:
+    def __init__(self, state: SessionHolder, ports: Ports) -> None:
         self._state = state
         self._ports = ports
 
@@ -123,7 +123,7 @@ class ChatSession(_SessionBase):
     built-in lock's serialisation; use one object per worker for parallelism.
     """
 
-    def __init__(self, state: SessionState, ports: Ports) -> None:
+    def __init__(self, state: SessionHolder, ports: Ports) -> None:
         super().__init__(state, ports)
         self._lock = threading.RLock()
 
@@ -176,7 +176,7 @@ class ChatSession(_SessionBase):
         self,
         upstream: Any,
         *,
-        ttl_ms: int = _confirm.DEFAULT_TTL_MS,
+        ttl_ms: int = core.DEFAULT_TTL_MS,
         create_id: Callable[[], str] = default_confirmation_id,
     ) -> ConfirmationCoordinator:
         """A confirmation coordinator bound to this session and ``upstream``."""
@@ -202,14 +202,9 @@ class ConfirmationCoordinator:
         session: ChatSession,
         upstream: Any,
         *,
-        ttl_ms: int = _confirm.DEFAULT_TTL_MS,
+        ttl_ms: int = core.DEFAULT_TTL_MS,
         create_id: Callable[[], str] = default_confirmation_id,
     ) -> None:
-        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
-            raise ConfigError(
-                _confirm.OPTIONS_INVALID,
-                hint="Use the pending confirmation token in the session that created it.",
-            )
         self.session = session
         self._ports = session._ports_with(upstream)
         self._ttl_ms = ttl_ms
@@ -234,7 +229,7 @@ class ConfirmationCoordinator:
         )
 
     def reject(
-        self, token: str, session_id: str | None = None, reason: str = ""
+        self, token: str, session_id: str | None = None, reason: str | None = None
     ) -> ConfirmationBinding:
         """Claim, call upstream ``deny`` once, record ``rejected`` (``expired`` if due)."""
         return self._run(
@@ -267,7 +262,7 @@ class ConfirmationCoordinator:
 class AsyncChatSession(_SessionBase):
     """The asyncio twin of :class:`ChatSession` (same plans, awaited effects)."""
 
-    def __init__(self, state: SessionState, ports: Ports) -> None:
+    def __init__(self, state: SessionHolder, ports: Ports) -> None:
         super().__init__(state, ports)
         self._lock = asyncio.Lock()
 
@@ -315,7 +310,7 @@ class AsyncChatSession(_SessionBase):
         self,
         upstream: Any,
         *,
-        ttl_ms: int = _confirm.DEFAULT_TTL_MS,
+        ttl_ms: int = core.DEFAULT_TTL_MS,
         create_id: Callable[[], str] = default_confirmation_id,
     ) -> AsyncConfirmationCoordinator:
         return AsyncConfirmationCoordinator(self, upstream, ttl_ms=ttl_ms, create_id=create_id)
@@ -335,14 +330,9 @@ class AsyncConfirmationCoordinator:
         session: AsyncChatSession,
         upstream: Any,
         *,
-        ttl_ms: int = _confirm.DEFAULT_TTL_MS,
+        ttl_ms: int = core.DEFAULT_TTL_MS,
         create_id: Callable[[], str] = default_confirmation_id,
     ) -> None:
-        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
-            raise ConfigError(
-                _confirm.OPTIONS_INVALID,
-                hint="Use the pending confirmation token in the session that created it.",
-            )
         self.session = session
         self._ports = session._ports_with(upstream)
         self._ttl_ms = ttl_ms
@@ -365,7 +355,7 @@ class AsyncConfirmationCoordinator:
         )
 
     async def reject(
-        self, token: str, session_id: str | None = None, reason: str = ""
+        self, token: str, session_id: str | None = None, reason: str | None = None
     ) -> ConfirmationBinding:
         return await self._run(
             _confirm.plan_resolve(
