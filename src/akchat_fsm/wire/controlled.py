@@ -17,7 +17,6 @@ does not parse is a shell failure.
 
 from __future__ import annotations
 
-import json
 from enum import StrEnum
 from typing import Any, NoReturn
 
@@ -25,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import InvalidControlledSnapshot, InvalidMemoryRecord
 from ._js import as_safe_int, is_identifier, utf16_len
+from .jsontext import InvalidJsonText, parse_json_text
 from .memory import Message, validate_memory_record
 
 __all__ = [
@@ -126,13 +126,12 @@ def _shell(reason: str) -> NoReturn:
 
 
 def _text(raw: str | bytes | bytearray) -> Any:
-    def no_constant(token: str) -> NoReturn:
-        raise ValueError(f"{token} is not JSON")
-
+    # JSON.parse semantics (no NaN/Infinity, unbounded nesting, JS numbers): a deep text parses
+    # and is then refused by the record bounds with layer "messages", as in the reference.
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw
-        return json.loads(text, parse_constant=no_constant)
-    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return parse_json_text(text)
+    except (UnicodeDecodeError, InvalidJsonText):
         _shell("not valid JSON text")
 
 

@@ -1,0 +1,103 @@
+"""The strict controlled shell: order of checks, JSON text, `__proto__`, exact bounds."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from akchat_fsm.errors import InvalidControlledSnapshot
+from akchat_fsm.wire.controlled import parse_controlled_snapshot
+
+
+def base(**change: Any) -> dict[str, Any]:
+    snapshot: dict[str, Any] = {
+        "sessionId": "s-1",
+        "messages": [],
+        "status": "idle",
+        "input": "",
+        "error": None,
+        "usage": {"promptTokens": 0, "completionTokens": 0, "totalTokens": 0},
+    }
+    snapshot.update(change)
+    return snapshot
+
+
+def layer_of(raw: object) -> str:
+    with pytest.raises(InvalidControlledSnapshot) as caught:
+        parse_controlled_snapshot(raw)
+    return caught.value.layer
+
+
+def test_shell_is_checked_before_messages() -> None:
+    assert layer_of(base(status="waiting", messages=[{"role": "owner"}])) == "shell"
+    assert layer_of(base(messages=[{"role": "owner"}])) == "messages"
+
+
+def test_proto_key_is_rejected_like_any_unknown_key() -> None:
+    assert layer_of(base(__proto__={})) == "shell"
+    assert layer_of(
+        json.dumps(base()).replace('{"sessionId"', '{"__proto__": {}, "sessionId"')
+    ) == ("shell")
+
+
+def test_input_and_error_bounds_count_utf16_units() -> None:
+    assert parse_controlled_snapshot(base(input="x" * 100_000)).input == "x" * 100_000
+    assert parse_controlled_snapshot(base(input="😀" * 50_000)).input
+    assert layer_of(base(input="😀" * 50_000 + "x")) == "shell"
+    assert parse_controlled_snapshot(base(error={"message": "😀" * 2048})).error
+    assert layer_of(base(error={"message": "😀" * 2048 + "x"})) == "shell"
+
+
+def test_usage_accepts_js_whole_numbers_and_keeps_them_exact() -> None:
+    usage = {"promptTokens": 1.0, "completionTokens": 2**53 - 1, "totalTokens": 0}
+    parsed = parse_controlled_snapshot(base(usage=usage))
+    assert parsed.usage.to_wire() == {
+        "promptTokens": 1,
+        "completionTokens": 2**53 - 1,
+        "totalTokens": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "NaN",
+        "[1,]",
+        json.dumps(base()).replace('"totalTokens": 0', '"totalTokens": NaN'),
+        json.dumps(base()).replace('"totalTokens": 0', '"totalTokens": Infinity'),
+        "[]",
+        "null",
+        '"snapshot"',
+    ],
+)
+def test_json_text_failures_are_shell_failures(text: str) -> None:
+    assert layer_of(text) == "shell"
+
+
+def test_invalid_utf8_bytes_are_a_shell_failure() -> None:
+    assert layer_of(b'{"sessionId": "\xff"}') == "shell"
+
+
+def test_deep_json_text_inside_messages_is_a_messages_failure() -> None:
+    deep = "[" * 5_000 + "]" * 5_000
+    text = json.dumps(base()).replace('"messages": []', f'"messages": [{deep}]')
+    assert layer_of(text) == "messages"
+
+
+def test_surrounding_whitespace_is_fine() -> None:
+    assert parse_controlled_snapshot("\n  " + json.dumps(base()) + "  \n").session_id == "s-1"
+
+
+def test_messages_failure_keeps_the_reason_as_a_note() -> None:
+    with pytest.raises(InvalidControlledSnapshot) as caught:
+        parse_controlled_snapshot(base(messages=[{"id": "m"}]))
+    assert caught.value.message == "Serialized message record is invalid."
+    assert caught.value.__notes__
+
+
+def test_shell_over_10000_messages_is_a_shell_failure() -> None:
+    assert layer_of(base(messages=[None] * 10_001)) == "shell"
+    assert layer_of(base(messages=[None] * 10_000)) == "messages"
