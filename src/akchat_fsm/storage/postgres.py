@@ -183,10 +183,11 @@ class PostgresStorage:
         conn: psycopg.Connection[Any] | None = None
         try:
             conn = psycopg.connect(self._plan.conninfo, **self._plan.connect_kwargs)
-            for statement in self._plan.setup:
-                conn.execute(statement)
+            # The table first: a short statement_timeout must not apply to the DDL.
             with contextlib.suppress(*_CREATE_RACE):
                 conn.execute(self._plan.create)
+            for statement in self._plan.setup:
+                conn.execute(statement)
         except psycopg.Error as exc:
             if conn is not None:
                 conn.close()
@@ -280,10 +281,10 @@ class AsyncPostgresStorage:
             conn = await psycopg.AsyncConnection.connect(
                 self._plan.conninfo, **self._plan.connect_kwargs
             )
-            for statement in self._plan.setup:
-                await conn.execute(statement)
             with contextlib.suppress(*_CREATE_RACE):
                 await conn.execute(self._plan.create)
+            for statement in self._plan.setup:
+                await conn.execute(statement)
         except psycopg.Error as exc:
             if conn is not None:
                 await conn.close()

@@ -15,6 +15,7 @@ re-caches it. Durability is Redis configuration (``appendonly``/``appendfsync``)
 from __future__ import annotations
 
 import hashlib
+import select
 from types import TracebackType
 from typing import Any, Literal, Self
 
@@ -99,6 +100,28 @@ class _Plan:
         return (1, self.prefix + p.session_id, expected, str(p.cursor), p.text)
 
 
+def _peer_hung_up(conn: Any) -> bool:
+    """Has the server closed this idle pooled connection (or sent something unasked)?
+
+    redis-py's pool checks this too, but an asyncio connection only notices the hang-up
+    once its event loop has read the socket; polling the socket itself catches it before
+    we send a write whose fate would then be unknown. ``False`` when it cannot tell.
+    """
+    sock = getattr(conn, "_sock", None)
+    if sock is None:
+        writer = getattr(conn, "_writer", None)
+        sock = writer.get_extra_info("socket") if writer is not None else None
+    try:
+        fd = sock.fileno() if sock is not None else -1
+        if fd < 0:
+            return False
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def _text(reply: Any) -> str | None:
     return None if reply is None else bytes(reply).decode("utf-8")
 
@@ -132,6 +155,9 @@ class RedisStorage:
         phase: Phase = "connect"
         try:
             conn: Any = self.pool.get_connection()
+            if _peer_hung_up(conn):
+                conn.disconnect()
+                conn.connect()
         except (RedisError, OSError) as exc:
             raise map_redis_error(exc, phase=phase, write=write) from exc
         try:
@@ -208,6 +234,9 @@ class AsyncRedisStorage:
         phase: Phase = "connect"
         try:
             conn: Any = await self.pool.get_connection()  # type: ignore[no-untyped-call]
+            if _peer_hung_up(conn):
+                await conn.disconnect()
+                await conn.connect()
         except (RedisError, OSError) as exc:
             raise map_redis_error(exc, phase=phase, write=write) from exc
         try:

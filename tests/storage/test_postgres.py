@@ -1,0 +1,278 @@
+"""PostgreSQL under real faults: interleavings, isolation levels, timeouts, dropped backends."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from storage_harness import Client, snap
+
+from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageUnavailable
+from akchat_fsm.storage.postgres import AsyncPostgresStorage, PostgresStorage, map_pg_error
+from akchat_fsm.storage.url import open_storage
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def table(pg_url: str) -> Iterator[str]:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    yield name
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+def _admin(pg_url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(pg_url, autocommit=True)
+
+
+def _pid(st: PostgresStorage) -> int:
+    assert st._conn is not None
+    return st._conn.info.backend_pid
+
+
+def _wait_until_blocked(admin: psycopg.Connection[Any], pid: int) -> None:
+    """Wait until backend ``pid`` waits on a lock (no sleeps with fixed lengths)."""
+    for _ in range(2000):
+        row = admin.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+        if row and row[0] == "Lock":
+            return
+        admin.execute("SELECT pg_sleep(0.005)")
+    pytest.fail(f"backend {pid} never blocked on a lock")
+
+
+def _wait_gone(admin: psycopg.Connection[Any], pid: int) -> None:
+    """Wait until backend ``pid`` has exited."""
+    query = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
+    for _ in range(2000):
+        if admin.execute(query, (pid,)).fetchone() is None:
+            return
+        admin.execute("SELECT pg_sleep(0.005)")
+    pytest.fail(f"backend {pid} is still alive")
+
+
+def _in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, box
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "repeatable_read", "serializable"])
+@pytest.mark.parametrize("winner", ["commit", "rollback"])
+def test_blocked_loser_sees_the_winners_outcome(
+    pg_url: str, table: str, unique_id: str, isolation: str, winner: str
+) -> None:
+    """s1.update(blocking) s2.cas s1.commit -> s2 False; s1.rollback -> s2 True."""
+    with PostgresStorage(pg_url, table=table, isolation=isolation) as st, _admin(pg_url) as admin:
+        assert st.save(snap(unique_id, 1), None)
+        with psycopg.connect(pg_url) as holder:  # not autocommit: holds the row lock
+            holder.execute(
+                f"UPDATE {table} SET cursor = 2, body = 'other' WHERE session_id = %s",
+                (unique_id,),
+            )
+            t, box = _in_thread(lambda: st.save(snap(unique_id, 2), 1))
+            _wait_until_blocked(admin, _pid(st))
+            holder.commit() if winner == "commit" else holder.rollback()
+            t.join(timeout=30)
+        assert "error" not in box, box
+        assert box["result"] is (winner == "rollback")
+        stored = st.load(unique_id)
+        assert stored == "other" if winner == "commit" else json.loads(stored or "")["cursor"] == 2
+
+
+def test_real_serialization_failure_maps_to_conflict(pg_url: str, table: str) -> None:
+    with _admin(pg_url) as a, psycopg.connect(pg_url) as b, psycopg.connect(pg_url) as c:
+        a.execute(f"CREATE TABLE {table} (k int PRIMARY KEY, v int)")
+        a.execute(f"INSERT INTO {table} VALUES (1, 0)")
+        b.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+        c.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+        b.execute(f"SELECT v FROM {table} WHERE k = 1")
+        c.execute(f"SELECT v FROM {table} WHERE k = 1")
+        c.execute(f"UPDATE {table} SET v = 2 WHERE k = 1")
+        c.commit()
+        with pytest.raises(psycopg.errors.SerializationFailure) as info:
+            b.execute(f"UPDATE {table} SET v = 1 WHERE k = 1")
+        assert map_pg_error(info.value, sent=True, write=True, broken=False) is None
+        assert isinstance(
+            map_pg_error(info.value, sent=True, write=False, broken=False), StorageUnavailable
+        )
+
+
+def _open(mode: str, pg_url: str, table: str, **kwargs: Any) -> Client:
+    cls = AsyncPostgresStorage if mode == "async" else PostgresStorage
+    return Client(cls(pg_url, table=table, **kwargs), mode == "async")
+
+
+def _client_pid(c: Client) -> int:
+    return int(c.adapter._conn.info.backend_pid)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_terminated_idle_connection_is_replaced_before_sending(
+    pg_url: str, table: str, unique_id: str, mode: str
+) -> None:
+    c = _open(mode, pg_url, table)
+    try:
+        assert c.save(snap(unique_id, 1), None)
+        old = _client_pid(c)
+        with _admin(pg_url) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (old,))
+            _wait_gone(admin, old)
+        # The dead connection is noticed before anything is sent: the save runs on a new one.
+        assert c.save(snap(unique_id, 2), 1) is True
+        assert _client_pid(c) != old
+        assert json.loads(c.load(unique_id) or "")["cursor"] == 2
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_backend_killed_while_the_save_is_in_flight_is_outcome_unknown(
+    pg_url: str, table: str, unique_id: str, mode: str
+) -> None:
+    c = _open(mode, pg_url, table)
+    try:
+        assert c.save(snap(unique_id, 1), None)
+        with _admin(pg_url) as admin, psycopg.connect(pg_url) as holder:
+            holder.execute(f"SELECT 1 FROM {table} WHERE session_id = %s FOR UPDATE", (unique_id,))
+            pid = _client_pid(c)
+            t, box = _in_thread(lambda: c.save(snap(unique_id, 2), 1))
+            _wait_until_blocked(admin, pid)
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            t.join(timeout=30)
+            holder.rollback()
+        assert isinstance(box.get("error"), OutcomeUnknown), box
+        assert isinstance(box["error"].__cause__, psycopg.Error)
+        # Settle by re-reading: here the statement died before committing.
+        assert json.loads(c.load(unique_id) or "")["cursor"] == 1
+        assert c.save(snap(unique_id, 2), 1) is True
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_statement_timeout_is_storage_unavailable_and_applies_nothing(
+    pg_url: str, table: str, unique_id: str, mode: str
+) -> None:
+    c = _open(mode, pg_url, table, statement_timeout_ms=300)
+    try:
+        assert c.save(snap(unique_id, 1), None)
+        with psycopg.connect(pg_url) as holder:
+            holder.execute(f"SELECT 1 FROM {table} WHERE session_id = %s FOR UPDATE", (unique_id,))
+            with pytest.raises(StorageUnavailable) as info:
+                c.save(snap(unique_id, 2), 1)
+            holder.rollback()
+        assert getattr(info.value.__cause__, "sqlstate", None) == "57014"
+        assert json.loads(c.load(unique_id) or "")["cursor"] == 1
+    finally:
+        c.close()
+
+
+def test_lock_timeout_is_storage_unavailable(pg_url: str, table: str, unique_id: str) -> None:
+    with PostgresStorage(pg_url, table=table) as st:
+        assert st.save(snap(unique_id, 1), None)
+        assert st._conn is not None
+        st._conn.execute("SET lock_timeout = 50")
+        with psycopg.connect(pg_url) as holder:
+            holder.execute(f"SELECT 1 FROM {table} WHERE session_id = %s FOR UPDATE", (unique_id,))
+            with pytest.raises(StorageUnavailable) as info:
+                st.save(snap(unique_id, 2), 1)
+            holder.rollback()
+        assert getattr(info.value.__cause__, "sqlstate", None) == "55P03"
+        assert json.loads(st.load(unique_id) or "")["cursor"] == 1
+
+
+def test_statement_timeout_option_reaches_the_session(pg_url: str, table: str) -> None:
+    with PostgresStorage(pg_url, table=table, statement_timeout_ms=1234) as st:
+        assert st.load("x") is None
+        assert st._conn is not None
+        assert st._conn.execute("SHOW statement_timeout").fetchone() == ("1234ms",)
+        assert st._conn.execute("SHOW default_transaction_isolation").fetchone() == (
+            "read committed",
+        )
+
+
+def test_unreachable_server_is_storage_unavailable(unique_id: str) -> None:
+    with PostgresStorage("postgresql://127.0.0.1:1/test", connect_timeout=2) as st:
+        with pytest.raises(StorageUnavailable):
+            st.load(unique_id)
+        with pytest.raises(StorageUnavailable):
+            st.save(snap(unique_id, 1), None)
+
+
+def test_close_leaves_no_connection_and_no_transaction(
+    pg_url: str, table: str, unique_id: str
+) -> None:
+    st = PostgresStorage(pg_url, table=table)
+    assert st.save(snap(unique_id, 1), None)
+    assert st.load(unique_id) is not None
+    assert st._conn is not None
+    assert st._conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    pid = _pid(st)
+    st.close()
+    with _admin(pg_url) as admin:
+        for _ in range(2000):
+            if not admin.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone():
+                break
+        else:
+            pytest.fail("the adapter's backend outlived close()")
+    with pytest.raises(StorageUnavailable):
+        st.load(unique_id)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"table": "bad name"}, {"isolation": "chaos"}, {"statement_timeout_ms": -1}],
+)
+def test_bad_options_are_config_errors(pg_url: str, kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError):
+        PostgresStorage(pg_url, **kwargs)
+
+
+def _count(url: str, session_id: str, n: int, barrier: Any, out: Any) -> None:
+    acked = 0
+    with open_storage(url) as st:
+        barrier.wait()
+        while acked < n:
+            current = json.loads(st.load(session_id))["cursor"]
+            if st.save(snap(session_id, current + 1), current):
+                acked += 1
+    out.put(acked)
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "serializable"])
+def test_four_processes_lose_no_update(
+    pg_url: str, table: str, unique_id: str, isolation: str
+) -> None:
+    url = f"{pg_url}?table={table}&isolation={isolation}"
+    with open_storage(url) as st:
+        assert st.save(snap(unique_id, 1), None)
+    ctx = multiprocessing.get_context("fork")
+    barrier, out = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_count, args=(url, unique_id, 10, barrier, out)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    acked = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    with open_storage(url) as st:
+        assert json.loads(st.load(unique_id))["cursor"] == 1 + sum(acked) == 41

@@ -1,0 +1,227 @@
+"""Redis under real faults: script cache flushes, paused servers, killed connections."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from storage_harness import Client, snap
+
+from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageUnavailable
+from akchat_fsm.storage.redis import (
+    CAS_SHA,
+    AsyncRedisStorage,
+    RedisStorage,
+    map_redis_error,
+)
+
+pytestmark = pytest.mark.redis
+MODES = pytest.mark.parametrize("mode", ["sync", "async"])
+
+
+@pytest.fixture
+def prefix(redis_url: str) -> Iterator[str]:
+    value = f"akt:{uuid.uuid4().hex[:12]}:"
+    yield value
+    r = redis.Redis.from_url(redis_url)
+    keys = list(r.scan_iter(match=f"{value}*"))
+    if keys:
+        r.delete(*keys)
+    r.close()
+
+
+@pytest.fixture
+def admin(redis_url: str) -> Iterator[redis.Redis]:
+    r = redis.Redis.from_url(redis_url)
+    yield r
+    r.close()
+
+
+def _open(mode: str, url: str, prefix: str, **kwargs: Any) -> Client:
+    cls = AsyncRedisStorage if mode == "async" else RedisStorage
+    return Client(cls(url, prefix=prefix, **kwargs), mode == "async")
+
+
+@MODES
+def test_stored_layout_is_a_hash_with_a_decimal_cursor(
+    redis_url: str, prefix: str, admin: redis.Redis, unique_id: str, mode: str
+) -> None:
+    c = _open(mode, redis_url, prefix)
+    try:
+        assert c.save(snap(unique_id, 41), None)
+        assert c.save(snap(unique_id, 42), 41)
+        stored = admin.hgetall(prefix + unique_id)
+        assert stored[b"cursor"] == b"42"
+        assert stored[b"body"].decode() == c.load(unique_id)
+    finally:
+        c.close()
+
+
+@MODES
+def test_script_cache_flush_is_recovered_without_a_second_write(
+    redis_url: str, prefix: str, admin: redis.Redis, unique_id: str, mode: str
+) -> None:
+    c = _open(mode, redis_url, prefix)
+    try:
+        assert c.save(snap(unique_id, 1), None)
+        # Other clients of this shared server may re-cache the script at any time: flush
+        # until it is gone (the window before our save is then a few microseconds).
+        for _ in range(100):
+            admin.script_flush()
+            if admin.script_exists(CAS_SHA) == [False]:
+                break
+        else:
+            pytest.fail("could not flush the script cache")
+        assert c.save(snap(unique_id, 2), 1) is True  # NOSCRIPT -> EVAL once
+        assert admin.script_exists(CAS_SHA) == [True]  # and cached again
+        assert c.save(snap(unique_id, 2, note="late"), 1) is False
+        assert json.loads(c.load(unique_id) or "")["cursor"] == 2
+    finally:
+        c.close()
+
+
+@MODES
+def test_unreachable_server_is_storage_unavailable(unique_id: str, mode: str) -> None:
+    c = _open(mode, "redis://127.0.0.1:1/0", "p:", connect_timeout=1)
+    try:
+        for call in (
+            lambda: c.load(unique_id),
+            lambda: c.save(snap(unique_id, 1), None),
+            lambda: c.delete(unique_id),
+        ):
+            with pytest.raises(StorageUnavailable) as info:
+                call()
+            assert isinstance(info.value.__cause__, redis.RedisError | OSError)
+    finally:
+        c.close()
+
+
+@MODES
+def test_killed_idle_connection_is_replaced_before_sending(
+    redis_url: str, prefix: str, admin: redis.Redis, unique_id: str, mode: str
+) -> None:
+    c = _open(mode, redis_url, prefix)
+    try:
+        assert c.save(snap(unique_id, 1), None)
+        # Kill every connection this adapter's pool holds (found by their local ports).
+        ports = _pool_ports(c.adapter)
+        assert ports
+        for port in ports:
+            admin.client_kill(f"127.0.0.1:{port}")
+        assert c.save(snap(unique_id, 2), 1) is True
+        assert json.loads(c.load(unique_id) or "")["cursor"] == 2
+    finally:
+        c.close()
+
+
+def _pool_ports(adapter: Any) -> list[int]:
+    ports = []
+    for conn in adapter.pool._available_connections:
+        sock = getattr(conn, "_sock", None) or getattr(conn, "_writer", None)
+        if sock is None:
+            continue
+        if hasattr(sock, "get_extra_info"):
+            ports.append(sock.get_extra_info("sockname")[1])
+        else:
+            ports.append(sock.getsockname()[1])
+    return ports
+
+
+# Busy-waits inside the server for ARGV[1] ms: every other client's command queues behind it.
+_BUSY = """
+local t = redis.call('TIME')
+local stop = t[1] * 1000000 + t[2] + ARGV[1] * 1000
+repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
+return 1
+"""
+
+
+@MODES
+def test_reply_timeout_on_a_write_is_outcome_unknown_and_did_apply(
+    redis_url: str, prefix: str, admin: redis.Redis, unique_id: str, mode: str
+) -> None:
+    """The server is busy for 0.4 s; our 0.1 s timeout fires; then our script runs anyway."""
+    c = _open(mode, redis_url, prefix, socket_timeout=0.1)
+    busy = threading.Thread(target=lambda: admin.eval(_BUSY, 0, 400))
+    try:
+        assert c.save(snap(unique_id, 1), None)
+        busy.start()
+        time.sleep(0.05)  # let the busy script start first (ordering only, nothing timed)
+        with pytest.raises(OutcomeUnknown) as info:
+            c.save(snap(unique_id, 2), 1)
+        assert isinstance(info.value.__cause__, redis.TimeoutError)
+        busy.join(timeout=10)
+        # Settle by re-reading: the write did apply; a blind retry is a spurious conflict.
+        assert json.loads(c.load(unique_id) or "")["cursor"] == 2
+        assert c.save(snap(unique_id, 2), 1) is False
+    finally:
+        busy.join(timeout=10)
+        c.close()
+
+
+@MODES
+def test_error_reply_is_storage_unavailable_and_writes_nothing(
+    redis_url: str, prefix: str, admin: redis.Redis, unique_id: str, mode: str
+) -> None:
+    admin.set(prefix + unique_id, "not a hash")
+    c = _open(mode, redis_url, prefix)
+    try:
+        with pytest.raises(StorageUnavailable) as info:
+            c.save(snap(unique_id, 1), None)
+        assert isinstance(info.value.__cause__, redis.ResponseError)
+        assert admin.get(prefix + unique_id) == b"not a hash"
+    finally:
+        c.close()
+
+
+def test_read_timeouts_are_never_unknown() -> None:
+    exc = redis.TimeoutError("Timeout reading from socket")
+    assert isinstance(map_redis_error(exc, phase="reply", write=False), StorageUnavailable)
+    assert isinstance(map_redis_error(exc, phase="reply", write=True), OutcomeUnknown)
+    assert isinstance(map_redis_error(exc, phase="send", write=True), StorageUnavailable)
+    assert isinstance(map_redis_error(exc, phase="connect", write=True), StorageUnavailable)
+
+
+@MODES
+def test_prefixes_keep_stores_apart(redis_url: str, prefix: str, unique_id: str, mode: str) -> None:
+    a = _open(mode, redis_url, prefix + "a:")
+    b = _open(mode, redis_url, prefix + "b:")
+    try:
+        assert a.save(snap(unique_id, 1), None)
+        assert b.load(unique_id) is None
+        assert b.save(snap(unique_id, 1), None)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_close_disconnects(redis_url: str, prefix: str, admin: redis.Redis, unique_id: str) -> None:
+    st = RedisStorage(redis_url, prefix=prefix)
+    assert st.save(snap(unique_id, 1), None)
+    ports = _pool_ports(st)
+    assert ports
+    st.close()
+    addrs = {client["addr"] for client in admin.client_list()}
+    assert not any(addr.endswith(f":{port}") for addr in addrs for port in ports)
+
+
+def test_pool_has_no_retries() -> None:
+    st = RedisStorage("redis://127.0.0.1:6379/0")
+    kwargs = st.pool.connection_kwargs
+    assert kwargs["retry_on_timeout"] is False
+    assert kwargs["retry"].get_retries() == 0
+    st.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "prefix"), [("", "p:"), ("redis://x", "a\x00b"), ("http://nope", "p:")]
+)
+def test_bad_options_are_config_errors(url: str, prefix: str) -> None:
+    with pytest.raises(ConfigError):
+        RedisStorage(url, prefix=prefix)
