@@ -1,11 +1,22 @@
-"""Tools shipped for hosts and adapter authors: fault injection, the storage conformance kit,
-the linearizability checker.
+"""Tools shipped for hosts and adapter authors.
 
-Submodules import lazily so ``import akchat_fsm.testing.faulty`` does not pull in pytest.
+* :func:`check_session_storage` — the storage conformance kit (function form); the pytest
+  form is :class:`akchat_fsm.testing.pytest_plugin.SessionStorageConformance`.
+* :mod:`akchat_fsm.testing.linearizability` — history recorder and WGL checker.
+* :class:`FaultyStorage` / :class:`AsyncFaultyStorage` — seeded or scripted fault injection.
 """
 
 from __future__ import annotations
 
+from .conformance import CHECKS, CheckOutcome, ConformanceReport, check_session_storage
 from .faulty import AsyncFaultyStorage, FaultyStorage, InjectedFault
 
-__all__ = ["AsyncFaultyStorage", "FaultyStorage", "InjectedFault"]
+__all__ = [
+    "CHECKS",
+    "AsyncFaultyStorage",
+    "CheckOutcome",
+    "ConformanceReport",
+    "FaultyStorage",
+    "InjectedFault",
+    "check_session_storage",
+]

@@ -7,11 +7,10 @@ exactly which write it observes: that is what the linearizability model compares
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Mapping
 from typing import Any
 
+from ..wire.decode import decode_session_snapshot
 from ..wire.session import (
     ConfirmationBinding,
     Conversation,
@@ -87,24 +86,10 @@ def decode_loaded(raw: object) -> SessionSnapshot | None:
         return None
     if isinstance(raw, SessionSnapshot):
         return raw
-    try:
-        from ..wire.decode import decode_session_snapshot  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:  # the wire decoder is optional while it is being written
-        decode_session_snapshot = None
-    if decode_session_snapshot is not None:
-        result = decode_session_snapshot(raw)
-        if not result.ok:
-            raise AssertionError(f"load returned an undecodable value: {result.diagnostic}")
-        snapshot: SessionSnapshot = result.snapshot
-        return snapshot
-    try:
-        if isinstance(raw, str | bytes | bytearray):
-            raw = json.loads(raw)
-        if not isinstance(raw, Mapping):
-            raise AssertionError(f"load returned {type(raw).__name__}, not an envelope")
-        return SessionSnapshot.model_validate(dict(raw))
-    except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
-        raise AssertionError(f"load returned an undecodable value: {exc}") from exc
+    result = decode_session_snapshot(raw)
+    if not result.ok or result.snapshot is None:
+        raise AssertionError(f"load returned an undecodable value: {result.diagnostic}")
+    return result.snapshot
 
 
 def observe(raw: object) -> Observed:

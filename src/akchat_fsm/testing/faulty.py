@@ -130,7 +130,10 @@ class FaultPlan:
                 )
         if kind == "unavailable":
             self._record(InjectedFault(index, method, kind, session_id))
-            raise StorageUnavailable(f"injected fault #{index}: {method} unavailable")
+            # Chained like an adapter's mapped driver error, so error-mapping checks hold.
+            raise StorageUnavailable(f"injected fault #{index}: {method} unavailable") from (
+                TimeoutError(f"injected fault #{index}: driver timed out before sending")
+            )
         return index, kind
 
     def after(
@@ -139,7 +142,9 @@ class FaultPlan:
         """Return the inner result, or raise ``OutcomeUnknown`` now that it has applied."""
         if kind == "unknown_after_apply":
             self._record(InjectedFault(index, method, kind, session_id, result))
-            raise OutcomeUnknown(f"injected fault #{index}: {method} outcome unknown")
+            raise OutcomeUnknown(f"injected fault #{index}: {method} outcome unknown") from (
+                TimeoutError(f"injected fault #{index}: driver timed out after sending")
+            )
         return result
 
     def _record(self, fault: InjectedFault) -> None:

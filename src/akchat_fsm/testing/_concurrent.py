@@ -1,0 +1,443 @@
+"""Checks under concurrency: races behind a barrier, a counter, recorded histories, processes.
+
+Threads start together behind a :class:`threading.Barrier` and the interpreter switch
+interval is lowered while they run (OpenTelemetry's trick) so check-then-act bugs show up.
+Processes use the ``spawn`` start method and rebuild the adapter from a picklable factory
+(a storage URL for :func:`akchat_fsm.storage.url.open_storage`, or a module-level callable).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing
+import pickle
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..errors import OutcomeUnknown, StorageError, StorageUnavailable
+from ._envelopes import fresh_session_id, make_snapshot, observe
+from ._kit import KitContext, describe, expect_save, has_delete, saved
+from .linearizability import UNKNOWN, CasRegisterModel, CheckResult, Operation, check_history
+
+
+@contextlib.contextmanager
+def _high_contention() -> Iterator[None]:
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def _run_threads(count: int, target: Callable[[int, threading.Barrier], Any]) -> list[Any]:
+    """Run ``target(i, barrier)`` on ``count`` threads; results or the exceptions raised."""
+    barrier = threading.Barrier(count)
+    results: list[Any] = [None] * count
+
+    def run(i: int) -> None:
+        try:
+            results[i] = target(i, barrier)
+        except BaseException as exc:
+            results[i] = exc
+            barrier.abort()  # release the others instead of leaving them waiting
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
+    with _high_contention():
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return results
+
+
+def _errors(results: list[Any]) -> list[str]:
+    """What the workers raised, the cause first (the others only saw a broken barrier)."""
+    raised = [r for r in results if isinstance(r, BaseException)]
+    raised.sort(key=lambda exc: isinstance(exc, threading.BrokenBarrierError))
+    return [describe(exc) for exc in raised]
+
+
+def _one_winner(results: list[Any], markers: list[str], stored: Any, what: str) -> str:
+    errors = _errors(results)
+    if errors:
+        raise AssertionError(f"{what}: racers raised {errors[:3]}")
+    winners = [markers[i] for i, r in enumerate(results) if r is True]
+    if len(winners) != 1:
+        raise AssertionError(f"{what}: {len(winners)} of {len(results)} racers won, expected 1")
+    if stored is None or stored[1] != winners[0]:
+        raise AssertionError(f"{what}: the stored envelope {stored} is not the winner's")
+    return winners[0]
+
+
+def create_race_threads(ctx: KitContext) -> str:
+    """K racers create the same session at once: exactly one wins."""
+    storage = ctx.storage()
+    k, rounds = ctx.profile.racers, ctx.profile.race_rounds
+    markers = [f"racer-{i}" for i in range(k)]
+    for _ in range(rounds):
+        sid = fresh_session_id()
+
+        def race(i: int, barrier: threading.Barrier, sid: str = sid) -> bool:
+            snapshot = make_snapshot(sid, 1, markers[i])
+            barrier.wait()
+            return saved(storage, snapshot, None, "create race")
+
+        results = _run_threads(k, race)
+        _one_winner(results, markers, observe(storage.load(sid)), "create race")
+    return f"{rounds} rounds of {k} racers: one winner each"
+
+
+def cas_race_threads(ctx: KitContext) -> str:
+    """K racers update from the same cursor at once: exactly one wins."""
+    storage = ctx.storage()
+    k, rounds = ctx.profile.racers, ctx.profile.race_rounds
+    markers = [f"racer-{i}" for i in range(k)]
+    for _ in range(rounds):
+        sid = fresh_session_id()
+        expect_save(storage, make_snapshot(sid, 1, "base"), None, True, "create")
+
+        def race(i: int, barrier: threading.Barrier, sid: str = sid) -> bool:
+            snapshot = make_snapshot(sid, 2, markers[i])
+            barrier.wait()
+            return saved(storage, snapshot, 1, "cas race")
+
+        results = _run_threads(k, race)
+        _one_winner(results, markers, observe(storage.load(sid)), "cas race")
+    return f"{rounds} rounds of {k} racers: one winner each"
+
+
+def counter_workload(ctx: KitContext) -> str:
+    """N workers x M increments through read/CAS retry loops: final cursor == acknowledged saves."""
+    storage = ctx.storage()
+    sid = fresh_session_id()
+    expect_save(storage, make_snapshot(sid, 1, "start"), None, True, "create")
+    workers, increments = ctx.profile.counter_workers, ctx.profile.counter_increments
+
+    def work(i: int, barrier: threading.Barrier) -> tuple[int, int, int]:
+        acked = unknown = refused = 0
+        barrier.wait()
+        for n in range(increments):
+            while True:
+                current = observe(storage.load(sid))
+                if current is None:
+                    raise AssertionError("the counter session vanished")
+                snapshot = make_snapshot(sid, current[0] + 1, f"w{i}-{n}")
+                try:
+                    if saved(storage, snapshot, current[0], "increment"):
+                        acked += 1
+                        break
+                    refused += 1
+                except StorageUnavailable:
+                    continue
+                except OutcomeUnknown:
+                    unknown += 1
+                    break
+        return acked, unknown, refused
+
+    results = _run_threads(workers, work)
+    errors = _errors(results)
+    if errors:
+        raise AssertionError(f"workers raised {errors[:3]}")
+    acked = 1 + sum(r[0] for r in results)
+    unknown = sum(r[1] for r in results)
+    refused = sum(r[2] for r in results)
+    final = observe(storage.load(sid))
+    cursor = 0 if final is None else final[0]
+    if not acked <= cursor <= acked + unknown:
+        raise AssertionError(
+            f"final cursor {cursor} but {acked} saves were acknowledged"
+            f" ({unknown} unknown): {'lost' if cursor < acked else 'phantom'} updates"
+        )
+    return f"{acked} acknowledged saves, final cursor {cursor}, {refused} conflicts retried"
+
+
+# --------------------------------------------------------------------------- histories
+
+
+def run_history_worker(
+    storage: Any,
+    worker: int,
+    seed: int,
+    keys: list[str],
+    ops: int,
+    deletes: bool,
+    lockstep: Callable[[], Any],
+) -> list[Operation]:
+    """A random mix of load, create, good and stale CAS, delete; every call timed.
+
+    Each operation takes its call time, then waits at ``lockstep`` (a barrier shared by all
+    workers) before it calls the adapter. The operations of one round therefore overlap by
+    construction, however the OS schedules the workers on a loaded machine; the interval
+    only grows by the wait, which can make the checker more lenient, never wrong.
+
+    ``StorageUnavailable`` drops the operation (nothing applied); ``OutcomeUnknown`` records
+    it as unknown (``return_ns = inf``). Any other exception propagates.
+    """
+    rng = random.Random(f"{seed}:{worker}")
+    view: dict[str, Any] = {}
+    out: list[Operation] = []
+    for n in range(ops):
+        key = rng.choice(keys)
+        roll = rng.random()
+        kind = "load"
+        op_input: Any = None
+        if key in view and roll >= 0.3:
+            seen = view[key]
+            good = None if seen is None else seen[0]
+            if roll < 0.75:
+                expected = good
+            elif roll < 0.92 or not deletes:
+                expected = rng.choice([None, 1, (good or 1) - 1, (good or 0) + 1])
+            else:
+                kind = "delete"
+            if kind == "load":
+                kind = "save"
+                op_input = (expected, ((expected or 0) + 1, f"p{worker}-{n}"))
+        call = time.monotonic_ns()
+        lockstep()
+        try:
+            if kind == "load":
+                output: Any = observe(storage.load(key))
+                view[key] = output
+            elif kind == "save":
+                expected, value = op_input
+                output = saved(storage, make_snapshot(key, value[0], value[1]), expected, "save")
+                if output:
+                    view[key] = value
+                else:
+                    view.pop(key, None)  # reload before the next write on this key
+            else:
+                output = storage.delete(key)
+                view.pop(key, None)
+        except StorageUnavailable:
+            continue
+        except OutcomeUnknown:
+            out.append(Operation(worker, kind, op_input, UNKNOWN, call, math.inf, key))
+            view.pop(key, None)
+            continue
+        out.append(Operation(worker, kind, op_input, output, call, time.monotonic_ns(), key))
+    return out
+
+
+def _verdict(result: CheckResult) -> str:
+    if result.verdict != "ok":
+        raise AssertionError(str(result))
+    return (
+        f"{result.operations} ops on {result.parts} keys linearizable "
+        f"({result.overlapping_pairs} overlapping pairs, {result.refusals} conflicts, "
+        f"{result.steps} search steps)"
+    )
+
+
+def linearizability_threads(ctx: KitContext) -> str:
+    """A recorded random workload from K threads is linearizable, with real contention."""
+    storage = ctx.storage()
+    p = ctx.profile
+    keys = [fresh_session_id() for _ in range(p.history_keys)]
+    deletes = has_delete(storage)
+
+    def work(i: int, barrier: threading.Barrier) -> list[Operation]:
+        return run_history_worker(
+            storage, i, ctx.seed, keys, p.history_ops, deletes, lambda: barrier.wait(60)
+        )
+
+    results = _run_threads(p.history_workers, work)
+    errors = _errors(results)
+    if errors:
+        raise AssertionError(f"workers raised {errors[:3]}")
+    ops = [op for part in results for op in part]
+    result = check_history(
+        ops,
+        CasRegisterModel(),
+        max_steps=p.max_steps,
+        timeout_s=p.timeout_s,
+        require_contention=True,
+    )
+    return _verdict(result)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _build(factory: Any) -> Any:
+    if isinstance(factory, str):
+        from ..storage.url import open_storage
+
+        return open_storage(factory)
+    return factory()
+
+
+def _process_main(
+    factory: Any,
+    worker: int,
+    barrier: Any,
+    plan: dict[str, Any],
+    queue: Any,
+) -> None:
+    """One spawned racer: a create race, a CAS race, then a recorded workload."""
+    from ._kit import close_storage
+
+    report: dict[str, Any] = {"worker": worker}
+    try:
+        storage = _build(factory)
+        try:
+            marker = f"proc-{worker}"
+            create = make_snapshot(plan["create_sid"], 1, marker)
+            update = make_snapshot(plan["cas_sid"], 2, marker)
+            barrier.wait(60)
+            report["create"] = saved(storage, create, None, "create race")
+            barrier.wait(60)
+            report["cas"] = saved(storage, update, 1, "cas race")
+            report["ops"] = run_history_worker(
+                storage,
+                worker,
+                plan["seed"],
+                plan["keys"],
+                plan["ops"],
+                plan["deletes"],
+                lambda: barrier.wait(60),
+            )
+        finally:
+            close_storage(storage)
+    except BaseException as exc:
+        report["error"] = describe(exc)
+        with contextlib.suppress(Exception):
+            barrier.abort()
+    queue.put(report)
+
+
+def processes(ctx: KitContext) -> str:
+    """K spawned processes: one create winner, one CAS winner, a linearizable history."""
+    from ._kit import CheckSkipped
+
+    factory = ctx.process_factory
+    if factory is None:
+        raise CheckSkipped("processes not requested (pass processes=True and a picklable factory)")
+    try:
+        pickle.dumps(factory)
+    except Exception as exc:
+        raise AssertionError(f"the storage factory is not picklable: {exc}") from exc
+    storage = ctx.storage()
+    p = ctx.profile
+    k = p.process_racers
+    plan: dict[str, Any] = {
+        "create_sid": fresh_session_id(),
+        "cas_sid": fresh_session_id(),
+        "keys": [fresh_session_id() for _ in range(p.history_keys)],
+        "seed": ctx.seed,
+        "ops": p.process_ops,
+        "deletes": has_delete(storage),
+    }
+    expect_save(storage, make_snapshot(plan["cas_sid"], 1, "base"), None, True, "create")
+    spawn = multiprocessing.get_context("spawn")
+    barrier = spawn.Barrier(k)
+    queue = spawn.Queue()
+    procs = [
+        spawn.Process(target=_process_main, args=(factory, i, barrier, plan, queue), daemon=True)
+        for i in range(k)
+    ]
+    for proc in procs:
+        proc.start()
+    reports = [queue.get(timeout=p.timeout_s + 120) for _ in procs]
+    for proc in procs:
+        proc.join(30)
+    errors = [r["error"] for r in reports if "error" in r]
+    if errors:
+        raise AssertionError(f"process racers failed: {errors[:3]}")
+    markers = [f"proc-{r['worker']}" for r in reports]
+    _one_winner(
+        [r["create"] for r in reports],
+        markers,
+        observe(storage.load(plan["create_sid"])),
+        "create race",
+    )
+    _one_winner(
+        [r["cas"] for r in reports], markers, observe(storage.load(plan["cas_sid"])), "cas race"
+    )
+    ops = [op for r in reports for op in r["ops"]]
+    result = check_history(
+        ops,
+        CasRegisterModel(),
+        max_steps=p.max_steps,
+        timeout_s=p.timeout_s,
+        require_contention=True,
+    )
+    return f"{k} processes: one create winner, one CAS winner; " + _verdict(result)
+
+
+# --------------------------------------------------------------------------- error mapping
+
+
+def error_mapping(ctx: KitContext) -> str:
+    """Under driver faults every call ends as a bool, or a typed error chained to its cause.
+
+    ``make_faulty_storage()`` must return an adapter on the *same data* as ``make_storage()``
+    whose driver fails (times out, drops connections). Through it the kit saves with the
+    correct expected cursor and settles each outcome through a healthy adapter: ``False``
+    while the cursor did not move is a fault reported as a conflict; ``StorageUnavailable``
+    after the write applied is a lie about "nothing applied".
+    """
+    from ._kit import CheckSkipped
+
+    if ctx.make_faulty is None:
+        raise CheckSkipped("no make_faulty_storage factory given")
+    healthy = ctx.storage()
+    faulty = ctx.make_faulty()
+    ctx.opened.append(faulty)
+    sid = fresh_session_id()
+    expect_save(healthy, make_snapshot(sid, 1, "v1"), None, True, "create (healthy)")
+    counts = {"ok": 0, "unavailable": 0, "unknown": 0}
+    cursor = 1
+    for n in range(ctx.profile.faulty_calls):
+        snapshot = make_snapshot(sid, cursor + 1, f"f{n}")
+        try:
+            if n % 3 == 0:
+                faulty.load(sid)
+                counts["ok"] += 1
+                continue
+            result = faulty.save(snapshot, cursor)
+        except StorageError as exc:
+            if exc.__cause__ is None:
+                raise AssertionError(f"call {n}: {describe(exc)} has no __cause__") from exc
+            after = observe(healthy.load(sid))
+            if isinstance(exc, StorageUnavailable):
+                counts["unavailable"] += 1
+                if after is None or after[0] != cursor:
+                    raise AssertionError(
+                        f"call {n}: StorageUnavailable but the save applied ({after})"
+                    ) from exc
+            else:
+                counts["unknown"] += 1
+            if after is not None:
+                cursor = after[0]
+            continue
+        except Exception as exc:
+            raise AssertionError(f"call {n}: {describe(exc)} escaped") from exc
+        if not isinstance(result, bool):
+            raise AssertionError(f"call {n}: save returned {result!r}")
+        after = observe(healthy.load(sid))
+        if result is False:
+            raise AssertionError(
+                f"call {n}: save returned False (conflict) with the correct expected cursor "
+                f"{cursor}; stored {after}: a fault was reported as a conflict"
+            )
+        counts["ok"] += 1
+        cursor += 1
+        if after != (cursor, f"f{n}"):
+            raise AssertionError(f"call {n}: acknowledged save not visible ({after})")
+    faults = counts["unavailable"] + counts["unknown"]
+    if faults == 0:
+        raise AssertionError(
+            f"the faulty factory injected no fault in {ctx.profile.faulty_calls} calls: "
+            "the check proves nothing"
+        )
+    return (
+        f"{counts['ok']} ok, {counts['unavailable']} StorageUnavailable, "
+        f"{counts['unknown']} OutcomeUnknown; all typed, chained and honest"
+    )

@@ -1,0 +1,148 @@
+"""Shared plumbing of the conformance kit: profiles, the per-run context, small assertions."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import AkchatError, StorageError
+from ._envelopes import Observed, observe
+
+__all__ = ["PROFILES", "CheckSkipped", "KitContext", "Profile", "close_storage"]
+
+
+class CheckSkipped(Exception):
+    """The adapter lacks an optional capability the check needs."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How hard the kit pushes. ``default`` fits a CI run; ``deep`` is for nightly runs."""
+
+    racers: int = 8
+    race_rounds: int = 3
+    counter_workers: int = 4
+    counter_increments: int = 20
+    history_workers: int = 8
+    history_ops: int = 40
+    history_keys: int = 3
+    large_decisions: int = 8
+    large_confirmations: int = 1_000
+    faulty_calls: int = 60
+    process_racers: int = 8
+    process_ops: int = 25
+    max_steps: int = 20_000_000
+    timeout_s: float = 60.0
+
+
+PROFILES: dict[str, Profile] = {
+    "default": Profile(),
+    "deep": Profile(
+        racers=16,
+        race_rounds=20,
+        counter_workers=8,
+        counter_increments=100,
+        history_workers=16,
+        history_ops=150,
+        history_keys=5,
+        large_decisions=64,
+        faulty_calls=500,
+        process_racers=16,
+        process_ops=100,
+        max_steps=200_000_000,
+        timeout_s=600.0,
+    ),
+}
+
+
+def close_storage(storage: Any) -> None:
+    """Close an adapter however it closes: ``close()``, or its context-manager exit."""
+    close = getattr(storage, "close", None)
+    if callable(close):
+        close()
+    elif hasattr(storage, "__exit__"):
+        storage.__exit__(None, None, None)
+
+
+@dataclass
+class KitContext:
+    """What one run of the checks shares: factories, profile, seed, opened adapters."""
+
+    make: Callable[[], Any]
+    profile: Profile
+    seed: int
+    make_faulty: Callable[[], Any] | None = None
+    process_factory: Any = None
+    is_async: bool = False
+    opened: list[Any] = field(default_factory=list)
+
+    def storage(self) -> Any:
+        """A new adapter from the factory, closed at the end of the check."""
+        storage = self.make()
+        self.opened.append(storage)
+        return storage
+
+    def close_all(self) -> None:
+        while self.opened:
+            with contextlib.suppress(Exception):
+                close_storage(self.opened.pop())
+
+    @contextlib.contextmanager
+    def closing(self) -> Iterator[KitContext]:
+        try:
+            yield self
+        finally:
+            self.close_all()
+
+
+def has_delete(storage: Any) -> bool:
+    return callable(getattr(storage, "delete", None))
+
+
+def require_delete(storage: Any) -> None:
+    if not has_delete(storage):
+        raise CheckSkipped("the adapter has no delete() (optional capability)")
+
+
+def saved(storage: Any, snapshot: Any, expected: int | None, what: str) -> bool:
+    """Call ``save`` and insist on a real ``bool``."""
+    result = storage.save(snapshot, expected)
+    if not isinstance(result, bool):
+        raise AssertionError(f"{what}: save returned {result!r}, not a bool")
+    return result
+
+
+def expect_save(storage: Any, snapshot: Any, expected: int | None, want: bool, what: str) -> None:
+    got = saved(storage, snapshot, expected, what)
+    if got is not want:
+        raise AssertionError(
+            f"{what}: save(cursor={snapshot.cursor}, expected={expected}) "
+            f"returned {got}, expected {want}"
+        )
+
+
+def expect_stored(storage: Any, session_id: str, want: Observed, what: str) -> None:
+    got = observe(storage.load(session_id))
+    if got != want:
+        raise AssertionError(f"{what}: load returned {_show(got)}, expected {_show(want)}")
+
+
+def _show(observed: Observed) -> str:
+    return "nothing" if observed is None else f"cursor={observed[0]} marker={observed[1]!r}"
+
+
+def describe(exc: BaseException) -> str:
+    """One line naming an exception and whether it is one of ours."""
+    kind = "typed" if isinstance(exc, AkchatError) else "UNTYPED"
+    return f"{kind} {type(exc).__name__}: {exc}"
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    return isinstance(exc, StorageError)
+
+
+async def maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value

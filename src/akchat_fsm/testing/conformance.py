@@ -1,0 +1,245 @@
+"""The storage conformance kit: does an adapter honour the ``SessionStorage`` contract?
+
+Function form (usable anywhere)::
+
+    from akchat_fsm.testing import check_session_storage
+
+    report = check_session_storage(lambda: MyStorage(dsn))
+    print(report)          # one line per check
+    assert report.ok
+
+Pytest form: subclass :class:`akchat_fsm.testing.pytest_plugin.SessionStorageConformance`;
+each check becomes its own test.
+
+``make_storage()`` may return an adapter on a database shared with earlier calls: every check
+uses fresh random session ids and never assumes an empty store. Checks that need an optional
+capability (``delete``, ``open_connections()``, a faulty factory, processes) are *skipped*,
+not failed, when it is absent; ``report.ok`` is true when nothing failed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import ConfigError
+from . import _concurrent, _sequential
+from ._bridge import AsyncBridge, EventLoopThread
+from ._kit import PROFILES, CheckSkipped, KitContext, describe
+
+__all__ = [
+    "CHECKS",
+    "CheckOutcome",
+    "ConformanceReport",
+    "check_session_storage",
+    "run_check",
+]
+
+Status = Literal["passed", "failed", "skipped"]
+
+#: Every check, in the order the kit runs them. Names are stable (they are test ids).
+CHECKS: dict[str, Callable[[KitContext], str]] = {
+    "round_trip": _sequential.round_trip,
+    "round_trip_unicode": _sequential.round_trip_unicode,
+    "round_trip_large": _sequential.round_trip_large,
+    "load_returns_a_copy": _sequential.load_returns_a_copy,
+    "create_only": _sequential.create_only,
+    "stale_cursor_refused": _sequential.stale_cursor_refused,
+    "future_cursor_refused": _sequential.future_cursor_refused,
+    "missing_session_refused": _sequential.missing_session_refused,
+    "cursor_advances_by_one": _sequential.cursor_advances_by_one,
+    "delete": _sequential.delete,
+    "session_isolation": _sequential.session_isolation,
+    "interleaving_read_read_save_save": _sequential.interleaving_read_read_save_save,
+    "interleaving_create_create": _sequential.interleaving_create_create,
+    "interleaving_stale_after_two_saves": _sequential.interleaving_stale_after_two_saves,
+    "interleaving_save_after_delete": _sequential.interleaving_save_after_delete,
+    "interleaving_create_after_delete": _sequential.interleaving_create_after_delete_race,
+    "create_race_threads": _concurrent.create_race_threads,
+    "cas_race_threads": _concurrent.cas_race_threads,
+    "counter_workload": _concurrent.counter_workload,
+    "linearizability_threads": _concurrent.linearizability_threads,
+    "processes": _concurrent.processes,
+    "error_mapping": _concurrent.error_mapping,
+    "no_open_connections": _sequential.no_open_connections,
+}
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """The result of one check: ``status`` is ``passed``, ``failed`` or ``skipped``."""
+
+    name: str
+    status: Status
+    detail: str
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def __str__(self) -> str:
+        label = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[self.status]
+        return f"{label} {self.name} ({self.seconds:.2f}s): {self.detail}"
+
+
+@dataclass
+class ConformanceReport:
+    """Every check's outcome; ``ok`` is true when none failed."""
+
+    results: list[CheckOutcome] = field(default_factory=list)
+    seed: int = 0
+    profile: str = "default"
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    @property
+    def failed(self) -> list[CheckOutcome]:
+        return [r for r in self.results if r.status == "failed"]
+
+    @property
+    def skipped(self) -> list[CheckOutcome]:
+        return [r for r in self.results if r.status == "skipped"]
+
+    def __getitem__(self, name: str) -> CheckOutcome:
+        for result in self.results:
+            if result.name == name:
+                return result
+        raise KeyError(name)
+
+    def __str__(self) -> str:
+        verdict = "OK" if self.ok else "FAILED"
+        head = (
+            f"session storage conformance: {verdict} — {len(self.results)} checks, "
+            f"{len(self.failed)} failed, {len(self.skipped)} skipped "
+            f"(profile={self.profile}, seed={self.seed}, {self.seconds:.1f}s)"
+        )
+        return "\n".join([head, *(f"  {r}" for r in self.results)])
+
+
+def _run_one(name: str, ctx: KitContext) -> CheckOutcome:
+    started = time.monotonic()
+    status: Status
+    try:
+        with ctx.closing():
+            detail = CHECKS[name](ctx)
+        status = "passed"
+    except CheckSkipped as exc:
+        status, detail = "skipped", str(exc)
+    except AssertionError as exc:
+        status, detail = "failed", str(exc) or type(exc).__name__
+    except Exception as exc:  # an adapter raising anything else is a failure, not a crash
+        status, detail = "failed", f"raised {describe(exc)}"
+    return CheckOutcome(name, status, detail, time.monotonic() - started)
+
+
+def _process_factory(make_storage: Any, processes: bool | None) -> Any:
+    if processes is False:
+        return None
+    if processes is None:
+        # Auto: a URL names a database other processes can open too, unless it is private.
+        shared = isinstance(make_storage, str) and not (
+            make_storage.startswith("memory:")
+            or make_storage in ("sqlite://", "sqlite:///:memory:")
+        )
+        return make_storage if shared else None
+    return make_storage
+
+
+def _factory(make_storage: Any) -> Callable[[], Any]:
+    if isinstance(make_storage, str):
+        from ..storage.url import open_storage
+
+        url = make_storage
+        return lambda: open_storage(url)
+    if not callable(make_storage):
+        raise ConfigError(f"make_storage must be a callable or a storage URL, got {make_storage!r}")
+    return make_storage  # type: ignore[no-any-return]
+
+
+def check_session_storage(
+    make_storage: Callable[[], Any] | str | None,
+    *,
+    make_async: Callable[[], Any] | None = None,
+    make_faulty_storage: Callable[[], Any] | None = None,
+    profile: Literal["default", "deep"] = "default",
+    processes: bool | None = None,
+    seed: int | None = None,
+    progress: Callable[[CheckOutcome], None] | None = None,
+    only: list[str] | None = None,
+) -> ConformanceReport:
+    """Run the conformance kit and return a :class:`ConformanceReport` (never raises on a
+    non-conformant adapter; only on bad arguments, with ``ConfigError``).
+
+    ``make_storage``: a zero-argument factory of a sync adapter, or a storage URL for
+    ``open_storage``. ``make_async``: a factory (sync or async) of the asyncio twin; its
+    checks are reported as ``async:<name>``. ``make_faulty_storage``: an adapter on the same
+    data whose driver fails, for the ``error_mapping`` check. ``processes``: also race
+    ``spawn`` processes (needs a picklable factory; ``None`` = only for a shared-database
+    URL). ``seed`` makes the workloads replay; ``progress`` is called after each check;
+    ``only`` restricts the run to some check names.
+    """
+    if profile not in PROFILES:
+        raise ConfigError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+    names = list(CHECKS) if only is None else list(only)
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown:
+        raise ConfigError(f"unknown check name(s) {unknown}; see CHECKS")
+    if make_storage is None and make_async is None:
+        raise ConfigError("give make_storage, make_async or both")
+    seed = random.randrange(2**32) if seed is None else seed
+    report = ConformanceReport(seed=seed, profile=profile)
+    started = time.monotonic()
+
+    def record(outcome: CheckOutcome) -> None:
+        report.results.append(outcome)
+        if progress is not None:
+            progress(outcome)
+
+    if make_storage is not None:
+        ctx = KitContext(
+            make=_factory(make_storage),
+            profile=PROFILES[profile],
+            seed=seed,
+            make_faulty=make_faulty_storage,
+            process_factory=_process_factory(make_storage, processes),
+        )
+        for name in names:
+            record(_run_one(name, ctx))
+    if make_async is not None:
+        loop = EventLoopThread()
+        factory = make_async
+        try:
+            ctx = KitContext(
+                make=lambda: AsyncBridge(loop, factory),
+                profile=PROFILES[profile],
+                seed=seed,
+                is_async=True,
+            )
+            for name in names:
+                if name in ("processes", "error_mapping"):
+                    continue  # sync-only: processes rebuild sync adapters
+                outcome = _run_one(name, ctx)
+                record(
+                    CheckOutcome(f"async:{name}", outcome.status, outcome.detail, outcome.seconds)
+                )
+        finally:
+            loop.stop()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def run_check(
+    name: str,
+    make_storage: Callable[[], Any] | str | None,
+    **options: Any,
+) -> CheckOutcome:
+    """Run one check (the pytest form's building block); options as for the function form."""
+    report = check_session_storage(make_storage, only=[name], **options)
+    return report.results[0]
