@@ -1,1 +1,63 @@
-"""akchat_fsm.storage."""
+"""Session storage: the compare-and-set port and the shipped adapters.
+
+``MemoryStorage`` and ``SQLiteStorage`` (stdlib) import eagerly; ``PostgresStorage`` needs
+the ``postgres`` extra (psycopg 3) and ``RedisStorage`` the ``redis`` extra (redis-py), so
+they import on first access. ``open_storage(url)`` picks one from a URL.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .memory import AsyncMemoryStorage, MemoryStorage
+from .port import (
+    AsyncDeletableSessionStorage,
+    AsyncManagedSessionStorage,
+    AsyncSessionStorage,
+    DeletableSessionStorage,
+    ManagedSessionStorage,
+    SessionStorage,
+    StoredValue,
+)
+from .sqlite import AsyncSQLiteStorage, SQLiteStorage
+from .url import open_async_storage, open_storage
+
+if TYPE_CHECKING:
+    from .postgres import AsyncPostgresStorage, PostgresStorage
+    from .redis import AsyncRedisStorage, RedisStorage
+
+__all__ = [
+    "AsyncDeletableSessionStorage",
+    "AsyncManagedSessionStorage",
+    "AsyncMemoryStorage",
+    "AsyncPostgresStorage",
+    "AsyncRedisStorage",
+    "AsyncSQLiteStorage",
+    "AsyncSessionStorage",
+    "DeletableSessionStorage",
+    "ManagedSessionStorage",
+    "MemoryStorage",
+    "PostgresStorage",
+    "RedisStorage",
+    "SQLiteStorage",
+    "SessionStorage",
+    "StoredValue",
+    "open_async_storage",
+    "open_storage",
+]
+
+_LAZY = {
+    "PostgresStorage": ".postgres",
+    "AsyncPostgresStorage": ".postgres",
+    "RedisStorage": ".redis",
+    "AsyncRedisStorage": ".redis",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(module, __name__), name)

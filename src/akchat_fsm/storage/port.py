@@ -26,15 +26,18 @@ manager whose exit closes its connections. See ``docs/adapters.md``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from types import TracebackType
+from typing import Any, Protocol, Self, runtime_checkable
 
 from ..wire.session import SessionSnapshot
 from ._cas import check_session_id
 
 __all__ = [
     "AsyncDeletableSessionStorage",
+    "AsyncManagedSessionStorage",
     "AsyncSessionStorage",
     "DeletableSessionStorage",
+    "ManagedSessionStorage",
     "SessionStorage",
     "StoredValue",
     "check_session_id",
@@ -74,3 +77,33 @@ class AsyncDeletableSessionStorage(AsyncSessionStorage, Protocol):
     """The asyncio twin of :class:`DeletableSessionStorage`."""
 
     async def delete(self, session_id: str) -> None: ...
+
+
+class ManagedSessionStorage(DeletableSessionStorage, Protocol):
+    """What every shipped sync adapter is: deletable, closable, a context manager."""
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+class AsyncManagedSessionStorage(AsyncDeletableSessionStorage, Protocol):
+    """What every shipped asyncio adapter is: deletable, ``aclose()``, an async context manager."""
+
+    async def aclose(self) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...

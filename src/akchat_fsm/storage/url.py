@@ -20,11 +20,12 @@ parameter or a bad value raises :class:`~akchat_fsm.errors.ConfigError`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigError
 from .memory import AsyncMemoryStorage, MemoryStorage
+from .port import AsyncManagedSessionStorage, ManagedSessionStorage
 from .sqlite import AsyncSQLiteStorage, SQLiteStorage
 
 __all__ = ["open_async_storage", "open_storage"]
@@ -99,7 +100,20 @@ def _redis_args(parts: Any, query: dict[str, str]) -> dict[str, Any]:
     return args
 
 
-def open_storage(url: str) -> Any:
+def _extra(module: str, extra: str) -> Any:
+    """Import an adapter module whose driver is an optional extra."""
+    from importlib import import_module
+
+    try:
+        return import_module(module, __package__)
+    except ImportError as exc:
+        raise ConfigError(
+            f"The {extra} adapter needs its driver: pip install 'akchat-fsm[{extra}]'.",
+            hint=_URL_HINT,
+        ) from exc
+
+
+def open_storage(url: str) -> ManagedSessionStorage:
     """A new synchronous adapter for ``url`` (see the module table). Close it when done."""
     scheme, parts, query = _split(url)
     if scheme == "memory":
@@ -108,17 +122,15 @@ def open_storage(url: str) -> Any:
     if scheme == "sqlite":
         return SQLiteStorage(**_sqlite_args(parts, query))
     if scheme in ("postgresql", "postgres"):
-        from .postgres import PostgresStorage
-
-        return PostgresStorage(**_postgres_args(parts, query))
+        module = _extra(".postgres", "postgres")
+        return cast(ManagedSessionStorage, module.PostgresStorage(**_postgres_args(parts, query)))
     if scheme in ("redis", "rediss", "unix"):
-        from .redis import RedisStorage
-
-        return RedisStorage(**_redis_args(parts, query))
+        module = _extra(".redis", "redis")
+        return cast(ManagedSessionStorage, module.RedisStorage(**_redis_args(parts, query)))
     raise ConfigError(f"Unknown storage URL scheme {scheme!r}.", hint=_URL_HINT)
 
 
-def open_async_storage(url: str) -> Any:
+def open_async_storage(url: str) -> AsyncManagedSessionStorage:
     """A new asyncio adapter for ``url`` (see the module table). ``aclose()`` it when done."""
     scheme, parts, query = _split(url)
     if scheme == "memory":
@@ -127,11 +139,12 @@ def open_async_storage(url: str) -> Any:
     if scheme == "sqlite":
         return AsyncSQLiteStorage(**_sqlite_args(parts, query))
     if scheme in ("postgresql", "postgres"):
-        from .postgres import AsyncPostgresStorage
-
-        return AsyncPostgresStorage(**_postgres_args(parts, query))
+        module = _extra(".postgres", "postgres")
+        adapter = module.AsyncPostgresStorage(**_postgres_args(parts, query))
+        return cast(AsyncManagedSessionStorage, adapter)
     if scheme in ("redis", "rediss", "unix"):
-        from .redis import AsyncRedisStorage
-
-        return AsyncRedisStorage(**_redis_args(parts, query))
+        module = _extra(".redis", "redis")
+        return cast(
+            AsyncManagedSessionStorage, module.AsyncRedisStorage(**_redis_args(parts, query))
+        )
     raise ConfigError(f"Unknown storage URL scheme {scheme!r}.", hint=_URL_HINT)
