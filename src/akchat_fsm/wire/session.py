@@ -21,13 +21,16 @@ from pydantic import (
     Field,
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
+    ValidationError,
     ValidationInfo,
     model_validator,
 )
+from pydantic._internal._model_construction import ModelMetaclass
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
+from ..errors import InvalidSessionSnapshot
 from ._js import (
     DATETIME_PATTERN,
     IDENTIFIER_PATTERN,
@@ -58,6 +61,9 @@ VERSION = 1
 MAX_TERMINAL_TURNS = 64
 MAX_CONFIRMATIONS = 1_000
 MAX_DECISIONS = 1_000
+
+INVALID_SNAPSHOT: Final = "SESSION_INVALID_SNAPSHOT"
+PAYLOAD_INVALID: Final = "Session snapshot payload is invalid."
 
 #: Validation-context key: the caller guarantees no string holds an astral character, so
 #: code-point lengths (checked by pydantic-core) already are UTF-16 lengths.
@@ -163,7 +169,26 @@ def _invalid(what: str) -> PydanticCustomError:
 
 
 # --------------------------------------------------------------------------- models
-class _Wire(BaseModel):
+class _WireMeta(ModelMetaclass):
+    """Translates constructor errors into our typed error.
+
+    A metaclass ``__call__`` runs for ``Model(...)`` only, never for the instances pydantic-core
+    builds while validating nested data, so the decoder keeps its all-Rust speed (overriding
+    ``__init__`` would route every nested model through Python).
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            instance = super().__call__(*args, **kwargs)
+        except ValidationError as exc:
+            raise InvalidSessionSnapshot(INVALID_SNAPSHOT, PAYLOAD_INVALID) from exc
+        check = getattr(instance, "_check_standalone", None)
+        if check is not None and not check():
+            raise InvalidSessionSnapshot(INVALID_SNAPSHOT, PAYLOAD_INVALID)
+        return instance
+
+
+class _Wire(BaseModel, metaclass=_WireMeta):
     model_config = ConfigDict(
         frozen=True,
         extra="ignore",
@@ -189,9 +214,8 @@ class ConfirmationBinding(_Wire):
 class RouteDecision(_Wire):
     """A cached deterministic route decision, replayed in order on resume.
 
-    Its UTF-16 length bounds are enforced by the enclosing :class:`Conversation` (one pass
-    over all decisions instead of a Python call per decision); a decision on its own has its
-    code-point lengths checked only. Use :meth:`fits_utf16` to check one standalone.
+    Its UTF-16 length bounds are enforced by the constructor and by the enclosing
+    :class:`Conversation` (one pass over all decisions, not a Python call per decision).
     """
 
     message_id: Identifier
@@ -201,6 +225,9 @@ class RouteDecision(_Wire):
     content: DecisionContent  # type: ignore[valid-type]
     from_state: StateName  # type: ignore[valid-type]
     to_state: StateName  # type: ignore[valid-type]
+
+    def _check_standalone(self) -> bool:
+        return self.fits_utf16()
 
     def fits_utf16(self) -> bool:
         """Whether every bounded string fits its limit counted in UTF-16 code units."""
