@@ -13,7 +13,7 @@ from ..errors import IllegalTransition
 from ..machines.cursor import CursorEvent, CursorPhase
 from ..machines.tables import CURSOR_TABLE
 
-__all__ = ["CursorState", "begin_save", "cursor_step", "reloaded", "save_settled"]
+__all__ = ["NEW_CURSOR", "CursorState", "begin_save", "cursor_step", "reloaded", "save_settled"]
 
 MACHINE = "session_cursor"
 
@@ -34,13 +34,9 @@ class CursorState:
         """What the next save expects: ``None`` (create-only) while nothing is stored."""
         return None if self.phase is CursorPhase.NEW else self.cursor
 
-    @classmethod
-    def new(cls) -> CursorState:
-        return cls(CursorPhase.NEW, 0)
 
-    @classmethod
-    def stored(cls, cursor: int) -> CursorState:
-        return cls(CursorPhase.IN_SYNC, cursor)
+#: A session object with nothing stored yet (its first save is create-only).
+NEW_CURSOR = CursorState(CursorPhase.NEW, 0)
 
 
 def cursor_step(phase: CursorPhase, event: CursorEvent, stored: bool) -> CursorPhase:

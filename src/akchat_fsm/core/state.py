@@ -18,7 +18,7 @@ from ..machines.cursor import CursorEvent, CursorPhase
 from ..wire._js import MAX_SAFE_INTEGER
 from ..wire.session import Conversation, SessionSnapshot
 from . import cursor as _cursor
-from .cursor import CursorState
+from .cursor import NEW_CURSOR, CursorState
 from .effects import Effect, SaveSnapshot
 
 __all__ = [
@@ -113,12 +113,12 @@ def new_session(
         )
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         raise ConfigError("Session options are invalid.") from exc
-    return SessionState(snapshot, CursorState.new())
+    return SessionState(snapshot, NEW_CURSOR)
 
 
 def resumed(snapshot: SessionSnapshot) -> SessionState:
     """A session restored from storage at ``snapshot.cursor``."""
-    return SessionState(snapshot, CursorState.stored(snapshot.cursor))
+    return SessionState(snapshot, CursorState(CursorPhase.IN_SYNC, snapshot.cursor))
 
 
 def _saving(state: SessionState, snapshot: SessionSnapshot, now_ms: int) -> Step:
