@@ -98,3 +98,30 @@ def test_fuzz_values_spliced_into_valid_snapshots(
 @example("1" * 5000)
 def test_fuzz_arbitrary_text(raw: str | bytes) -> None:
     _only_typed(raw)
+
+
+_PYTHON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=5)
+    | st.binary(max_size=5)
+    | st.datetimes(),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.frozensets(st.integers(), max_size=2)
+        | st.dictionaries(st.text(max_size=4) | st.integers(), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(_PYTHON_VALUES, controlled_snapshots(max_messages=1), st.data())
+def test_fuzz_arbitrary_python_values(raw: Any, wire: dict[str, Any], data: st.DataObject) -> None:
+    _only_typed(raw)
+    key = data.draw(st.sampled_from(sorted(wire)))
+    wire[key] = raw
+    _only_typed(wire)
+    _only_typed({"version": 1, "messages": [raw]})
