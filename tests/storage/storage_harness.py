@@ -36,6 +36,7 @@ class Client:
         self.adapter = adapter
         self.is_async = is_async
         self._runner = asyncio.Runner() if is_async else None
+        self.closed = False
 
     def _call(self, name: str, *args: Any) -> Any:
         method = getattr(self.adapter, name)
@@ -55,6 +56,9 @@ class Client:
         self._call("delete", session_id)
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         if self._runner is None:
             self.adapter.close()
         else:

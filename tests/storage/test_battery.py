@@ -144,3 +144,14 @@ def test_counter_workload_loses_no_update(harness: Harness, unique_id: str) -> N
     acked = harness.race(4, worker)
     assert json.loads(harness.client().load(unique_id))["cursor"] == 1 + sum(acked)
     assert sum(acked) == 60
+
+
+def test_close_leaves_no_open_connection(harness: Harness, unique_id: str) -> None:
+    c = harness.client()
+    assert c.save(snap(unique_id, 1), None)
+    assert c.save(snap(unique_id, 2), 1)
+    assert c.load(unique_id) is not None
+    expected_open = 0 if harness.name == "memory" else 1
+    assert c.adapter.open_connections() == expected_open
+    c.close()
+    assert c.adapter.open_connections() == 0

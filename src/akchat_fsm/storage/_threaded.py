@@ -25,6 +25,8 @@ class _Blocking(Protocol):
 
     def close(self) -> None: ...
 
+    def open_connections(self) -> int: ...
+
 
 S = TypeVar("S", bound=_Blocking)
 
@@ -46,6 +48,10 @@ class ThreadedAsyncStorage(Generic[S]):
     async def delete(self, session_id: str) -> None:
         """Forget ``session_id``; a missing session is not an error."""
         await asyncio.to_thread(self.sync.delete, session_id)
+
+    def open_connections(self) -> int:
+        """Connections the wrapped adapter holds open (0 after ``aclose``)."""
+        return self.sync.open_connections()
 
     async def aclose(self) -> None:
         """Close the wrapped adapter (waits for a call in flight to finish)."""

@@ -51,6 +51,10 @@ class MemoryStorage:
         with self._lock:
             self._rows.pop(key, None)
 
+    def open_connections(self) -> int:
+        """Always 0: nothing to leak (the leak-check capability of the conformance kit)."""
+        return 0
+
     def close(self) -> None:
         """Nothing to release; present so every adapter closes the same way."""
 
@@ -88,6 +92,10 @@ class AsyncMemoryStorage:
     async def delete(self, session_id: str) -> None:
         """Forget ``session_id``; a missing session is not an error."""
         self.sync.delete(session_id)
+
+    def open_connections(self) -> int:
+        """Always 0: nothing to leak."""
+        return 0
 
     async def aclose(self) -> None:
         """Nothing to release."""

@@ -226,6 +226,10 @@ class PostgresStorage:
         """Forget ``session_id``; a missing session is not an error."""
         self._run(self._plan.delete, (check_session_id(session_id),), write=True)
 
+    def open_connections(self) -> int:
+        """1 while a connection is open, else 0 (the kit's leak check)."""
+        return 0 if self._conn is None or self._conn.closed else 1
+
     def close(self) -> None:
         """Close the connection; later calls raise ``StorageUnavailable``."""
         with self._lock:
@@ -323,6 +327,10 @@ class AsyncPostgresStorage:
     async def delete(self, session_id: str) -> None:
         """Forget ``session_id``; a missing session is not an error."""
         await self._run(self._plan.delete, (check_session_id(session_id),), write=True)
+
+    def open_connections(self) -> int:
+        """1 while a connection is open, else 0 (the kit's leak check)."""
+        return 0 if self._conn is None or self._conn.closed else 1
 
     async def aclose(self) -> None:
         """Close the connection; later calls raise ``StorageUnavailable``."""

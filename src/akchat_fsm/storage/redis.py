@@ -122,6 +122,19 @@ def _peer_hung_up(conn: Any) -> bool:
         return False
 
 
+def _connected(pool: Any) -> int:
+    """How many of a pool's connections hold a socket (the kit's leak check)."""
+    conns = [
+        *getattr(pool, "_available_connections", ()),
+        *getattr(pool, "_in_use_connections", ()),
+    ]
+    return sum(
+        1
+        for c in conns
+        if getattr(c, "_sock", None) is not None or getattr(c, "is_connected", False)
+    )
+
+
 def _text(reply: Any) -> str | None:
     return None if reply is None else bytes(reply).decode("utf-8")
 
@@ -194,6 +207,10 @@ class RedisStorage:
     def delete(self, session_id: str) -> None:
         """Forget ``session_id``; a missing session is not an error."""
         self._call(self._plan.delete_command(session_id), write=True)
+
+    def open_connections(self) -> int:
+        """Pooled connections holding a socket (0 after ``close``)."""
+        return _connected(self.pool)
 
     def close(self) -> None:
         """Disconnect every pooled connection."""
@@ -273,6 +290,10 @@ class AsyncRedisStorage:
     async def delete(self, session_id: str) -> None:
         """Forget ``session_id``; a missing session is not an error."""
         await self._call(self._plan.delete_command(session_id), write=True)
+
+    def open_connections(self) -> int:
+        """Pooled connections holding a socket (0 after ``aclose``)."""
+        return _connected(self.pool)
 
     async def aclose(self) -> None:
         """Disconnect every pooled connection."""

@@ -165,6 +165,10 @@ class SQLiteStorage:
             return True
 
     # ------------------------------------------------------------------ lifecycle
+    def open_connections(self) -> int:
+        """1 while a connection is open, else 0 (the kit's leak check)."""
+        return 0 if self._conn is None else 1
+
     def close(self) -> None:
         """Close the connection (rolling back nothing: no transaction outlives a call)."""
         with self._lock:
