@@ -73,15 +73,8 @@ class SessionStorageConformance:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        base = SessionStorageConformance
-        has_sync = (
-            cls.make_storage is not base.make_storage
-            or cls.storage_factory is not base.storage_factory
-        )
-        has_async = (
-            cls.make_async_storage is not base.make_async_storage
-            or cls.async_storage_factory is not base.async_storage_factory
-        )
+        has_sync = _overrides(cls, "make_storage", "storage_factory")
+        has_async = _overrides(cls, "make_async_storage", "async_storage_factory")
         for name in CHECKS:
             if name in cls.skip_checks:
                 continue
@@ -146,6 +139,16 @@ class SessionStorageConformance:
                 f"{outcome.name} (replay: --akchat-conformance-seed={seed}): {outcome.detail}",
                 pytrace=False,
             )
+
+
+def _overrides(cls: type, *names: str) -> bool:
+    """Whether a subclass (not the mixin itself) defines any of ``names``."""
+    return any(
+        name in klass.__dict__
+        for klass in cls.__mro__
+        if klass is not SessionStorageConformance and issubclass(klass, SessionStorageConformance)
+        for name in names
+    )
 
 
 def _sync_test(name: str) -> Callable[..., None]:
