@@ -101,3 +101,18 @@ def test_messages_failure_keeps_the_reason_as_a_note() -> None:
 def test_shell_over_10000_messages_is_a_shell_failure() -> None:
     assert layer_of(base(messages=[None] * 10_001)) == "shell"
     assert layer_of(base(messages=[None] * 10_000)) == "messages"
+
+
+def test_effective_message_limit_is_the_record_node_budget() -> None:
+    message = {
+        "id": "m",
+        "role": "assistant",
+        "content": "",
+        "status": "complete",
+        "createdAt": "2026-07-14T00:00:00.000Z",
+    }
+    fits = base(messages=[dict(message) for _ in range(1666)])
+    assert len(parse_controlled_snapshot(fits).messages) == 1666
+    # the same dict object repeated is a shared reference, refused like a cycle (ADR-0030)
+    assert layer_of(base(messages=[message] * 2)) == "messages"
+    assert layer_of(base(messages=[dict(message) for _ in range(1667)])) == "messages"

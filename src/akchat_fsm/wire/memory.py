@@ -181,7 +181,8 @@ def _enter(container: object, size: int, nodes: int, seen: set[int]) -> None:
 def _key(key: object) -> str:
     if not isinstance(key, str):
         _reject("object key is not a string")
-    if utf16_len(key) > MAX_KEY_UNITS:
+    # Fast path: a key of <= 128 code points is at most 256 UTF-16 units.
+    if len(key) > MAX_KEY_UNITS // 2 and utf16_len(key) > MAX_KEY_UNITS:
         _reject(f"object key longer than {MAX_KEY_UNITS} UTF-16 units")
     return str.__str__(key)
 
