@@ -244,3 +244,26 @@ def test_invalid_upstream_tool_call_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError):
         asyncio.run(coordinator(Broken()).propose("pay", {}))
+
+
+def test_failed_propose_leaves_no_ghost_record() -> None:
+    class Failing(Upstream):
+        async def propose_tool_call(self, call: dict[str, Any]) -> dict[str, Any]:
+            raise self.error
+
+    upstream = Failing()
+    confirmations = coordinator(upstream)
+    with pytest.raises(RuntimeError) as caught:
+        asyncio.run(confirmations.propose("pay", {}))
+    assert caught.value is upstream.error
+    assert confirmations.records() == ()
+    assert confirmations.by_tool_call("app-choice-1") is None
+
+
+def test_args_sent_upstream_are_a_copy() -> None:
+    upstream = Upstream()
+    args = {"items": [1, 2]}
+    record = asyncio.run(coordinator(upstream).propose("pay", args))
+    upstream.proposed[0]["args"]["items"].append(3)
+    args["items"].append(4)
+    assert record.input["items"] == (1, 2)
