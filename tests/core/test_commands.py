@@ -156,7 +156,7 @@ def test_propose_plans_one_upstream_effect_then_records_pending() -> None:
     assert isinstance(save, SaveSnapshot) and save.expected_cursor is None
     (binding,) = save.snapshot.confirmations
     # The record binds what upstream returned (id and args), not what was requested.
-    assert (binding.tool_call_id, binding.input, binding.status) == (
+    assert (binding.tool_call_id, dict(binding.input), binding.status) == (
         "call-1",
         {"to": "b"},
         ConfirmationStatus.PENDING,

@@ -36,8 +36,8 @@ def test_every_table_cell_is_drawn(name: str, fmt: str) -> None:
     assert text == diagram(name, fmt)  # same bytes twice: no id()-based names
     drawn = list(edges(spec))
     # Every legal (state, event, guard) cell is covered by exactly one drawn edge.
-    for (state, event, guard), target in spec.table.items():
-        labels = {"", spec.guard if guard else f"!{spec.guard}"}
+    for (state, event, value), target in spec.table.items():
+        labels = {"", spec.guard if value else f"!{spec.guard}"}
         matches = [e for e in drawn if e[:2] == (state, event) and e[2] in labels]
         assert [m[3] for m in matches] == [target]
     for source, event, guard, target in drawn:

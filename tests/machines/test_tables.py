@@ -101,9 +101,9 @@ def test_tables_are_read_only(name: str) -> None:
 
 def _cells(name: str) -> st.SearchStrategy[tuple[Any, Any, bool]]:
     spec = MACHINES[name]
-    return st.tuples(
-        st.sampled_from(list(spec.states)), st.sampled_from(list(spec.events)), st.booleans()
-    )
+    states: list[Any] = [*spec.states]
+    events: list[Any] = [*spec.events]
+    return st.tuples(st.sampled_from(states), st.sampled_from(events), st.booleans())
 
 
 @pytest.mark.parametrize("name", sorted(MACHINES))
