@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
@@ -101,8 +102,8 @@ def test_tables_are_read_only(name: str) -> None:
 
 def _cells(name: str) -> st.SearchStrategy[tuple[Any, Any, bool]]:
     spec = MACHINES[name]
-    states: list[Any] = [*spec.states]
-    events: list[Any] = [*spec.events]
+    states: list[Any] = [*cast("Iterable[Any]", spec.states)]
+    events: list[Any] = [*cast("Iterable[Any]", spec.events)]
     return st.tuples(st.sampled_from(states), st.sampled_from(events), st.booleans())
 
 
