@@ -3,10 +3,18 @@
 PostgreSQL and Redis run against the real servers with a fresh table / key prefix. Their
 spawn-process racers run in the deep profile only (each costs ~10 s of process start-up on
 two cores); SQLite races processes on every run.
+
+``error_mapping`` gets real driver faults: a second connection holds the write lock in
+bursts (SQLite ``BEGIN IMMEDIATE``; PostgreSQL ``LOCK TABLE ... IN EXCLUSIVE MODE`` on the
+test's own table) while the faulty adapter runs with a tiny busy / statement timeout. Redis
+is left out: the equivalent (``CLIENT PAUSE WRITE``) would pause every client of the shared
+server.
 """
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,18 +23,79 @@ from typing import Any
 import pytest
 
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
+from akchat_fsm.storage.sqlite import SQLiteStorage
 from akchat_fsm.storage.url import open_async_storage
 from akchat_fsm.testing import check_session_storage
 from akchat_fsm.testing.pytest_plugin import SessionStorageConformance
 
-# No shipped adapter reports open connections, and driver-fault injection into the real
-# drivers is the storage battery's job (tests/storage): the kit's error_mapping check is
-# exercised against test doubles in test_conformance.py.
-NOT_APPLICABLE = frozenset({"no_open_connections", "error_mapping"})
+
+class _LockBursts:
+    """Hold a write lock for 0.3 s out of every 0.35 s, from the first ``start()`` on."""
+
+    def __init__(self, hold_once: Callable[[threading.Event, threading.Event], None]) -> None:
+        self._hold_once = hold_once
+        self._stop = threading.Event()
+        self._held = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the bursts; return once the lock is held (so the first calls do fail)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+            self._held.wait(10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._hold_once(self._stop, self._held)
+            self._stop.wait(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+
+def _sqlite_bursts(path: Path) -> _LockBursts:
+    def hold(stop: threading.Event, held: threading.Event) -> None:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=10)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            held.set()
+            stop.wait(0.3)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    return _LockBursts(hold)
+
+
+def _pg_bursts(pg_url: str, table: str) -> _LockBursts:
+    import psycopg
+
+    def hold(stop: threading.Event, held: threading.Event) -> None:
+        with psycopg.connect(pg_url) as conn:
+            try:
+                conn.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE")
+            except psycopg.errors.UndefinedTable:
+                return  # not created yet
+            held.set()
+            stop.wait(0.3)
+
+    return _LockBursts(hold)
+
+
+def _faulty(bursts: _LockBursts, make: Callable[[], Any]) -> Callable[[], Any]:
+    def factory() -> Any:
+        bursts.start()
+        return make()
+
+    return factory
 
 
 class TestMemoryConformance(SessionStorageConformance):
-    skip_checks = NOT_APPLICABLE | {"processes"}  # a private in-process store
+    # A private in-process store: no other process sees it, and it has no driver to fail.
+    skip_checks = frozenset({"processes", "error_mapping"})
 
     def make_storage(self) -> Any:
         return MemoryStorage()
@@ -37,11 +106,18 @@ class TestMemoryConformance(SessionStorageConformance):
 
 class TestSQLiteConformance(SessionStorageConformance):
     processes = True
-    skip_checks = NOT_APPLICABLE
 
     @pytest.fixture
     def storage_factory(self, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'kit.db'}"  # a URL: picklable for spawn racers
+
+    @pytest.fixture
+    def faulty_storage_factory(self, tmp_path: Path) -> Iterator[Callable[[], Any]]:
+        path = tmp_path / "kit.db"
+        SQLiteStorage(path).close()  # the table exists before the lock bursts start
+        bursts = _sqlite_bursts(path)
+        yield _faulty(bursts, lambda: SQLiteStorage(path, busy_timeout=0.01))
+        bursts.stop()
 
     @pytest.fixture
     def async_storage_factory(self, tmp_path: Path) -> Callable[[], Any]:
@@ -50,13 +126,18 @@ class TestSQLiteConformance(SessionStorageConformance):
 
 
 @pytest.fixture
-def pg_kit_url(pg_url: str) -> Iterator[str]:
+def pg_table(pg_url: str) -> Iterator[str]:
     import psycopg
 
     table = f"kit_{uuid.uuid4().hex[:12]}"
-    yield f"{pg_url}?table={table}"
+    yield table
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+@pytest.fixture
+def pg_kit_url(pg_url: str, pg_table: str) -> str:
+    return f"{pg_url}?table={pg_table}"
 
 
 @pytest.fixture
@@ -76,11 +157,23 @@ def redis_kit_url(redis_url: str) -> Iterator[str]:
 
 @pytest.mark.postgres
 class TestPostgresConformance(SessionStorageConformance):
-    skip_checks = NOT_APPLICABLE | {"processes"}  # see test_processes_deep below
+    skip_checks = frozenset({"processes"})  # see test_processes_deep below
 
     @pytest.fixture
     def storage_factory(self, pg_kit_url: str) -> str:
         return pg_kit_url
+
+    @pytest.fixture
+    def faulty_storage_factory(self, pg_url: str, pg_table: str) -> Iterator[Callable[[], Any]]:
+        from akchat_fsm.storage.postgres import PostgresStorage
+
+        with PostgresStorage(pg_url, table=pg_table) as first:
+            first.load("warm-up")  # connects, which creates the table the bursts lock
+        bursts = _pg_bursts(pg_url, pg_table)
+        yield _faulty(
+            bursts, lambda: PostgresStorage(pg_url, table=pg_table, statement_timeout_ms=20)
+        )
+        bursts.stop()
 
     @pytest.fixture
     def async_storage_factory(self, pg_kit_url: str) -> Callable[[], Any]:
@@ -102,7 +195,7 @@ class TestPostgresSerializableConformance(TestPostgresConformance):
 
 @pytest.mark.redis
 class TestRedisConformance(SessionStorageConformance):
-    skip_checks = NOT_APPLICABLE | {"processes"}  # see test_processes_deep below
+    skip_checks = frozenset({"processes", "error_mapping"})  # see the module docstring
 
     @pytest.fixture
     def storage_factory(self, redis_kit_url: str) -> str:
