@@ -186,8 +186,15 @@ def plan_resolve(
             state, token, intent, now_ms, session_id=session_id, reason=reason
         )
 
+    if session_id is not None and session_id != holder.session_id:
+        raise InvalidConfirmationToken()  # bound to another session: inert, nothing read
     try:
-        step = yield from apply(holder, claim, CLAIM_ATTEMPTS)
+        try:
+            step = yield from apply(holder, claim, CLAIM_ATTEMPTS)
+        except InvalidConfirmationToken:
+            # Maybe proposed by another client since this object last read storage.
+            yield from reload(holder)
+            step = yield from apply(holder, claim, CLAIM_ATTEMPTS)
     except AlreadyResolved as resolved:
         record = resolved.record
         if isinstance(record, ConfirmationBinding) and settled_for(intent, record.status):
@@ -285,8 +292,7 @@ def plan_reconcile(
 
     See :mod:`akchat_fsm.session.reconcile` for the rule and when it is safe to run.
     """
-    if holder.needs_reload:
-        yield from reload(holder)
+    yield from reload(holder)  # recovery works from what storage holds now
     targets = [b for b in holder.snapshot.confirmations if b.status.is_processing]
     if not targets:
         return ()

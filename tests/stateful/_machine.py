@@ -1,0 +1,347 @@
+"""The resolution-protocol state machine: several clients, one storage, one counting upstream.
+
+Each client resumes the same session from the same storage and runs the library's real plans
+one effect at a time. Rules start an operation, perform the next effect (normally, with an
+unknown outcome, unavailable, or with upstream failing), crash a client between any two
+steps, move the clock past expiry, and reconcile. The invariants are checked after every step.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from akchat_fsm.errors import OutcomeUnknown, StorageUnavailable
+from akchat_fsm.machines.confirmation import ConfirmationEvent
+from akchat_fsm.session import ChatDefinition, _confirm, _ops
+from akchat_fsm.session._state import SessionHolder
+from akchat_fsm.session.effects import Approve, Deny, Emit, Load, Plan, Save
+from akchat_fsm.testing.faulty import FaultyStorage
+from akchat_fsm.wire.decode import decode_session_snapshot
+from akchat_fsm.wire.enums import ConfirmationStatus
+from akchat_fsm.wire.session import SessionSnapshot
+
+from ._world import FakeMemory, FakeUpstream, RecordingStorage, Stepper, UpstreamBoom, perform
+
+CLIENTS = 3
+#: Most steps succeed; each fault applies only to the effects it fits (else the step is normal).
+FAULTS = ("ok",) * 5 + ("unknown", "unavailable", "upstream", "upstream-acted")
+TTL_MS = 150
+DEFINITION = ChatDefinition("stateful")
+# Resolutions are weighted up: they are what the invariants are about.
+OPS = ("approve",) * 4 + ("reject",) * 2 + ("expire", "propose", "persist", "turn", "reload")
+INTENTS = {
+    "approve": ConfirmationEvent.APPROVE,
+    "reject": ConfirmationEvent.REJECT,
+    "expire": ConfirmationEvent.EXPIRE,
+}
+#: How a resolution plan is built; the "bite" tests swap in deliberately broken ones.
+ResolvePlan = Callable[[SessionHolder, str, ConfirmationEvent], Plan[Any]]
+EXPECTED_CALL = {
+    ConfirmationStatus.APPROVED: "approve",
+    ConfirmationStatus.REJECTED: "deny",
+    ConfirmationStatus.EXPIRED: "deny",
+}
+
+
+def correct_resolve(holder: SessionHolder, token: str, intent: ConfirmationEvent) -> Plan[Any]:
+    return _confirm.plan_resolve(holder, token, intent, reason="no")
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.holder: SessionHolder | None = None
+        self.run: Stepper | None = None
+        self.op = ""
+
+    @property
+    def busy(self) -> bool:
+        return self.run is not None and not self.run.done
+
+
+class ResolutionProtocol(RuleBasedStateMachine):
+    """Subclasses set ``make_storage`` (a factory of the real adapter under test)."""
+
+    make_storage: ClassVar[Callable[[], Any]]
+    resolve_plan: ClassVar[ResolvePlan] = staticmethod(correct_resolve)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.session_id = f"sf-{uuid.uuid4().hex[:20]}"
+        self.recording = RecordingStorage(type(self).make_storage())
+        self.storage = FaultyStorage(self.recording)
+        self.upstream = FakeUpstream()
+        self.memory = FakeMemory(self.upstream)
+        self.now = 1_000
+        self.clients = [_Client() for _ in range(CLIENTS)]
+        self.terminal_seen: dict[str, ConfirmationStatus] = {}
+        self.holds: dict[int, set[str]] = {i: set() for i in range(CLIENTS)}
+        self.last_cursor = 0
+        self.finished: list[Stepper] = []
+        self._snapshot: SessionSnapshot | None = None
+
+    # ------------------------------------------------------------------ helpers
+    def clock(self) -> int:
+        return self.now
+
+    def stored(self) -> SessionSnapshot | None:
+        raw = self.recording.inner.load(self.session_id)
+        if raw is None:
+            return None
+        result = decode_session_snapshot(raw)
+        assert result.snapshot is not None, result.diagnostic
+        return result.snapshot
+
+    def tokens(self) -> list[str]:
+        snapshot = self.stored()
+        return [] if snapshot is None else [b.token for b in snapshot.confirmations]
+
+    def _plan(self, client: _Client, op: str, pick: int) -> Plan[Any]:
+        holder = client.holder
+        assert holder is not None
+        if op in INTENTS:
+            # Mostly a live (pending or processing) record: that is where the races are.
+            stored = self.stored()
+            bindings = () if stored is None else stored.confirmations
+            live = [b.token for b in bindings if not b.status.is_terminal]
+            tokens = (live if live and pick < 6 else [b.token for b in bindings]) or ["confirm-0"]
+            return type(self).resolve_plan(holder, tokens[pick % len(tokens)], INTENTS[op])
+        if op == "propose":
+            return _confirm.plan_propose(holder, "email.send", {"n": pick}, ttl_ms=TTL_MS)
+        if op == "persist":
+            return _ops.plan_persist(holder)
+        if op == "turn":
+            return _ops.plan_claim_turn(holder, f"turn-{pick % 4}", 30)
+        from akchat_fsm.session._state import reload
+
+        return reload(holder)
+
+    def _drain_emits(self, run: Stepper) -> None:
+        while isinstance(run.next, Emit):
+            run.feed(None)
+
+    def _after_step(self, index: int, client: _Client) -> None:
+        run = client.run
+        assert run is not None
+        self._drain_emits(run)
+        if run.done:
+            if client.op == "resume" and run.error is None:
+                client.holder = run.result
+            if run.error is not None and client.op == "resume":
+                client.holder = None
+            self.holds[index].clear()
+            self.finished.append(run)
+
+    def _note_claims(self, index: int, before: SessionSnapshot | None) -> None:
+        after = self.stored()
+        if after is None:
+            return
+        old = {} if before is None else {b.token: b.status for b in before.confirmations}
+        for binding in after.confirmations:
+            if (
+                binding.status.is_processing
+                and old.get(binding.token) is ConfirmationStatus.PENDING
+            ):
+                self.holds[index].add(binding.token)
+
+    def _runnable(self, index: int) -> _Client:
+        return self.clients[index % CLIENTS]
+
+    # ------------------------------------------------------------------ rules
+    @initialize()
+    def create_session(self) -> None:
+        holder = SessionHolder.fresh(DEFINITION, self.session_id, self.clock)
+        # Start with two pending confirmations, so resolutions race from the first step.
+        plans = [_ops.plan_persist(holder)] + [
+            _confirm.plan_propose(holder, "email.send", {"n": n}, ttl_ms=TTL_MS) for n in (1, 2)
+        ]
+        for plan in plans:
+            run = Stepper(plan)
+            while not run.done:
+                run.feed(perform(run.next, self.storage, self.upstream, self.memory))
+            assert run.error is None, run.error
+        for client in self.clients:  # every client starts resumed from that stored state
+            resume = Stepper(_ops.plan_resume(DEFINITION, self.session_id, self.clock))
+            resume.feed(perform(resume.next, self.storage, self.upstream, self.memory))
+            client.holder = resume.result
+
+    def _pick(self, c: int, ok: Callable[[_Client], bool]) -> int | None:
+        """The ``c``-th client (cyclically) for which ``ok`` holds, so every rule does work."""
+        candidates = [i for i, client in enumerate(self.clients) if ok(client)]
+        return candidates[c % len(candidates)] if candidates else None
+
+    @rule(
+        c=st.integers(0, CLIENTS - 1),
+        op=st.sampled_from(OPS),
+        pick=st.integers(0, 7),
+        fault=st.sampled_from(FAULTS),
+    )
+    def advance(self, c: int, op: str, pick: int, fault: str) -> None:
+        """Client ``c`` takes one step: an idle client starts ``op`` (a dead one first resumes
+        from storage); a busy one performs its next effect, perhaps with ``fault``.
+
+        One rule for both, so Hypothesis' swarm testing never disables progress on its own.
+        ``unknown``: the save applies but the client is told the outcome is unknown (through
+        the kit's ``FaultyStorage``). ``unavailable``: the storage call fails before applying.
+        ``upstream`` / ``upstream-acted``: upstream raises before / after acting.
+        """
+        client = self.clients[c]
+        if client.busy:
+            self._step(c, fault)
+            return
+        if client.holder is None:
+            client.op = "resume"
+            client.run = Stepper(_ops.plan_resume(DEFINITION, self.session_id, self.clock))
+        else:
+            client.op = op
+            client.run = Stepper(self._plan(client, op, pick))
+        self._after_step(c, client)
+
+    def _step(self, index: int, fault: str) -> None:
+        """A busy client performs its next effect, perhaps with a fault that fits the effect.
+
+        ``unknown``: the save applies but the client is told the outcome is unknown (through
+        the kit's ``FaultyStorage``). ``unavailable``: the storage call fails before applying.
+        ``upstream`` / ``upstream-acted``: upstream raises before / after acting.
+        """
+        client = self.clients[index]
+        run = client.run
+        assert run is not None
+        effect = run.next
+        before = self.stored()
+        if fault == "unknown" and isinstance(effect, Save):
+            self.storage.fail_next_save("unknown_after_apply")
+            with pytest.raises(OutcomeUnknown) as unknown:
+                self.storage.save(effect.snapshot, effect.expected_cursor)
+            run.throw(unknown.value)
+        elif fault == "unavailable" and isinstance(effect, Save | Load):
+            with pytest.raises(StorageUnavailable) as unavailable:
+                if isinstance(effect, Save):
+                    self.storage.fail_next_save("unavailable")
+                    self.storage.save(effect.snapshot, effect.expected_cursor)
+                else:
+                    self.storage.fail_next_load("unavailable")
+                    self.storage.load(effect.session_id)
+            run.throw(unavailable.value)
+        elif fault.startswith("upstream") and isinstance(effect, Approve | Deny):
+            if fault == "upstream-acted":
+                perform(effect, self.storage, self.upstream, self.memory)
+            run.throw(UpstreamBoom("upstream failed"))
+        else:
+            run.feed(perform(effect, self.storage, self.upstream, self.memory))
+        self._note_claims(index, before)
+        self._after_step(index, client)
+
+    @precondition(lambda self: any(c.holder is not None or c.busy for c in self.clients))
+    @rule(c=st.integers(0, CLIENTS - 1))
+    def crash(self, c: int) -> None:
+        """A client dies between two steps; it must resume from storage to come back."""
+        index = self._pick(c, lambda client: client.holder is not None or client.busy)
+        if index is not None:
+            self._crash(index)
+
+    def _crash(self, c: int) -> None:
+        client = self.clients[c]
+        if client.run is not None and not client.run.done:
+            client.run.crash()
+        client.run, client.holder = None, None
+        self.holds[c].clear()
+
+    @rule(ms=st.integers(1, 80))
+    def tick(self, ms: int) -> None:
+        self.now += ms
+
+    @precondition(lambda self: not any(self.holds.values()))
+    @rule(release=st.booleans())
+    def reconcile(self, release: bool) -> None:
+        """Recovery, run when no live client holds a claim (the documented precondition)."""
+        self._reconcile(release)
+
+    def _reconcile(self, release: bool) -> None:
+        holder_run = Stepper(_ops.plan_resume(DEFINITION, self.session_id, self.clock))
+        while not holder_run.done:
+            holder_run.feed(perform(holder_run.next, self.storage, self.upstream, self.memory))
+        assert holder_run.error is None, holder_run.error
+        run = Stepper(_confirm.plan_reconcile(holder_run.result, release_untouched=release))
+        while not run.done:
+            run.feed(perform(run.next, self.storage, self.upstream, self.memory))
+        self.finished.append(run)
+
+    # ------------------------------------------------------------------ invariants
+    @invariant()
+    def protocol_invariants(self) -> None:
+        """All five properties, after every step (storage is decoded once per step)."""
+        self._snapshot = self.stored()
+        self.upstream_called_at_most_once_per_tool_call()
+        self.terminal_only_after_upstream_succeeded()
+        self.terminal_records_never_change()
+        self.cursor_moves_up_by_one_per_applied_save()
+        self.no_acknowledged_save_lost()
+
+    def upstream_called_at_most_once_per_tool_call(self) -> None:
+        over = {call: n for call, n in self.upstream.calls.items() if n > 1}
+        assert not over, f"upstream replayed: {over}"
+
+    def terminal_only_after_upstream_succeeded(self) -> None:
+        snapshot = self._snapshot
+        for binding in () if snapshot is None else snapshot.confirmations:
+            if not binding.status.is_terminal or binding.tool_call_id in self.upstream.born_other:
+                continue
+            acted = self.upstream.acted.get(binding.tool_call_id)
+            assert acted == EXPECTED_CALL[binding.status], (
+                f"{binding.token} is {binding.status} but upstream did {acted!r}"
+            )
+
+    def terminal_records_never_change(self) -> None:
+        snapshot = self._snapshot
+        for binding in () if snapshot is None else snapshot.confirmations:
+            seen = self.terminal_seen.get(binding.token)
+            if seen is not None:
+                assert binding.status is seen, f"{binding.token}: {seen} became {binding.status}"
+            elif binding.status.is_terminal:
+                self.terminal_seen[binding.token] = binding.status
+
+    def cursor_moves_up_by_one_per_applied_save(self) -> None:
+        snapshot = self._snapshot
+        applied = self.recording.applied
+        cursor = 0 if snapshot is None else snapshot.cursor
+        assert sorted(applied) == list(range(1, len(applied) + 1)), sorted(applied)
+        assert cursor == len(applied) >= self.last_cursor
+        self.last_cursor = cursor
+
+    def no_acknowledged_save_lost(self) -> None:
+        runs = [c.run for c in self.clients if c.run is not None] + self.finished
+        for run in runs:
+            for acked in run.acked_saves:
+                assert self.recording.applied.get(acked.cursor) == acked.to_wire()
+        if self.recording.applied:
+            snapshot = self._snapshot
+            assert snapshot is not None
+            assert snapshot.to_wire() == self.recording.applied[max(self.recording.applied)]
+
+    def teardown(self) -> None:
+        # After every client is gone, one recovery settles every processing record, and the
+        # invariants still hold: nothing executed twice, nothing claims what did not happen.
+        try:
+            if self.stored() is None:
+                return
+            for c in range(CLIENTS):
+                self._crash(c)
+            self._reconcile(release=False)
+            self._snapshot = snapshot = self.stored()
+            assert snapshot is not None
+            stuck = [b.token for b in snapshot.confirmations if b.status.is_processing]
+            assert not stuck, f"processing records survived recovery: {stuck}"
+            self.upstream_called_at_most_once_per_tool_call()
+            self.terminal_only_after_upstream_succeeded()
+            self.terminal_records_never_change()
+            self.cursor_moves_up_by_one_per_applied_save()
+        finally:
+            close = getattr(self.recording.inner, "close", None)
+            if close is not None and getattr(type(self), "close_each", False):
+                close()

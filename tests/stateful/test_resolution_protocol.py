@@ -1,0 +1,67 @@
+"""The resolution protocol under interleaving, crashes, unknown outcomes and upstream failures.
+
+One Hypothesis ``RuleBasedStateMachine`` (``_machine.ResolutionProtocol``) against every
+adapter: in-memory and SQLite by default, PostgreSQL and Redis in the full matrix (they need
+the servers; ``AKCHAT_REQUIRE_SERVERS=1`` turns a missing server into a failure). The example
+count comes from the Hypothesis profile (``ci`` by default in CI, ``deep`` = 10x).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from akchat_fsm.storage.memory import MemoryStorage
+from akchat_fsm.storage.sqlite import SQLiteStorage
+
+from ._machine import ResolutionProtocol
+
+
+def run_protocol(make_storage: Callable[[], Any], **overrides: Any) -> None:
+    machine = type("Protocol", (ResolutionProtocol,), {"make_storage": staticmethod(make_storage)})
+    run_state_machine_as_test(machine, settings=settings(settings(), **overrides))
+
+
+def test_protocol_in_memory() -> None:
+    run_protocol(MemoryStorage)
+
+
+def test_protocol_sqlite(tmp_path: Path) -> None:
+    store = SQLiteStorage(tmp_path / "sessions.db")
+    try:
+        run_protocol(lambda: store)
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_protocol_postgres(pg_url: str) -> None:
+    import psycopg
+
+    from akchat_fsm.storage.postgres import PostgresStorage
+
+    table = f"sf_{uuid.uuid4().hex[:12]}"
+    store = PostgresStorage(pg_url, table=table)
+    try:
+        run_protocol(lambda: store)
+    finally:
+        store.close()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+@pytest.mark.redis
+def test_protocol_redis(redis_url: str) -> None:
+    from akchat_fsm.storage.redis import RedisStorage
+
+    store = RedisStorage(redis_url, prefix=f"sf:{uuid.uuid4().hex[:12]}:")
+    try:
+        run_protocol(lambda: store)
+    finally:
+        store.close()
