@@ -38,7 +38,7 @@ from . import records as k
 from .effects import CallApprove, CallDeny, ProposeUpstream
 from .records import Reconciliation, Record, UpstreamToolStatus
 from .retention import KEEP_TERMINAL, MAX_CONFIRMATIONS, live_count, prune_for_admission
-from .state import SessionState, Step, _saving, check_can_save, check_clock
+from .state import SessionState, Step, _saving, check_can_save, check_clock, coerce
 
 __all__ = [
     "DEFAULT_TTL_MS",
@@ -190,15 +190,19 @@ def record_proposal(
     (ADR-0013). If this session already binds the returned tool call, nothing is saved and
     ``accepted`` is ``False`` (upstream is idempotent per id; the existing binding stands).
     """
+    if not isinstance(proposal, Proposal) or not isinstance(call, UpstreamCall):
+        raise _invalid_options()
+    check_clock(now_ms)
     check_can_save(state)
     existing = by_tool_call(state, call.id)
     if existing is not None or find_binding(state, proposal.token) is not None:
         return Step(state, (), accepted=False)
     if not is_identifier(call.id) or not is_identifier(call.name):
         raise LimitExceeded("Upstream tool call does not fit the envelope.", limit="identifier")
+    upstream = coerce(UpstreamToolStatus, call.status, _bad_upstream)
     status = (
         ConfirmationStatus.PENDING
-        if call.status is UpstreamToolStatus.REQUIRES_CONFIRMATION
+        if upstream is UpstreamToolStatus.REQUIRES_CONFIRMATION
         else ConfirmationStatus.REJECTED
     )
     binding = ConfirmationBinding.model_construct(
@@ -215,6 +219,10 @@ def record_proposal(
     new = Record(binding.token, binding.action, binding.tool_call_id, binding.expires_at, status)
     bindings = _bindings(state.snapshot, (*kept, new), binding)
     return _saving(state, state.snapshot.model_copy(update={"confirmations": bindings}), now_ms)
+
+
+def _bad_upstream() -> ConfigError:
+    return ConfigError("Upstream tool-call status is invalid.", hint=CONFIRMATION_HINT)
 
 
 def _with_binding(error: ConfirmationError, state: SessionState, token: str) -> None:
@@ -253,8 +261,15 @@ def claim_resolution(
     """
     check_clock(now_ms)
     _check_session(state, session_id)
+
+    def not_a_claim() -> IllegalTransition:
+        return IllegalTransition("confirmation", "pending", str(event), "not a claim")
+
+    event = coerce(ConfirmationEvent, event, not_a_claim)
     if event not in k.CLAIM_EVENTS:
-        raise IllegalTransition("confirmation", "pending", str(event), "not a claim")
+        raise not_a_claim()
+    if reason is not None and not isinstance(reason, str):
+        raise _invalid_options()
     check_can_save(state)
     try:
         won = k.claim(_records(state.snapshot), token, event, now_ms)
@@ -301,7 +316,8 @@ def reconcile(
     binding = find_binding(state, token)
     if binding is None:
         raise InvalidConfirmationToken()
-    decision = k.reconcile_decision(binding.status, upstream, release_untouched)
+    upstream = coerce(UpstreamToolStatus, upstream, _bad_upstream)
+    decision = k.reconcile_decision(binding.status, upstream, bool(release_untouched))
     current = Record(
         token, binding.action, binding.tool_call_id, binding.expires_at, binding.status
     )

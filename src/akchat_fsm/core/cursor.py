@@ -72,7 +72,7 @@ def save_settled(state: CursorState, event: CursorEvent) -> CursorState:
     post: (__return__.phase == CursorPhase.IN_SYNC) == (event == CursorEvent.SAVED)
     """
     phase = cursor_step(state.phase, event, False)
-    return CursorState(phase, state.cursor + 1 if event is CursorEvent.SAVED else state.cursor)
+    return CursorState(phase, state.cursor + 1 if event == CursorEvent.SAVED else state.cursor)
 
 
 def reloaded(state: CursorState, stored_cursor: int | None) -> CursorState:

@@ -243,6 +243,6 @@ def reconcile_decision(
     """
     if not status.is_processing:
         raise IllegalTransition(MACHINE, str(status), "reconcile", "only a processing record")
-    if upstream is not UpstreamToolStatus.REQUIRES_CONFIRMATION:
+    if upstream != UpstreamToolStatus.REQUIRES_CONFIRMATION:
         return Reconciliation.COMPLETE
     return Reconciliation.RELEASE if release_untouched else Reconciliation.RESUME

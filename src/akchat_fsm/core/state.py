@@ -10,8 +10,11 @@ shell performs :class:`SaveSnapshot` and then calls :func:`save_settled` with wh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import TypeVar
 
 from ..errors import ConfigError, IllegalTransition, IncompatibleSession
 from ..machines.cursor import CursorEvent, CursorPhase
@@ -33,6 +36,8 @@ __all__ = [
     "save_settled",
     "settle_uncertain",
 ]
+
+E = TypeVar("E", bound=StrEnum)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: ``Date.prototype.toISOString`` leaves the four-digit form after year 9999.
@@ -61,6 +66,16 @@ class Step:
     state: SessionState
     effects: tuple[Effect, ...] = ()
     accepted: bool = True
+
+
+def coerce(kind: type[E], value: object, error: Callable[[], Exception]) -> E:
+    """``value`` as a member of ``kind`` (members and their plain strings), else ``error()``."""
+    if isinstance(value, str):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    raise error()
 
 
 def check_clock(now_ms: int) -> int:
@@ -116,8 +131,14 @@ def new_session(
     return SessionState(snapshot, NEW_CURSOR)
 
 
+def _check_snapshot(value: object) -> None:
+    if not isinstance(value, SessionSnapshot):
+        raise ConfigError("Expected a decoded SessionSnapshot.")
+
+
 def resumed(snapshot: SessionSnapshot) -> SessionState:
     """A session restored from storage at ``snapshot.cursor``."""
+    _check_snapshot(snapshot)
     return SessionState(snapshot, CursorState(CursorPhase.IN_SYNC, snapshot.cursor))
 
 
@@ -140,9 +161,14 @@ def persist(state: SessionState, now_ms: int) -> Step:
 
 def save_settled(state: SessionState, outcome: CursorEvent) -> SessionState:
     """Settle the save in flight with ``saved``, ``conflict`` or ``unknown``."""
-    if outcome not in (CursorEvent.SAVED, CursorEvent.CONFLICT, CursorEvent.UNKNOWN):
-        raise IllegalTransition("session_cursor", str(state.cursor.phase), str(outcome))
-    return SessionState(state.snapshot, _cursor.save_settled(state.cursor, outcome))
+
+    def refused() -> IllegalTransition:
+        return IllegalTransition("session_cursor", str(state.cursor.phase), str(outcome))
+
+    event = coerce(CursorEvent, outcome, refused)
+    if event not in (CursorEvent.SAVED, CursorEvent.CONFLICT, CursorEvent.UNKNOWN):
+        raise refused()
+    return SessionState(state.snapshot, _cursor.save_settled(state.cursor, event))
 
 
 def _check_same_session(state: SessionState, stored: SessionSnapshot) -> None:
@@ -161,6 +187,7 @@ def reloaded(state: SessionState, stored: SessionSnapshot | None) -> SessionStat
         return SessionState(
             state.snapshot.model_copy(update={"cursor": 0}), _cursor.reloaded(state.cursor, None)
         )
+    _check_snapshot(stored)
     _check_same_session(state, stored)
     return SessionState(stored, _cursor.reloaded(state.cursor, stored.cursor))
 
@@ -175,6 +202,10 @@ def settle_uncertain(
     """
     if state.cursor.phase is not CursorPhase.UNCERTAIN:
         raise IllegalTransition("session_cursor", str(state.cursor.phase), "settle")
+    if not isinstance(attempted, SaveSnapshot):
+        raise ConfigError("Expected the SaveSnapshot effect that was attempted.")
+    if stored is not None:
+        _check_snapshot(stored)
     applied = stored is not None and stored.to_wire() == attempted.snapshot.to_wire()
     return reloaded(state, stored), applied
 

@@ -7,7 +7,7 @@ this module only maps the envelope's ``activeTurn`` / ``terminalTurns`` and save
 from __future__ import annotations
 
 from ..errors import ConfigError, IllegalTransition, LimitExceeded
-from ..wire._js import MAX_SAFE_INTEGER, is_identifier
+from ..wire._js import MAX_SAFE_INTEGER, is_identifier, utf16_len
 from ..wire.enums import TurnOutcome
 from ..wire.session import (
     MAX_DECISIONS,
@@ -18,7 +18,7 @@ from ..wire.session import (
     TerminalTurn,
 )
 from . import lease as k
-from .state import SessionState, Step, _saving, check_can_save, check_clock
+from .state import SessionState, Step, _saving, check_can_save, check_clock, coerce
 
 __all__ = ["claim_turn", "drop_decisions", "ledger", "record_decision", "release_turn"]
 
@@ -72,9 +72,8 @@ def claim_turn(state: SessionState, turn_id: str, lease_ms: int, now_ms: int) ->
 def release_turn(state: SessionState, turn_id: str, outcome: TurnOutcome, now_ms: int) -> Step:
     """End ``turn_id``'s lease with ``outcome`` (one save); a no-op unless it holds the lease."""
     check_clock(now_ms)
-    if not isinstance(outcome, TurnOutcome):
-        raise ConfigError("Turn release is invalid.")
-    new = k.release_turn(ledger(state.snapshot), turn_id, outcome)
+    how = coerce(TurnOutcome, outcome, lambda: ConfigError("Turn release is invalid."))
+    new = k.release_turn(ledger(state.snapshot), turn_id, how)
     if new is None:
         return Step(state, (), accepted=False)
     check_can_save(state)
@@ -95,6 +94,8 @@ def record_decision(state: SessionState, decision: RouteDecision, now_ms: int) -
     the reference's ``Map``); a new one is appended. ``LimitExceeded`` at 1,000 decisions.
     """
     check_clock(now_ms)
+    if not isinstance(decision, RouteDecision):
+        raise ConfigError("Route decision is invalid.")
     conversation = _conversation(state)
     decisions = list(conversation.decisions)
     index = next((i for i, d in enumerate(decisions) if d.message_id == decision.message_id), -1)
@@ -121,9 +122,12 @@ def drop_decisions(
     """Forget the decisions of ``message_ids`` (e.g. an edited turn became agentic), one save."""
     check_clock(now_ms)
     conversation = _conversation(state)
-    kept = tuple(d for d in conversation.decisions if d.message_id not in message_ids)
-    if not 1 <= len(conversation_state) <= 128:
+    if not isinstance(conversation_state, str) or not 1 <= utf16_len(conversation_state) <= 128:
         raise ConfigError("Conversation state is invalid.")
+    try:
+        kept = tuple(d for d in conversation.decisions if d.message_id not in message_ids)
+    except TypeError as exc:  # an unhashable or non-container message_ids
+        raise ConfigError("Message ids are invalid.") from exc
     check_can_save(state)
     updated = conversation.model_copy(update={"state": conversation_state, "decisions": kept})
     return _saving(state, state.snapshot.model_copy(update={"conversation": updated}), now_ms)
