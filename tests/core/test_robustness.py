@@ -9,7 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from akchat_fsm import core
-from akchat_fsm.core import SessionState, Step, UpstreamCall, UpstreamToolStatus
+from akchat_fsm.core import (
+    ConfirmationEvent,
+    SessionState,
+    Step,
+    UpstreamCall,
+    UpstreamToolStatus,
+)
 from akchat_fsm.errors import AkchatError
 
 from .conftest import T0, fresh, proposed
@@ -49,10 +55,10 @@ def _commands() -> dict[str, Callable[[Any, Any, Any], object]]:
         "record_status": lambda a, b, c: core.record_proposal(
             s, PLAN, UpstreamCall("call-9", "email.send", {}, a), T0
         ),
-        "clock": lambda a, b, c: core.claim_resolution(s, TOKEN, "approve", a),
+        "clock": lambda a, b, c: core.claim_resolution(s, TOKEN, ConfirmationEvent.APPROVE, a),
         "claim_resolution": lambda a, b, c: core.claim_resolution(s, a, b, T0, reason=c),
         "claim_reason": lambda a, b, c: core.claim_resolution(
-            s, TOKEN, "reject", T0, session_id=a, reason=b
+            s, TOKEN, ConfirmationEvent.REJECT, T0, session_id=a, reason=b
         ),
         "complete_resolution": lambda a, b, c: core.complete_resolution(s, a, T0),
         "reconcile": lambda a, b, c: core.reconcile(s, a, b, T0, release_untouched=c),
