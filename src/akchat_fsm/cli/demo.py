@@ -1,0 +1,301 @@
+"""``akchat-fsm demo``: a cross-client approval story, played through the public API.
+
+Several clients, each with its own session object (and its own adapter connection when the
+store is shared), work on one session:
+
+1. alice resumes a new session and proposes tool calls; bob resumes it too;
+2. alice approves; while her upstream call runs, bob approves the same call and loses
+   (:class:`ResolutionInProgress`); afterwards his reject is refused (:class:`AlreadyResolved`);
+3. carol claims a call and dies before calling upstream; dave claims another and dies after
+   upstream acted but before recording it (simulated by :class:`ClientCrashed`, see
+   :mod:`._demo_world`);
+4. an operator runs :func:`akchat_fsm.session.reconcile` from the chat memory: one record is
+   resumed (upstream still ``requires_confirmation``), the other completed (upstream acted);
+5. erin resumes and sees a consistent session; the invariants are checked on what storage
+   holds and what upstream received.
+
+Exit status 0 when every invariant holds, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import AlreadyResolved, ResolutionInProgress
+from ..session import ChatDefinition, ChatSession, reconcile, resume_chat_session
+from ..storage.port import ManagedSessionStorage
+from ..wire.enums import ConfirmationStatus
+from ..wire.session import ConfirmationBinding
+from ._common import EXIT_INVALID, fail, opened_storage, stdout_console
+from ._common import flush as flush_console
+from ._demo_world import ClientCrashed, ClientUpstream, DemoClock, DemoUpstream, id_maker
+from ._envelope import decode_or_fail
+
+__all__ = ["demo", "run_demo"]
+
+DEFINITION = ChatDefinition("demo-assistant")
+
+
+@dataclass
+class Story:
+    """What the demo needs while it runs: the clients' shared world and the narrative."""
+
+    connect: Callable[[], ManagedSessionStorage]
+    clock: DemoClock
+    upstream: DemoUpstream
+    new_id: Callable[[], str]
+    say: Callable[[str, str], None]
+    session_id: str = ""
+    cursors: list[int] = field(default_factory=list)
+
+    def client(self, name: str) -> ChatSession:
+        session = resume_chat_session(
+            DEFINITION, session_id=self.session_id, storage=self.connect(), clock=self.clock
+        )
+        self.seen(session)
+        state = "new session" if not session.exists else "resumed"
+        pending = sum(b.status is ConfirmationStatus.PENDING for b in session.confirmations)
+        self.say(name, f"{state}: cursor {session.cursor}, {pending} pending confirmation(s)")
+        return session
+
+    def seen(self, session: ChatSession) -> None:
+        self.cursors.append(session.cursor)
+
+    def coordinator(self, session: ChatSession, upstream: ClientUpstream | None = None) -> Any:
+        return session.confirmations_for(
+            upstream or ClientUpstream(self.upstream), create_id=self.new_id
+        )
+
+
+def _status(binding: ConfirmationBinding) -> str:
+    return f"{binding.token} is {binding.status.value}"
+
+
+def _crash(story: Story, name: str, token: str, crash: str, act: str) -> None:
+    """A fresh client claims ``token`` and dies at ``crash``; its object is then abandoned."""
+    session = story.client(name)
+    coordinator = story.coordinator(session, ClientUpstream(story.upstream, crash))  # type: ignore[arg-type]
+    try:
+        getattr(coordinator, act)(token)
+    except ClientCrashed as death:
+        stored = decode_or_fail(story.connect().load(story.session_id), "stored session")
+        binding = next(b for b in stored.snapshot.confirmations if b.token == token)
+        story.say(
+            name,
+            f"CRASHED ({death}); storage holds {_status(binding)} at cursor "
+            f"{stored.snapshot.cursor}",
+        )
+        story.cursors.append(stored.snapshot.cursor)
+        return
+    fail(f"demo: {name} was meant to crash during {act}")
+
+
+def play(story: Story) -> ChatSession:
+    """The story itself; returns the last client's session (erin's)."""
+    alice = story.client("alice")
+    alice_confirm = story.coordinator(alice)
+    first = alice_confirm.propose("email.send", {"to": "ops@example.com", "subject": "report"})
+    story.seen(alice)
+    story.say("alice", f"proposed email.send: {_status(first)} (cursor {alice.cursor})")
+    bob = story.client("bob")
+    bob_confirm = story.coordinator(bob)
+
+    def bob_approves_meanwhile(tool_call_id: str) -> None:
+        story.say("bob", f"taps approve on {first.token} while alice's upstream call runs")
+        try:
+            bob_confirm.approve(first.token)
+        except ResolutionInProgress as lost:
+            story.say("bob", f"LOSER: ResolutionInProgress, {_status(lost.record)}; no call")
+        else:
+            story.say("bob", "unexpectedly won the claim")
+        story.seen(bob)
+
+    story.upstream.during_approve = bob_approves_meanwhile
+    won = alice_confirm.approve(first.token)
+    story.seen(alice)
+    story.say("alice", f"WINNER: upstream approve ran once; {_status(won)} (cursor {alice.cursor})")
+    bob.reload()  # his last read showed alice's claim; a stale view would only say "in progress"
+    story.seen(bob)
+    story.say("bob", f"refreshes: cursor {bob.cursor}")
+    try:
+        bob_confirm.reject(first.token, reason="changed my mind")
+        story.say("bob", "unexpectedly rejected a settled call")
+    except AlreadyResolved as settled:
+        story.say("bob", f"reject refused: AlreadyResolved, {_status(settled.record)}; no call")
+    story.seen(bob)
+
+    second = alice_confirm.propose("calendar.create", {"title": "sync", "minutes": 30})
+    third = alice_confirm.propose("refund.issue", {"order": "A-17", "amount": 40})
+    story.seen(alice)
+    story.say(
+        "alice",
+        f"proposed calendar.create ({second.token}) and refund.issue ({third.token}) "
+        f"(cursor {alice.cursor})",
+    )
+    _crash(story, "carol", second.token, "before_upstream", "approve")
+    _crash(story, "dave", third.token, "after_upstream", "reject")
+    try:
+        bob_confirm.approve(second.token)
+    except ResolutionInProgress as stuck:
+        story.say("bob", f"approve {second.token}: ResolutionInProgress ({stuck.record.status})")
+    story.seen(bob)
+
+    for binding in (second, third):
+        status = story.upstream.tool_status(binding.tool_call_id)
+        story.say("memory", f"tool call {binding.tool_call_id} is {status}")
+    operator = story.client("operator")
+    outcomes = reconcile(operator, story.upstream, upstream=story.upstream)
+    story.seen(operator)
+    for outcome in outcomes:
+        story.say(
+            "operator",
+            f"reconcile {outcome.token}: {outcome.before.value} -> {outcome.record.status.value}"
+            f" ({outcome.action})",
+        )
+    story.say("operator", f"reconciled; cursor {operator.cursor}")
+    return story.client("erin")
+
+
+def check_invariants(story: Story, last: ChatSession) -> list[str]:
+    """Every broken invariant, as a sentence (empty when all hold)."""
+    broken: list[str] = []
+    upstream = story.upstream
+    for tool_call in sorted(set(upstream.approve_calls) | set(upstream.deny_calls)):
+        calls = upstream.approve_calls[tool_call] + upstream.deny_calls[tool_call]
+        if calls > 1:
+            broken.append(f"replay: upstream got {calls} approve/deny calls for {tool_call}")
+    stored = decode_or_fail(story.connect().load(story.session_id), "stored session").snapshot
+    for binding in stored.confirmations:
+        if binding.status is ConfirmationStatus.APPROVED:
+            called = upstream.approve_calls[binding.tool_call_id]
+        elif binding.status.is_terminal:
+            called = upstream.deny_calls[binding.tool_call_id]
+        else:
+            called = 1
+        if called != 1:
+            broken.append(f"false completion: {_status(binding)} but upstream was not called")
+        if not binding.status.is_terminal:
+            broken.append(f"unsettled: {_status(binding)}")
+    if any(b < a for a, b in zip(story.cursors, story.cursors[1:], strict=False)):
+        broken.append(f"cursor went down: {story.cursors}")
+    if stored.cursor != last.cursor or stored.confirmations != last.confirmations:
+        broken.append("the resumed session differs from what storage holds")
+    return broken
+
+
+def _summary(session: ChatSession, upstream: DemoUpstream) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, title="Final state", title_justify="left")
+    for column in ("token", "action", "status", "upstream calls", "tool call in memory"):
+        table.add_column(column)
+    for binding in session.confirmations:
+        calls = (
+            upstream.approve_calls[binding.tool_call_id] + upstream.deny_calls[binding.tool_call_id]
+        )
+        table.add_row(
+            binding.token,
+            binding.action,
+            binding.status.value,
+            str(calls),
+            upstream.tool_status(binding.tool_call_id),
+        )
+    return table
+
+
+@contextmanager
+def _connections(store: str | None) -> Iterator[tuple[Callable[[], ManagedSessionStorage], str]]:
+    """A connect() giving each client its own adapter (one shared adapter if the store is
+    private to this process), and how to describe the store."""
+    with ExitStack() as stack:
+        if store is None:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="akchat-demo-"))
+            url = f"sqlite:///{Path(folder, 'demo.db')}"
+            where = "a fresh SQLite file in a temporary directory"
+        else:
+            url, where = store, f"{store.split(':', 1)[0]} store given by --store"
+        private = url.startswith("memory:") or url in ("sqlite://", "sqlite:///:memory:")
+        shared = stack.enter_context(opened_storage(url))
+
+        def connect() -> ManagedSessionStorage:
+            return shared if private else stack.enter_context(opened_storage(url))
+
+        yield connect, where
+
+
+def _free_session_id(storage: ManagedSessionStorage, seed: int) -> str:
+    """``demo-<seed>``, or the first ``demo-<seed>-<n>`` not yet in a reused store."""
+    candidate, n = f"demo-{seed}", 1
+    while storage.load(candidate) is not None:
+        n += 1
+        candidate = f"demo-{seed}-{n}"
+    return candidate
+
+
+def run_demo(store: str | None, seed: int) -> bool:
+    """Play the story, print the narrative; ``True`` when every invariant holds."""
+    console, buffer, tty = stdout_console()
+
+    def say(actor: str, message: str) -> None:
+        line = Text(f"{actor:>8} ", style="bold cyan")
+        line.append(message)
+        console.print(line, soft_wrap=True)
+
+    try:
+        with _connections(store) as (connect, where):
+            clock = DemoClock()
+            story = Story(connect, clock, DemoUpstream(clock), id_maker(seed), say)
+            story.session_id = _free_session_id(connect(), seed)
+            console.print(
+                Text(f"akchat-fsm demo: session {story.session_id} on {where}", style="bold")
+            )
+            last = play(story)
+            broken = check_invariants(story, last)
+            console.print(_summary(last, story.upstream))
+            if broken:
+                for sentence in broken:
+                    console.print(Text(f"INVARIANT FAILED: {sentence}", style="bold red"))
+            else:
+                console.print(
+                    Text(
+                        "invariants hold: no replay (<= 1 upstream call per tool call), "
+                        "no false completion, nothing left processing, cursor monotonic",
+                        style="bold green",
+                    )
+                )
+            return not broken
+    finally:
+        flush_console(buffer, tty)
+
+
+@click.command("demo")
+@click.option(
+    "--store",
+    metavar="URL",
+    default=None,
+    help="Storage URL (memory://, sqlite:///file.db, postgresql://…, redis://…); "
+    "default: a fresh SQLite file in a temporary directory.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the token ids.")
+def demo(store: str | None, seed: int) -> None:
+    """Play a cross-client approval story and check the no-replay invariants.
+
+    Two clients race to approve one tool call (one wins, the other is told so), two more
+    crash mid-resolution, reconcile settles them from the chat memory, and a last client
+    resumes a consistent session. Exits 1 if an invariant failed.
+
+    \b
+    Example:
+      akchat-fsm demo --seed 7
+      akchat-fsm demo --store postgresql://localhost/test
+    """
+    if not run_demo(store, seed):
+        raise SystemExit(EXIT_INVALID)
