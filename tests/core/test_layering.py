@@ -22,7 +22,7 @@ STDLIB_ALLOWED = {
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
-    out = []
+    out: list[tuple[str, list[str]]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             out += [(alias.name, []) for alias in node.names]
