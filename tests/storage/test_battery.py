@@ -8,6 +8,7 @@ import pytest
 from storage_harness import Client, Harness, snap
 
 from akchat_fsm.errors import ConfigError
+from akchat_fsm.wire.session import SessionSnapshot
 
 
 def test_missing_session_loads_none(store: Client, unique_id: str) -> None:
@@ -15,12 +16,33 @@ def test_missing_session_loads_none(store: Client, unique_id: str) -> None:
 
 
 def test_round_trip_returns_the_canonical_json_text(store: Client, unique_id: str) -> None:
-    s = snap(unique_id, 1, note="round-trip")
+    s = SessionSnapshot.from_wire(
+        {
+            "protocol": "agentskit.chat.session",
+            "version": 1,
+            "sessionId": unique_id,
+            "definitionId": "def-rich",
+            "definitionRevision": 3,
+            "updatedAt": "2026-11-29T00:00:00.000Z",
+            "cursor": 1,
+            "activeTurn": {"turnId": "turn-1", "expiresAt": 1_800_000_000_000},
+            "confirmations": [
+                {
+                    "token": "tok-1",
+                    "action": "refund",
+                    "input": {"note": 'café ☕ 𝄞 \u0000 "q"', "amount": 12.5, "n": [1, None]},
+                    "toolCallId": "call-1",
+                    "expiresAt": 1_800_000_000_000,
+                    "status": "pending",
+                }
+            ],
+        }
+    )
     assert store.save(s, None) is True
     text = store.load(unique_id)
     assert isinstance(text, str)
-    assert json.loads(text) == s.to_wire()
-    assert text == json.dumps(s.to_wire(), separators=(",", ":"), ensure_ascii=False)
+    assert text == s.to_json()
+    assert SessionSnapshot.from_wire(json.loads(text)) == s
 
 
 def test_create_only_refuses_an_existing_session(store: Client, unique_id: str) -> None:

@@ -17,6 +17,7 @@ from akchat_fsm.storage.url import open_async_storage, open_storage
 
 def test_file_database_uses_wal_and_full_sync(tmp_path: Path) -> None:
     with SQLiteStorage(tmp_path / "a.db") as st:
+        assert st.load("x") is None
         assert st._conn is not None
         assert st._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert st._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
@@ -55,9 +56,19 @@ def test_close_releases_the_connection(tmp_path: Path, unique_id: str) -> None:
     st.close()  # idempotent
 
 
-def test_unopenable_path_is_storage_unavailable(tmp_path: Path) -> None:
-    with pytest.raises(StorageUnavailable):
-        SQLiteStorage(tmp_path / "missing-dir" / "x.db")
+def test_unopenable_path_is_storage_unavailable_until_it_opens(
+    tmp_path: Path, unique_id: str
+) -> None:
+    folder = tmp_path / "missing-dir"
+    with SQLiteStorage(folder / "x.db") as st:  # no I/O yet
+        with pytest.raises(StorageUnavailable) as info:
+            st.load(unique_id)
+        assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+        with pytest.raises(StorageUnavailable):
+            st.save(snap(unique_id, 1), None)
+        assert st.open_connections() == 0
+        folder.mkdir()
+        assert st.save(snap(unique_id, 1), None) is True
 
 
 def test_bad_table_name_is_a_config_error(tmp_path: Path) -> None:

@@ -48,8 +48,9 @@ class SQLiteStorage:
 
     ``path`` is a file path (created if missing) or ``":memory:"`` for a private in-memory
     database that lives as long as this object. ``busy_timeout`` (seconds) is how long a
-    write waits for another writer before failing with ``StorageUnavailable``. The table is
-    created if it does not exist. Opening the file raises ``StorageUnavailable`` on failure.
+    write waits for another writer before failing with ``StorageUnavailable``. The file is
+    opened (and the table created if missing) on first use; if that fails, the call raises
+    ``StorageUnavailable`` and the next call tries again.
     """
 
     def __init__(
@@ -76,9 +77,8 @@ class SQLiteStorage:
         self._delete = f"DELETE FROM {t} WHERE session_id = ?"
         self._lock = threading.Lock()
         self._closed = False
+        # Opened on first use, like the server adapters: a constructor never fails on I/O.
         self._conn: sqlite3.Connection | None = None
-        with self._lock:
-            self._connection()
 
     # ------------------------------------------------------------------ connection
     def _connection(self) -> sqlite3.Connection:
@@ -113,8 +113,10 @@ class SQLiteStorage:
                 conn.execute("ROLLBACK")
         except sqlite3.Error:
             pass
-        if conn.in_transaction:
-            # Never reuse a connection stuck in a transaction: reopen on the next call.
+        if conn.in_transaction and self.path != ":memory:":
+            # Never reuse a connection stuck in a transaction: reopen on the next call. (A
+            # private in-memory database would vanish with it, so that one is kept: its next
+            # BEGIN fails loudly with StorageUnavailable instead.)
             conn.close()
             self._conn = None
 
@@ -192,7 +194,7 @@ class SQLiteStorage:
 class AsyncSQLiteStorage(ThreadedAsyncStorage[SQLiteStorage]):
     """The asyncio twin: a :class:`SQLiteStorage` whose calls run in a worker thread.
 
-    Takes the same arguments as :class:`SQLiteStorage` (the file is opened here, once).
+    Takes the same arguments as :class:`SQLiteStorage`.
     """
 
     def __init__(
