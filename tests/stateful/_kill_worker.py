@@ -1,0 +1,103 @@
+"""Worker processes for the SIGKILL test, and the file-backed upstream they share.
+
+The upstream appends one line per ``approve``/``deny`` *call* to an append-only log
+(``O_APPEND``, one ``write`` per line, fsynced), so after any number of kills the log says
+exactly which calls happened. Memory is derived from the same log, the way a real upstream's
+tool-call status is derived from what it executed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from akchat_fsm.errors import AkchatError
+from akchat_fsm.session import ChatDefinition, ToolCallProposal, resume_chat_session
+
+DEFINITION = ChatDefinition("kill-test")
+
+
+class LogUpstream:
+    """Upstream whose every call is one fsynced line in ``log``."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+
+    def _append(self, line: str) -> None:
+        fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> ToolCallProposal:
+        return ToolCallProposal(id, name, dict(args), "requires_confirmation")
+
+    def approve(self, tool_call_id: str) -> None:
+        self._append(f"approve {tool_call_id} {os.getpid()}\n")
+
+    def deny(self, tool_call_id: str, reason: str) -> None:
+        self._append(f"deny {tool_call_id} {os.getpid()}\n")
+
+
+def read_log(log: Path) -> list[tuple[str, str]]:
+    if not log.exists():
+        return []
+    lines = log.read_text().splitlines()
+    return [(kind, call) for kind, call, _pid in (line.split(" ") for line in lines)]
+
+
+class LogMemory:
+    """The canonical memory implied by the log: a call that was executed left
+    ``requires_confirmation`` (``complete`` after approve, ``error`` after deny)."""
+
+    def __init__(self, log: Path, tool_calls: list[str]) -> None:
+        self.log = log
+        self.tool_calls = tool_calls
+
+    def load(self) -> dict[str, Any]:
+        acted = dict((call, kind) for kind, call in reversed(read_log(self.log)))
+        statuses = {
+            call: {"approve": "complete", "deny": "error"}.get(
+                acted.get(call, ""), "requires_confirmation"
+            )
+            for call in self.tool_calls
+        }
+        return {
+            "version": 1,
+            "messages": [
+                {
+                    "id": f"msg-{i}",
+                    "role": "assistant",
+                    "content": "",
+                    "status": "complete",
+                    "createdAt": "2026-07-14T00:00:00.000Z",
+                    "toolCalls": [{"id": call, "name": "email.send", "args": {}, "status": status}],
+                }
+                for i, (call, status) in enumerate(sorted(statuses.items()))
+            ],
+        }
+
+
+def worker(make_storage: Callable[[], Any], session_id: str, log: str, seed: int) -> None:
+    """Forever: resume, then propose or resolve a random live confirmation (until killed)."""
+    rng = random.Random(seed)
+    storage = make_storage()
+    upstream = LogUpstream(Path(log))
+    while True:
+        try:
+            session = resume_chat_session(DEFINITION, session_id=session_id, storage=storage)
+            coordinator = session.confirmations_for(upstream)
+            live = [b.token for b in session.confirmations if b.status == "pending"]
+            if not live or rng.random() < 0.2:
+                coordinator.propose("email.send", {"n": rng.randrange(1000)})
+            elif rng.random() < 0.7:
+                coordinator.approve(rng.choice(live))
+            else:
+                coordinator.reject(rng.choice(live), reason="no")
+        except AkchatError:
+            continue  # a lost race or a busy database: typed, and the loop goes on

@@ -1,0 +1,133 @@
+"""Real processes, real databases, SIGKILL at random points of a resolution.
+
+Three worker processes propose and resolve confirmations of one session, on SQLite and on
+PostgreSQL; the parent SIGKILLs a random worker every few milliseconds and starts a new one.
+Afterwards, from storage and the upstream's append-only log alone: no tool call was executed
+twice, every final status matches a call that happened, and one reconciliation settles every
+processing record the kills left behind.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from akchat_fsm.session import resume_chat_session
+
+from ._kill_worker import DEFINITION, LogMemory, LogUpstream, read_log, worker
+
+WORKERS = 3
+KILLS = 12  # default run; the deep run below does >= 50
+DEEP_KILLS = 60
+EXPECTED = {"approved": "approve", "rejected": "deny", "expired": "deny"}
+
+
+def run_with_kills(make_storage: Callable[[], Any], tmp_path: Path, kills: int, seed: int) -> None:
+    session_id = f"kill-{uuid.uuid4().hex[:16]}"
+    log = tmp_path / "upstream.log"
+    rng = random.Random(seed)
+    storage = make_storage()
+    resume_chat_session(DEFINITION, session_id=session_id, storage=storage).persist()
+    context = multiprocessing.get_context("fork")
+
+    def spawn() -> Any:
+        process = context.Process(
+            target=worker, args=(make_storage, session_id, str(log), rng.randrange(2**32))
+        )
+        process.start()
+        return process
+
+    workers = [spawn() for _ in range(WORKERS)]
+    try:
+        for _ in range(kills):
+            time.sleep(rng.uniform(0.02, 0.12))
+            victim = rng.randrange(WORKERS)
+            workers[victim].kill()  # SIGKILL: no cleanup, no finally, mid-anything
+            workers[victim].join()
+            workers[victim] = spawn()
+    finally:
+        for process in workers:
+            process.kill()
+            process.join()
+
+    calls = read_log(log)
+    per_call = Counter(call for _kind, call in calls)
+    assert calls, "the workers never resolved anything: the run proves nothing"
+    assert max(per_call.values()) == 1, f"executed twice: {per_call.most_common(3)}"
+
+    session = resume_chat_session(DEFINITION, session_id=session_id, storage=storage)
+    acted = {call: kind for kind, call in calls}
+    for binding in session.confirmations:
+        if binding.status.is_terminal:
+            assert acted.get(binding.tool_call_id) == EXPECTED[binding.status], binding
+
+    # Recovery after the crashes: settle every processing record from memory (the log).
+    memory = LogMemory(log, [b.tool_call_id for b in session.confirmations])
+    outcomes = session.reconcile(memory, upstream=LogUpstream(log))
+    print(
+        f"kills={kills} calls={len(calls)} records={len(session.confirmations)} "
+        f"reconciled={Counter(o.action for o in outcomes)}"
+    )
+    after = resume_chat_session(DEFINITION, session_id=session_id, storage=storage)
+    assert not [b for b in after.confirmations if b.status.is_processing]
+    calls = read_log(log)
+    assert max(Counter(call for _kind, call in calls).values()) == 1
+    acted = {call: kind for kind, call in calls}
+    for binding in after.confirmations:
+        if binding.status.is_terminal:
+            assert acted.get(binding.tool_call_id) == EXPECTED[binding.status], binding
+    close = getattr(storage, "close", None)
+    if close is not None:
+        close()
+
+
+def _sqlite(tmp_path: Path) -> Callable[[], Any]:
+    from akchat_fsm.storage.sqlite import SQLiteStorage
+
+    path = tmp_path / "sessions.db"
+    return lambda: SQLiteStorage(path)
+
+
+def _postgres(pg_url: str, request: pytest.FixtureRequest) -> Callable[[], Any]:
+    import psycopg
+
+    from akchat_fsm.storage.postgres import PostgresStorage
+
+    table = f"kill_{uuid.uuid4().hex[:12]}"
+
+    def drop() -> None:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+    request.addfinalizer(drop)
+    return lambda: PostgresStorage(pg_url, table=table)
+
+
+@pytest.mark.slow
+def test_sigkill_sqlite(tmp_path: Path) -> None:
+    run_with_kills(_sqlite(tmp_path), tmp_path, KILLS, seed=1)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_sigkill_postgres(tmp_path: Path, pg_url: str, request: pytest.FixtureRequest) -> None:
+    run_with_kills(_postgres(pg_url, request), tmp_path, KILLS, seed=2)
+
+
+@pytest.mark.deep
+def test_sigkill_sqlite_deep(tmp_path: Path) -> None:
+    run_with_kills(_sqlite(tmp_path), tmp_path, DEEP_KILLS, seed=3)
+
+
+@pytest.mark.deep
+@pytest.mark.postgres
+def test_sigkill_postgres_deep(tmp_path: Path, pg_url: str, request: pytest.FixtureRequest) -> None:
+    run_with_kills(_postgres(pg_url, request), tmp_path, DEEP_KILLS, seed=4)
