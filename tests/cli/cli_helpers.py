@@ -1,0 +1,72 @@
+"""Helpers for the CLI tests: a store holding stuck claims, and one deliberately broken adapter.
+
+The stuck claims are made through the public session API, with the demo's crashing client
+(a client process that dies right before / right after its upstream call).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+from click.testing import CliRunner, Result
+
+from akchat_fsm.cli import main
+from akchat_fsm.cli._demo_world import ClientCrashed, ClientUpstream, DemoClock, DemoUpstream
+from akchat_fsm.session import ChatDefinition, resume_chat_session
+from akchat_fsm.storage import open_storage
+from akchat_fsm.wire.session import SessionSnapshot
+
+
+def run(*args: str, input: str | None = None) -> Result:
+    """Invoke ``akchat-fsm`` in-process, stdout and stderr kept apart."""
+    return CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
+
+
+def stuck_session(url: str, session_id: str) -> dict[str, Any]:
+    """Store ``session_id`` with two stuck claims; return the chat-memory record.
+
+    ``approving``: the claimant died before calling upstream (tool call still
+    ``requires_confirmation``); ``rejecting``: it died after upstream denied (tool call
+    ``error``). A third record stays ``pending``.
+    """
+    clock = DemoClock()
+    upstream = DemoUpstream(clock)
+    storage = open_storage(url)
+    try:
+        definition = ChatDefinition("cli-test")
+        for crash, act in (("before_upstream", "approve"), ("after_upstream", "reject")):
+            session = resume_chat_session(
+                definition, session_id=session_id, storage=storage, clock=clock
+            )
+            coordinator = session.confirmations_for(ClientUpstream(upstream, crash))  # type: ignore[arg-type]
+            binding = coordinator.propose(f"tool.{act}", {"n": 1})
+            try:
+                getattr(coordinator, act)(binding.token)
+            except ClientCrashed:
+                pass
+        session.confirmations_for(ClientUpstream(upstream)).propose("tool.later", {})
+    finally:
+        storage.close()
+    return upstream.load()
+
+
+class LastWriteWins:
+    """Broken on purpose: ``save`` ignores the expected cursor (last write wins)."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def load(self, session_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            return copy.deepcopy(self._data.get(session_id))
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        with self._lock:
+            self._data[snapshot.session_id] = snapshot.to_wire()
+            return True
+
+    def close(self) -> None:
+        pass
