@@ -7,7 +7,7 @@ import json
 import pytest
 from storage_harness import Client, Harness, snap
 
-from akchat_fsm.errors import ConfigError
+from akchat_fsm.errors import ConfigError, StorageUnavailable
 from akchat_fsm.wire.session import SessionSnapshot
 
 
@@ -177,3 +177,11 @@ def test_close_leaves_no_open_connection(harness: Harness, unique_id: str) -> No
     assert c.adapter.open_connections() == expected_open
     c.close()
     assert c.adapter.open_connections() == 0
+    if harness.name != "memory":
+        reopened = Client(c.adapter, c.is_async)  # a live loop for the closed async adapter
+        with pytest.raises(StorageUnavailable):
+            reopened.load(unique_id)
+        with pytest.raises(StorageUnavailable):
+            reopened.save(snap(unique_id, 3), 2)
+        assert c.adapter.open_connections() == 0
+        reopened.close()  # closing twice is fine

@@ -56,7 +56,7 @@ class MemoryStorage:
         return 0
 
     def close(self) -> None:
-        """Nothing to release; present so every adapter closes the same way."""
+        """Nothing to release; the store stays usable (it may be shared by async twins)."""
 
     def __enter__(self) -> Self:
         return self
@@ -98,8 +98,7 @@ class AsyncMemoryStorage:
         return 0
 
     async def aclose(self) -> None:
-        """Nothing to release."""
-        self.sync.close()
+        """Nothing to release; the (possibly shared) store stays usable."""
 
     async def __aenter__(self) -> Self:
         return self

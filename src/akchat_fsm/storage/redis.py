@@ -159,12 +159,15 @@ class RedisStorage:
     ) -> None:
         self._plan = _Plan(url, prefix, socket_timeout, connect_timeout)
         self.prefix = prefix
+        self._closed = False
         try:
             self.pool = redis.ConnectionPool.from_url(url, **self._plan.pool_kwargs)
         except (ValueError, RedisError) as exc:
             raise ConfigError(f"Invalid Redis URL: {exc}") from exc
 
     def _call(self, command: tuple[Any, ...], *, write: bool, script: bool = False) -> Any:
+        if self._closed:
+            raise StorageUnavailable("RedisStorage is closed.")
         phase: Phase = "connect"
         try:
             conn: Any = self.pool.get_connection()
@@ -213,7 +216,8 @@ class RedisStorage:
         return _connected(self.pool)
 
     def close(self) -> None:
-        """Disconnect every pooled connection."""
+        """Disconnect every pooled connection; later calls raise ``StorageUnavailable``."""
+        self._closed = True
         self.pool.disconnect()
 
     def __enter__(self) -> Self:
@@ -241,6 +245,7 @@ class AsyncRedisStorage:
     ) -> None:
         self._plan = _Plan(url, prefix, socket_timeout, connect_timeout)
         self.prefix = prefix
+        self._closed = False
         kwargs = dict(self._plan.pool_kwargs, retry=AsyncRetry(NoBackoff(), 0))
         try:
             self.pool = redis.asyncio.ConnectionPool.from_url(url, **kwargs)
@@ -248,6 +253,8 @@ class AsyncRedisStorage:
             raise ConfigError(f"Invalid Redis URL: {exc}") from exc
 
     async def _call(self, command: tuple[Any, ...], *, write: bool, script: bool = False) -> Any:
+        if self._closed:
+            raise StorageUnavailable("AsyncRedisStorage is closed.")
         phase: Phase = "connect"
         try:
             conn: Any = await self.pool.get_connection()  # type: ignore[no-untyped-call]
@@ -296,7 +303,8 @@ class AsyncRedisStorage:
         return _connected(self.pool)
 
     async def aclose(self) -> None:
-        """Disconnect every pooled connection."""
+        """Disconnect every pooled connection; later calls raise ``StorageUnavailable``."""
+        self._closed = True
         await self.pool.aclose()
 
     async def __aenter__(self) -> Self:
