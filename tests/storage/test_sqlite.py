@@ -155,3 +155,12 @@ def test_bad_urls_are_config_errors(url: object) -> None:
         open_storage(url)  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
         open_async_storage(url)  # type: ignore[arg-type]
+
+
+def test_a_failing_commit_is_outcome_unknown_and_anything_earlier_is_not() -> None:
+    from akchat_fsm.errors import OutcomeUnknown
+    from akchat_fsm.storage.sqlite import map_sqlite_error
+
+    exc = sqlite3.OperationalError("disk I/O error")
+    assert isinstance(map_sqlite_error(exc, at_commit=True), OutcomeUnknown)
+    assert isinstance(map_sqlite_error(exc), StorageUnavailable)
