@@ -284,3 +284,29 @@ class LeaksConnections(DictStorage):
 
     def open_connections(self) -> int:
         return self._open
+
+
+class StaleReads(DictStorage):
+    """Every 4th load serves the previous version (a lagging replica or cache)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._previous: dict[str, dict[str, Any]] = {}
+        self._loads = 0
+
+    def load(self, session_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            self._loads += 1
+            if self._loads % 4 == 0 and session_id in self._previous:
+                return copy.deepcopy(self._previous[session_id])
+        return super().load(session_id)
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        with self._lock:
+            current = self._data.get(snapshot.session_id)
+            if not self._matches(snapshot.session_id, expected_cursor):
+                return False
+            if current is not None:
+                self._previous[snapshot.session_id] = current
+            self._data[snapshot.session_id] = snapshot.to_wire()
+            return True

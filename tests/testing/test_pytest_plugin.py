@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import threading
 from pathlib import Path
 from typing import Any
@@ -68,9 +69,14 @@ class TestBroken(SessionStorageConformance):
 def test_a_broken_adapter_fails_its_generated_tests(pytester: pytest.Pytester) -> None:
     pytester.syspathinsert(str(Path(__file__).parent))
     pytester.makepyfile(test_broken=BROKEN_MODULE)
+    # Load the plugin by hand unless the installed package already registers it (pytest11).
+    registered = any(
+        ep.value == "akchat_fsm.testing.pytest_plugin"
+        for ep in importlib.metadata.entry_points(group="pytest11")
+    )
+    plugin = [] if registered else ["-p", "akchat_fsm.testing.pytest_plugin"]
     result = pytester.runpytest_inprocess(
-        "-p",
-        "akchat_fsm.testing.pytest_plugin",
+        *plugin,
         "--akchat-conformance-seed=5",
         "-k",
         "create_only or cas_race_threads or round_trip",

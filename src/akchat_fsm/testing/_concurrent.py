@@ -152,7 +152,8 @@ def counter_workload(ctx: KitContext) -> str:
     if not acked <= cursor <= acked + unknown:
         raise AssertionError(
             f"final cursor {cursor} but {acked} saves were acknowledged"
-            f" ({unknown} unknown): {'lost' if cursor < acked else 'phantom'} updates"
+            f" ({unknown} unknown): "
+            + ("lost updates (or a stale final read)" if cursor < acked else "phantom updates")
         )
     return f"{acked} acknowledged saves, final cursor {cursor}, {refused} conflicts retried"
 
