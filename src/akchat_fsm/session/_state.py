@@ -28,6 +28,7 @@ from ..errors import (
     OutcomeUnknown,
     SessionConflict,
     StorageError,
+    StorageUnavailable,
 )
 from ..machines.cursor import CursorEvent, CursorPhase
 from ..wire.decode import INVALID, decode_session_snapshot
@@ -154,9 +155,11 @@ def reload(holder: SessionHolder) -> Plan[None]:
 def _save(holder: SessionHolder, step: core.Step, save: core.SaveSnapshot) -> Plan[bool]:
     """Perform the step's CAS save; ``True`` iff it applied (settled by re-reading if unknown).
 
-    On a conflict, or an unknown outcome that turns out not applied, ``holder`` is reloaded.
-    If the re-read that should settle an unknown outcome fails, :class:`OutcomeUnknown`
-    propagates and ``holder`` stays *uncertain* (the next operation reloads first).
+    On a conflict ``holder`` is reloaded and ``False`` returned. An unknown outcome is settled
+    by re-reading: our exact snapshot stored → applied; another client's at that cursor → a
+    conflict; nothing moved → :class:`StorageUnavailable` (definitely not applied). If the
+    re-read fails, :class:`OutcomeUnknown` propagates and ``holder`` stays *uncertain* (the
+    next operation reloads first).
     """
     nonced = save.snapshot.model_copy(
         update={"updated_at": with_write_nonce(save.snapshot.updated_at, holder.nonce())}
@@ -165,19 +168,27 @@ def _save(holder: SessionHolder, step: core.Step, save: core.SaveSnapshot) -> Pl
     saving = replace(step.state, snapshot=nonced)
     try:
         saved = yield Save(nonced, save.expected_cursor)
-    except OutcomeUnknown:
+    except OutcomeUnknown as unknown:
         holder.core = core.save_settled(saving, CursorEvent.UNKNOWN)
         try:
             raw = yield Load(holder.session_id)
         except StorageError as exc:
             raise OutcomeUnknown("save outcome unknown; the re-read to settle it failed") from exc
         stored = decode_stored(raw, holder.definition, holder.session_id)
+        expected = save.expected_cursor
         holder.core, applied = core.settle_uncertain(
             holder.core, attempted, None if stored is None else stored[0]
         )
         if stored is not None:
             holder.conversation_state = stored[1]
-        return applied
+        if applied:
+            return True
+        if (stored[0].cursor if stored is not None else None) == expected:
+            # Nothing moved: our write did not apply. That is definite, so say so.
+            raise StorageUnavailable(
+                "save did not apply (settled by re-reading); a retry is safe"
+            ) from unknown
+        return False  # another client's write won that cursor: a conflict
     if saved is True:
         holder.core = core.save_settled(saving, CursorEvent.SAVED)
         conversation = nonced.conversation
