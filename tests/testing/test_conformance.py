@@ -141,3 +141,12 @@ def test_bad_arguments_are_config_errors() -> None:
         check_session_storage(DictStorage, only=["no_such_check"])
     with pytest.raises(ConfigError):
         check_session_storage(None)
+
+
+def test_importing_the_kit_does_not_import_pytest() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, akchat_fsm.testing; print('pytest' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
