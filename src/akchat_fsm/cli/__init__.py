@@ -14,8 +14,8 @@ from typing import Any
 import click
 
 from .. import __version__
-from ..errors import AkchatError
-from ._common import EXIT_INVALID, describe, inert
+from ..errors import AkchatError, StorageError
+from ._common import EXIT_INVALID, EXIT_USAGE, describe, inert
 from .check_storage import check_storage
 from .demo import demo
 from .diagram import diagram
@@ -53,6 +53,9 @@ class _OneLineErrors(click.Group):
         except click.Abort:
             click.echo("error: aborted", err=True)
             sys.exit(EXIT_INVALID)
+        except StorageError as exc:  # the store could not be read or written: like a file
+            click.echo(f"error: storage: {inert(describe(exc))}", err=True)
+            sys.exit(EXIT_USAGE)
         except AkchatError as exc:
             click.echo(f"error: {inert(describe(exc))}", err=True)
             sys.exit(EXIT_INVALID)

@@ -104,11 +104,11 @@ def _confirmation_tables(snapshot: SessionSnapshot) -> list[RenderableType]:
         kind = "processing" if status.is_processing else "terminal" if status.is_terminal else ""
         title = f"Confirmations {status.value} ({len(group)})" + (f" — {kind}" if kind else "")
         table = Table(box=box.SIMPLE_HEAD, expand=True, title=title, title_justify="left")
-        table.add_column("token", overflow="fold")
-        table.add_column("action", overflow="fold")
-        table.add_column("tool call", overflow="fold")
-        table.add_column("expires (UTC)", overflow="fold")
-        table.add_column("input", ratio=1, overflow="fold")
+        table.add_column("token", ratio=3, overflow="fold")
+        table.add_column("action", ratio=2, overflow="fold")
+        table.add_column("tool call", ratio=3, overflow="fold")
+        table.add_column("expires (UTC)", ratio=3, overflow="fold")
+        table.add_column("input", ratio=3, min_width=12, overflow="fold")
         for binding in group:
             table.add_row(
                 inert(binding.token),

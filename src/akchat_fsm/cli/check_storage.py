@@ -28,6 +28,7 @@ from ._common import (
     describe,
     fail,
     inert,
+    opened_storage,
     print_renderable,
     stderr_console,
 )
@@ -102,6 +103,9 @@ def check_storage(
       akchat-fsm check-storage mypackage.storage:make_storage --no-processes
     """
     factory = resolve_target(target)
+    if isinstance(factory, str):
+        with opened_storage(factory):
+            pass  # a bad URL or an unreachable store is a usage error, not 23 failed checks
     names = list(only) or list(CHECKS)
     profile: Literal["default", "deep"] = "deep" if deep else "default"
     console = stderr_console()

@@ -16,7 +16,7 @@ __all__ = ["diagram"]
 
 
 @click.command("diagram")
-@click.argument("machine", required=False, type=click.Choice(sorted(MACHINES)))
+@click.argument("machine", required=False, metavar="[MACHINE]", type=click.Choice(sorted(MACHINES)))
 @click.option(
     "--format",
     "fmt",

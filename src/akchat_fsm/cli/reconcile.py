@@ -99,7 +99,7 @@ def plan_for(
             after = confirmation_step(binding.status, ConfirmationEvent.RELEASE, False)
             plans.append(Plan(binding, upstream.value, "release", after.value))
         else:  # RESUME: needs the host's upstream, which this command does not have
-            plans.append(Plan(binding, upstream.value, f"{LEFT} (needs upstream)", "unchanged"))
+            plans.append(Plan(binding, upstream.value, f"{LEFT}: needs upstream", "unchanged"))
     return plans
 
 
@@ -127,8 +127,10 @@ def _plan_table(plans: list[Plan], title: str) -> RenderableType:
     if not plans:
         return Text("No processing records: nothing to reconcile.")
     table = Table(box=box.SIMPLE_HEAD, expand=True, title=title, title_justify="left")
-    for column in ("token", "tool call", "status", "in memory", "reconcile", "after"):
-        table.add_column(column, overflow="fold")
+    for column in ("token", "tool call"):
+        table.add_column(column, ratio=1, overflow="fold")
+    for column in ("status", "in memory", "reconcile", "after"):
+        table.add_column(column, no_wrap=True)
     for plan in plans:
         table.add_row(
             inert(plan.binding.token),
@@ -175,13 +177,12 @@ def reconcile(
     with opened_storage(url) as storage:
         snapshot = load_or_fail(storage, session_id, url).snapshot
         plans = plan_for(snapshot, tool_statuses(memory), release_untouched)
-        if not apply_:
-            print_renderable(
-                Group(
-                    _plan_table(plans, f"Dry run at cursor {snapshot.cursor} (nothing written)"),
-                    Text("Run again with --apply to write it."),
-                )
-            )
+        if not apply_ or not plans:
+            table = _plan_table(plans, f"Dry run at cursor {snapshot.cursor} (nothing written)")
+            if apply_ or not plans:
+                print_renderable(table)
+            else:
+                print_renderable(Group(table, Text("Run again with --apply to write it.")))
             return
         if snapshot.conversation is not None:
             fail(
