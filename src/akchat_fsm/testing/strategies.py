@@ -179,8 +179,13 @@ def _json_objects() -> st.SearchStrategy[dict[str, Json]]:
     )
 
 
+def _model(cls: Any, **fields: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    # Not `st.builds`: it would infer (pattern-less) strategies for the camelCase aliases.
+    return st.fixed_dictionaries(fields).map(lambda kwargs: cls(**kwargs))
+
+
 def confirmation_bindings() -> st.SearchStrategy[ConfirmationBinding]:
-    return st.builds(
+    return _model(
         ConfirmationBinding,
         token=identifiers(),
         action=identifiers(),
@@ -192,7 +197,7 @@ def confirmation_bindings() -> st.SearchStrategy[ConfirmationBinding]:
 
 
 def route_decisions() -> st.SearchStrategy[RouteDecision]:
-    return st.builds(
+    return _model(
         RouteDecision,
         message_id=identifiers(),
         input=utf16_texts(0, 16_384),
@@ -205,7 +210,7 @@ def route_decisions() -> st.SearchStrategy[RouteDecision]:
 
 
 def conversations() -> st.SearchStrategy[Conversation]:
-    return st.builds(
+    return _model(
         Conversation,
         state=utf16_texts(1, 128),
         decisions=st.lists(route_decisions(), max_size=4, unique_by=lambda d: d.message_id),
@@ -231,9 +236,9 @@ def session_snapshots(draw: st.DrawFn) -> SessionSnapshot:
     }
     if draw(st.booleans()):
         fields["active_turn"] = draw(
-            st.builds(ActiveTurn, turn_id=identifiers(), expires_at=st.integers(0, 2**53 - 1))
+            _model(ActiveTurn, turn_id=identifiers(), expires_at=st.integers(0, MAX_SAFE_INTEGER))
         )
-    turns = st.builds(TerminalTurn, turn_id=identifiers(), outcome=st.sampled_from(TurnOutcome))
+    turns = _model(TerminalTurn, turn_id=identifiers(), outcome=st.sampled_from(TurnOutcome))
     mode = draw(st.sampled_from(["omit", "list", "full"]))
     if mode == "list":
         fields["terminal_turns"] = draw(st.lists(turns, max_size=4, unique_by=lambda t: t.turn_id))

@@ -8,6 +8,9 @@ A confirmation ``input`` must be a JSON object within these bounds:
 - finite numbers only; no container appearing twice (shared references fail, not only cycles);
 - nothing but ``None``, ``bool``, ``int``, ``float``, ``str``, lists and string-keyed dicts.
 
+One deliberate deviation: a string or key holding a lone surrogate (legal in JavaScript) is
+rejected, because the envelope must be encodable as UTF-8 to be stored (ADR-0004).
+
 Accepted values are *frozen* in the same walk: objects become :class:`FrozenDict`, arrays become
 ``tuple``. Numbers are normalised to what JavaScript holds: an integral value within the safe
 range is an ``int`` (``1.0`` → ``1``, ``-0.0`` → ``0``), anything else a ``float`` (an integer
@@ -27,7 +30,7 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ._js import MAX_SAFE_INTEGER, utf16_len
+from ._js import MAX_SAFE_INTEGER
 
 __all__ = [
     "MAX_ARRAY_ITEMS",
@@ -124,9 +127,17 @@ def _number(value: int | float) -> int | float:
     return value
 
 
+def _units(text: str) -> int:
+    """UTF-16 length of a non-ASCII string; a lone surrogate is rejected (not UTF-8 storable)."""
+    try:
+        return len(text.encode("utf-16-le")) // 2
+    except UnicodeEncodeError:
+        raise BoundedJsonError("lone surrogate") from None
+
+
 def _string(value: str) -> str:
     if len(value) > MAX_STRING_LENGTH or (
-        not value.isascii() and utf16_len(value) > MAX_STRING_LENGTH
+        not value.isascii() and _units(value) > MAX_STRING_LENGTH
     ):
         raise BoundedJsonError("string too long")
     return value
@@ -135,7 +146,7 @@ def _string(value: str) -> str:
 def _key(key: Any) -> str:
     if type(key) is not str:
         raise BoundedJsonError("object key is not a string")
-    if len(key) > MAX_KEY_LENGTH or (not key.isascii() and utf16_len(key) > MAX_KEY_LENGTH):
+    if len(key) > MAX_KEY_LENGTH or (not key.isascii() and _units(key) > MAX_KEY_LENGTH):
         raise BoundedJsonError("key too long")
     return key
 
