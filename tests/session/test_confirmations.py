@@ -1,0 +1,230 @@
+"""Confirmation coordinator: limits before upstream, no ghost, outcomes, retention, reconcile."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from akchat_fsm.errors import (
+    AlreadyResolved,
+    ConfigError,
+    IllegalTransition,
+    LimitExceeded,
+    StorageUnavailable,
+)
+from akchat_fsm.session import (
+    ChatDefinition,
+    SessionEvent,
+    SessionEventKind,
+    ToolCallProposal,
+    reconcile,
+    resume_chat_session,
+)
+from akchat_fsm.storage.memory import MemoryStorage
+from akchat_fsm.testing.faulty import FaultyStorage
+from akchat_fsm.wire.session import SessionSnapshot
+
+DEFINITION = ChatDefinition("support")
+
+
+class Upstream:
+    def __init__(self, status: str = "requires_confirmation") -> None:
+        self.proposed: list[str] = []
+        self.calls: list[tuple[str, ...]] = []
+        self.status: dict[str, str] = {}
+        self.born = status
+
+    def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> ToolCallProposal:
+        self.proposed.append(id)
+        self.status.setdefault(id, self.born)
+        return ToolCallProposal(id, name, dict(args), self.status[id])
+
+    def approve(self, tool_call_id: str) -> None:
+        self.calls.append(("approve", tool_call_id))
+        self.status[tool_call_id] = "complete"
+
+    def deny(self, tool_call_id: str, reason: str) -> None:
+        self.calls.append(("deny", tool_call_id, reason))
+        self.status[tool_call_id] = "error"
+
+
+class Memory:
+    def __init__(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+
+    def load(self) -> list[dict[str, Any]]:  # the bare message list is accepted too
+        return [
+            {
+                "id": f"m-{i}",
+                "role": "assistant",
+                "content": "",
+                "status": "complete",
+                "createdAt": "2026-07-14T00:00:00.000Z",
+                "toolCalls": [{"id": c, "name": "email.send", "args": {}, "status": s}],
+            }
+            for i, (c, s) in enumerate(sorted(self.upstream.status.items()))
+        ]
+
+
+def seeded(storage: MemoryStorage, statuses: list[str]) -> None:
+    """Store a session holding one binding per status (built through the real model)."""
+    snapshot = SessionSnapshot.model_validate(
+        {
+            "sessionId": "s",
+            "definitionId": "support",
+            "definitionRevision": 1,
+            "updatedAt": "2026-07-11T00:00:00.000Z",
+            "cursor": 1,
+            "confirmations": [
+                {
+                    "token": f"confirm-{i}",
+                    "action": "email.send",
+                    "input": {},
+                    "toolCallId": f"call-{i}",
+                    "expiresAt": 10**12,
+                    "status": status,
+                }
+                for i, status in enumerate(statuses)
+            ],
+        }
+    )
+    assert storage.save(snapshot, None)
+
+
+def test_limits_are_checked_before_upstream_is_called() -> None:
+    storage, upstream = MemoryStorage(), Upstream()
+    coordinator = resume_chat_session(
+        DEFINITION, session_id="s", storage=storage
+    ).confirmations_for(upstream)
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(25):
+        node["x"] = {}
+        node = node["x"]
+    with pytest.raises(LimitExceeded):
+        coordinator.propose("email.send", deep)
+    with pytest.raises(ConfigError):
+        coordinator.propose("not an identifier!", {})
+    assert upstream.proposed == []
+
+
+def test_a_thousand_live_confirmations_refuse_the_next_before_upstream() -> None:
+    storage, upstream = MemoryStorage(), Upstream()
+    seeded(storage, ["pending"] * 1000)
+    session = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    with pytest.raises(LimitExceeded):
+        session.confirmations_for(upstream).propose("email.send", {})
+    assert upstream.proposed == []
+
+
+def test_retention_prunes_old_terminal_records_so_proposals_keep_working() -> None:
+    storage, upstream = MemoryStorage(), Upstream()
+    seeded(storage, ["approved"] * 995 + ["pending"] * 4)
+    events: list[SessionEvent] = []
+    session = resume_chat_session(
+        DEFINITION, session_id="s", storage=storage, observers=[events.append]
+    )
+    record = session.confirmations_for(upstream).propose("email.send", {})
+    statuses = [b.status for b in session.confirmations]
+    assert statuses.count("pending") == 5  # live records are never pruned
+    assert statuses.count("approved") == 256  # the newest terminal records are kept
+    assert session.confirmations[-1] == record
+    assert [e.kind for e in events] == [SessionEventKind.PRUNED, SessionEventKind.CONFIRMATION]
+
+
+def test_a_failed_propose_leaves_no_ghost() -> None:
+    inner, upstream = MemoryStorage(), Upstream()
+    storage = FaultyStorage(inner)
+    session = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    session.persist()
+    storage.fail_next_save("unavailable")
+    with pytest.raises(StorageUnavailable):
+        session.confirmations_for(upstream).propose("email.send", {})
+    assert len(upstream.proposed) == 1  # upstream holds an unbound proposal ...
+    assert session.confirmations == ()  # ... and no binding exists anywhere
+    assert '"confirmations":[]' in str(inner.load("s"))
+
+
+def test_a_proposal_upstream_already_handled_is_born_rejected_without_deny() -> None:
+    upstream = Upstream(status="complete")
+    session = resume_chat_session(DEFINITION, session_id="s", storage=MemoryStorage())
+    record = session.confirmations_for(upstream).propose("email.send", {})
+    assert record.status == "rejected" and upstream.calls == []
+
+
+def test_repeats_are_idempotent_and_other_intents_are_typed_losers() -> None:
+    upstream = Upstream()
+    session = resume_chat_session(DEFINITION, session_id="s", storage=MemoryStorage())
+    coordinator = session.confirmations_for(upstream)
+    token = coordinator.propose("email.send", {}).token
+    assert coordinator.reject(token, reason="not now").status == "rejected"
+    assert coordinator.reject(token).status == "rejected"  # the same answer, nothing called
+    with pytest.raises(AlreadyResolved) as lost:
+        coordinator.approve(token)
+    assert lost.value.record.status == "rejected"
+    assert upstream.calls == [("deny", f"app-{token.removeprefix('confirm-')}", "not now")]
+
+
+def test_expiry_is_checked_on_every_path_against_the_injected_clock() -> None:
+    now = [0]
+    upstream = Upstream()
+    session = resume_chat_session(
+        DEFINITION, session_id="s", storage=MemoryStorage(), clock=lambda: now[0]
+    )
+    coordinator = session.confirmations_for(upstream, ttl_ms=10)
+    early, late = (coordinator.propose("email.send", {"n": n}).token for n in (1, 2))
+    with pytest.raises(IllegalTransition):
+        coordinator.expire(early)  # not due yet
+    now[0] = 10
+    assert coordinator.reject(late, reason="no").status == "expired"  # reject too (§7.3)
+    assert [r.status for r in coordinator.expire_due()] == ["expired"]
+    assert all(call[0] == "deny" and call[2] == "confirmation expired" for call in upstream.calls)
+
+
+def test_reconcile_settles_processing_records_from_memory() -> None:
+    storage, upstream = MemoryStorage(), Upstream()
+    seeded(storage, ["approving", "rejecting", "approving", "expiring"])
+    upstream.status.update(
+        {"call-0": "complete", "call-1": "requires_confirmation", "call-2": "running"}
+    )  # call-3 is not in memory at all
+    session = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    outcomes = reconcile(session, Memory(upstream), upstream=upstream)
+    assert [(o.token, o.action, o.record.status) for o in outcomes] == [
+        ("confirm-0", "completed", "approved"),
+        ("confirm-1", "resumed", "rejected"),
+        ("confirm-2", "completed", "approved"),
+        ("confirm-3", "unknown", "expiring"),
+    ]
+    assert upstream.calls == [("deny", "call-1", "confirmation rejected")]
+
+
+def test_reconcile_can_release_untouched_claims_back_to_pending() -> None:
+    storage, upstream = MemoryStorage(), Upstream()
+    seeded(storage, ["approving"])
+    upstream.status["call-0"] = "requires_confirmation"
+    session = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    (outcome,) = session.reconcile(Memory(upstream), release_untouched=True)
+    assert (outcome.action, outcome.record.status) == ("released", "pending")
+    assert upstream.calls == []
+
+
+def test_observers_see_one_event_per_durable_transition_and_cannot_break_it() -> None:
+    storage, upstream = MemoryStorage(), Upstream()
+    seen: list[tuple[str | None, str]] = []
+
+    def explode(event: SessionEvent) -> None:
+        raise RuntimeError("observer bug")
+
+    def record(event: SessionEvent) -> None:
+        assert event.record is not None
+        seen.append((event.previous_status, str(event.record.status)))
+
+    first = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    token = first.confirmations_for(upstream).propose("email.send", {}).token
+    resumed = resume_chat_session(
+        DEFINITION, session_id="s", storage=storage, observers=[explode, record]
+    )
+    assert resumed.confirmations_for(upstream).approve(token).status == "approved"
+    assert seen == [("pending", "approving"), ("approving", "approved")]
