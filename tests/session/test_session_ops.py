@@ -45,7 +45,7 @@ def test_turn_lease_claim_refuse_release_replay() -> None:
     now[0] += 500
     assert session.claim_turn("turn-4", 500) is True  # takes over the expired lease
     assert session.cursor == 4
-    with pytest.raises(ConfigError, match="Turn claim is invalid."):
+    with pytest.raises(ConfigError, match=r"Turn claim is invalid\."):
         session.claim_turn("bad id", 500)
 
 
@@ -101,9 +101,9 @@ def test_the_renderer_check_compares_identity_and_revision() -> None:
 
 
 def test_invalid_identity_and_revision_use_the_reference_messages() -> None:
-    with pytest.raises(ConfigError, match="Chat definition revision is invalid."):
+    with pytest.raises(ConfigError, match=r"Chat definition revision is invalid\."):
         ChatDefinition("d", 0)
-    with pytest.raises(ConfigError, match="Chat session identity is invalid."):
+    with pytest.raises(ConfigError, match=r"Chat session identity is invalid\."):
         resume_chat_session(ChatDefinition("d"), session_id="no spaces", storage=MemoryStorage())
 
 
