@@ -21,7 +21,15 @@ from typing import Any
 
 from ..errors import OutcomeUnknown, StorageError, StorageUnavailable
 from ._envelopes import fresh_session_id, make_snapshot, observe
-from ._kit import KitContext, describe, expect_save, has_delete, saved
+from ._kit import (
+    CheckSkipped,
+    KitContext,
+    close_storage,
+    describe,
+    expect_save,
+    has_delete,
+    saved,
+)
 from .linearizability import UNKNOWN, CasRegisterModel, CheckResult, Operation, check_history
 
 
@@ -282,8 +290,6 @@ def _process_main(
     queue: Any,
 ) -> None:
     """One spawned racer: a create race, a CAS race, then a recorded workload."""
-    from ._kit import close_storage
-
     report: dict[str, Any] = {"worker": worker}
     try:
         storage = _build(factory)
@@ -315,8 +321,6 @@ def _process_main(
 
 def processes(ctx: KitContext) -> str:
     """K spawned processes: one create winner, one CAS winner, a linearizable history."""
-    from ._kit import CheckSkipped
-
     factory = ctx.process_factory
     if factory is None:
         raise CheckSkipped("processes not requested (pass processes=True and a picklable factory)")
@@ -385,8 +389,6 @@ def error_mapping(ctx: KitContext) -> str:
     while this very save is stored is a false "nothing applied". An ``OutcomeUnknown`` write
     may land later, so later comparisons accept any change that is not this call's own.
     """
-    from ._kit import CheckSkipped
-
     if ctx.make_faulty is None:
         raise CheckSkipped("no make_faulty_storage factory given")
     healthy = ctx.storage()

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import AkchatError, StorageError
+from ..errors import AkchatError
 from ._envelopes import Observed, observe
 
 __all__ = ["PROFILES", "CheckSkipped", "KitContext", "Profile", "close_storage"]
@@ -138,10 +138,6 @@ def describe(exc: BaseException) -> str:
     """One line naming an exception and whether it is one of ours."""
     kind = "typed" if isinstance(exc, AkchatError) else "UNTYPED"
     return f"{kind} {type(exc).__name__}: {exc}"
-
-
-def is_storage_error(exc: BaseException) -> bool:
-    return isinstance(exc, StorageError)
 
 
 async def maybe_await(value: Any) -> Any:

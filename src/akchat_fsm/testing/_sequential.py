@@ -14,6 +14,7 @@ from ._envelopes import Observed, decode_loaded, fresh_session_id, make_snapshot
 from ._kit import (
     CheckSkipped,
     KitContext,
+    close_storage,
     expect_save,
     expect_stored,
     require_delete,
@@ -260,8 +261,6 @@ def no_open_connections(ctx: KitContext) -> str:
     with contextlib.suppress(StorageError):
         saved(storage, make_snapshot(sid, 2, "stale"), 1, "stale update")
     ctx.opened.remove(storage)
-    from ._kit import close_storage
-
     close_storage(storage)
     left = count()
     if left != 0:

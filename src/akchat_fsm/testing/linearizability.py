@@ -114,7 +114,8 @@ class History:
 
     ``with history.record(process, kind, input, key=...) as call: call.output = ...``
     times the call; if the block raises an exception listed in ``unknown`` the operation is
-    recorded with ``UNKNOWN`` output and ``return_ns = inf`` (the exception propagates).
+    recorded with ``UNKNOWN`` output and ``return_ns = inf``; any other exception drops it.
+    Exceptions always propagate.
     """
 
     def __init__(self) -> None:
@@ -143,17 +144,15 @@ class History:
         *,
         key: Hashable = None,
         unknown: tuple[type[BaseException], ...] = (),
-        discard: tuple[type[BaseException], ...] = (),
     ) -> Iterator[_Call]:
-        """Time one call. Exceptions in ``discard`` drop the op (it certainly did nothing)."""
+        """Time one call; any exception not in ``unknown`` propagates and records nothing
+        (use it for failures that certainly applied nothing, such as ``StorageUnavailable``)."""
         call = _Call()
         call_ns = time.monotonic_ns()
         try:
             yield call
         except unknown:
             self.add(Operation(process, kind, input, UNKNOWN, call_ns, math.inf, key))
-            raise
-        except discard:
             raise
         self.add(Operation(process, kind, input, call.output, call_ns, time.monotonic_ns(), key))
 
