@@ -1,0 +1,98 @@
+"""The checked-in JSON Schemas: no drift, valid draft 2020-12, and agreement with the decoders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from jsonschema import Draft202012Validator
+
+from akchat_fsm.testing.strategies import wire_session_objects
+from akchat_fsm.wire._js import DATETIME_PATTERN, IDENTIFIER_PATTERN
+from akchat_fsm.wire.schema import (
+    SCHEMA_DIR,
+    SCHEMAS,
+    main,
+    render,
+    session_json_schema,
+)
+
+VECTORS = Path(__file__).resolve().parent / "vectors"
+CONTROLLED = Path(__file__).resolve().parents[1] / "controlled" / "vectors"
+SESSION = Draft202012Validator(session_json_schema())
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_checked_in_schema_has_not_drifted(name: str) -> None:
+    path = SCHEMA_DIR / name
+    assert path.read_text(encoding="utf-8") == render(SCHEMAS[name]()), (
+        f"{name} drifted: run python -m akchat_fsm.wire.schema --write"
+    )
+    Draft202012Validator.check_schema(json.loads(path.read_text(encoding="utf-8")))
+
+
+def test_check_command_reports_drift(tmp_path: Path) -> None:
+    assert main(["--write", "--dir", str(tmp_path)]) == 0
+    assert main(["--check", "--dir", str(tmp_path)]) == 0
+    (tmp_path / "session-v1.schema.json").write_text("{}\n", encoding="utf-8")
+    assert main(["--check", "--dir", str(tmp_path)]) == 1
+
+
+def test_patterns_are_exported_verbatim() -> None:
+    text = json.dumps(session_json_schema())
+    assert json.dumps(DATETIME_PATTERN) in text and json.dumps(IDENTIFIER_PATTERN) in text
+
+
+def _vectors(folder: Path, prefix: str) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob(prefix))]
+
+
+def test_every_accepted_session_vector_satisfies_the_schema() -> None:
+    accepted = [v for v in _vectors(VECTORS, "session-*.json") if v["expect"] == "accept"]
+    assert len(accepted) == 10
+    for vector in accepted:
+        SESSION.validate(vector["migrated"])
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "session-null-activeTurn",
+        "session-sessionId-bad-char",
+        "session-sessionId-too-long",
+        "session-definitionRevision-zero",
+        "session-negative-cursor",
+        "session-fractional-cursor",
+        "session-updatedAt-without-zone",
+        "session-terminalTurns-over-64",
+        "session-missing-confirmations",
+        "session-v1-missing-protocol",
+        "session-wrong-protocol",
+        "session-decision-kind-agentic",
+        "session-unknown-confirmation-status",
+        "session-confirmation-input-not-record",
+        "session-array-input",
+    ],
+)
+def test_schema_rejects_what_it_can_express(name: str) -> None:
+    vector = json.loads((VECTORS / f"{name}.json").read_text(encoding="utf-8"))
+    assert not SESSION.is_valid(vector["input"])
+
+
+@given(wire_session_objects())
+def test_generated_envelopes_satisfy_the_schema(wire: dict[str, Any]) -> None:
+    SESSION.validate(wire)
+
+
+def test_controlled_shell_schema_matches_the_vectors() -> None:
+    shell = Draft202012Validator(SCHEMAS["controlled-shell.schema.json"]())
+    vectors = _vectors(CONTROLLED, "controlled-*.json")
+    assert vectors
+    for vector in vectors:
+        if vector["expect"] == "accept":
+            shell.validate(vector["input"])
+        elif vector.get("error", {}).get("class") == "ZodError":
+            assert not shell.is_valid(vector["input"]), vector["name"]
