@@ -262,14 +262,17 @@ def run_demo(store: str | None, seed: int) -> bool:
             console.print(_summary(last, story.upstream))
             if broken:
                 for sentence in broken:
-                    console.print(Text(f"INVARIANT FAILED: {sentence}", style="bold red"))
+                    console.print(
+                        Text(f"INVARIANT FAILED: {sentence}", style="bold red"), soft_wrap=True
+                    )
             else:
                 console.print(
                     Text(
                         "invariants hold: no replay (<= 1 upstream call per tool call), "
                         "no false completion, nothing left processing, cursor monotonic",
                         style="bold green",
-                    )
+                    ),
+                    soft_wrap=True,
                 )
             return not broken
     finally:

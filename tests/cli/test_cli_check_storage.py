@@ -1,0 +1,50 @@
+"""``check-storage``: the conformance kit through the command, on real and broken stores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_helpers import run
+
+from akchat_fsm.testing import CHECKS
+
+FAST = ["round_trip", "stale_cursor_refused", "cas_race_threads", "linearizability_threads"]
+
+
+def _only(names: list[str]) -> list[str]:
+    return [arg for name in names for arg in ("--only", name)]
+
+
+def test_sqlite_file_is_conformant(tmp_path: Path) -> None:
+    result = run("check-storage", f"sqlite:///{tmp_path / 'kit.db'}", "--seed", "5")
+    assert result.exit_code == 0, result.stdout
+    assert f"CONFORMANT: {len(CHECKS)} checks, 0 failed" in result.stdout
+    assert "seed 5" in result.stdout
+    for name in ("linearizability_threads", "processes", "counter_workload"):
+        line = next(line for line in result.stdout.splitlines() if line.split()[:1] == [name])
+        assert " PASS " in line
+    assert result.stderr == ""  # no progress bar when stderr is not a terminal
+
+
+def test_a_last_write_wins_adapter_is_not_conformant() -> None:
+    result = run("check-storage", "cli_helpers:LastWriteWins", "--no-processes", *_only(FAST))
+    assert result.exit_code == 1
+    assert "NOT CONFORMANT" in result.stdout
+    failed = {line.split()[0] for line in result.stdout.splitlines() if " FAIL " in line}
+    assert {"stale_cursor_refused", "cas_race_threads"} <= failed
+    assert "round_trip" not in failed
+
+
+@pytest.mark.postgres
+def test_postgresql_is_conformant(pg_url: str) -> None:
+    result = run("check-storage", pg_url, "--no-processes", *_only(FAST))
+    assert result.exit_code == 0, result.stdout
+    assert f"CONFORMANT: {len(FAST)} checks, 0 failed" in result.stdout
+
+
+@pytest.mark.redis
+def test_redis_is_conformant(redis_url: str) -> None:
+    result = run("check-storage", redis_url, "--no-processes", *_only(FAST))
+    assert result.exit_code == 0, result.stdout
+    assert f"CONFORMANT: {len(FAST)} checks, 0 failed" in result.stdout
