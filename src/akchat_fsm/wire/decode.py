@@ -16,6 +16,7 @@ path changes speed, never verdicts.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -174,6 +175,6 @@ def _arrays_are_lists(value: dict[str, Any]) -> bool:
     # (tuples are accepted too: they are this library's own frozen form of an array).
     arrays = [value.get("terminalTurns", ()), value.get("confirmations", ())]
     conversation = value.get("conversation")
-    if isinstance(conversation, dict):
+    if isinstance(conversation, Mapping):
         arrays.append(conversation.get("decisions", ()))
     return all(isinstance(item, list | tuple) for item in arrays)
