@@ -7,6 +7,7 @@ error, an unreadable file or a store that cannot be opened (docs/cli.md).
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +26,8 @@ from .schema import schema
 from .show import show
 
 __all__ = ["main"]
+
+EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 
 
 class _OneLineErrors(click.Group):
@@ -58,6 +61,12 @@ class _OneLineErrors(click.Group):
             sys.exit(EXIT_USAGE)
         except AkchatError as exc:
             click.echo(f"error: {inert(describe(exc))}", err=True)
+            sys.exit(EXIT_INVALID)
+        except KeyboardInterrupt:
+            click.echo("error: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:  # the reader went away (`| head`): nothing left to say
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's flush quiet
             sys.exit(EXIT_INVALID)
         except Exception as exc:  # a bug must still not print a traceback at a user
             click.echo(f"error: internal error: {inert(describe(exc))}", err=True)

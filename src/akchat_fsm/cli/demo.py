@@ -287,7 +287,13 @@ def run_demo(store: str | None, seed: int) -> bool:
     help="Storage URL (memory://, sqlite:///file.db, postgresql://…, redis://…); "
     "default: a fresh SQLite file in a temporary directory.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the token ids.")
+@click.option(
+    "--seed",
+    type=click.IntRange(0, 2**53 - 1),
+    default=0,
+    show_default=True,
+    help="Seeds the token ids (and names the session demo-<seed>).",
+)
 def demo(store: str | None, seed: int) -> None:
     """Play a cross-client approval story and check the no-replay invariants.
 
