@@ -15,6 +15,7 @@ from akchat_fsm.core import (
     CursorPhase,
     ProposeUpstream,
     SaveSnapshot,
+    SessionState,
     UpstreamCall,
     UpstreamToolStatus,
     by_tool_call,
@@ -445,3 +446,19 @@ def test_decision_limit_and_drop() -> None:
     conversation = dropped.snapshot.conversation
     assert conversation is not None and len(conversation.decisions) == 998
     assert {"m1", "m2"}.isdisjoint(d.message_id for d in conversation.decisions)
+
+
+def test_a_hand_assembled_state_with_a_foreign_cursor_cannot_save() -> None:
+    state = saved(persist(fresh(), T0))
+    skewed = SessionState(state.snapshot.model_copy(update={"cursor": 7}), state.cursor)
+    with pytest.raises(IllegalTransition):
+        persist(skewed, T0)
+
+
+@pytest.mark.parametrize("keep", [-1, 1.0, None])
+def test_keep_terminal_must_be_a_non_negative_int(keep: object) -> None:
+    state = fresh()
+    plan = plan_proposal(state, "email.send", {}, T0)
+    call = UpstreamCall(plan.effect.tool_call_id, plan.name, plan.args, UpstreamToolStatus.COMPLETE)
+    with pytest.raises(ConfigError):
+        record_proposal(state, plan, call, T0, keep_terminal=keep)  # type: ignore[arg-type]

@@ -190,7 +190,12 @@ def record_proposal(
     (ADR-0013). If this session already binds the returned tool call, nothing is saved and
     ``accepted`` is ``False`` (upstream is idempotent per id; the existing binding stands).
     """
-    if not isinstance(proposal, Proposal) or not isinstance(call, UpstreamCall):
+    if (
+        not isinstance(proposal, Proposal)
+        or not isinstance(call, UpstreamCall)
+        or type(keep_terminal) is not int
+        or keep_terminal < 0
+    ):
         raise _invalid_options()
     check_clock(now_ms)
     check_can_save(state)

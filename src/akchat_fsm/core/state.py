@@ -145,6 +145,14 @@ def resumed(snapshot: SessionSnapshot) -> SessionState:
 def _saving(state: SessionState, snapshot: SessionSnapshot, now_ms: int) -> Step:
     """The step that saves ``snapshot`` (the new in-memory envelope) with CAS."""
     saving = _cursor.begin_save(state.cursor)
+    if snapshot.cursor != state.cursor.cursor:
+        # A state assembled by hand (or a snapshot adopted without settling its save).
+        raise IllegalTransition(
+            "session_cursor",
+            str(state.cursor.phase),
+            "save",
+            "envelope cursor is not the stored one",
+        )
     saved = next_snapshot(snapshot, now_ms)
     return Step(SessionState(saved, saving), (SaveSnapshot(saved, state.cursor.expected_cursor),))
 
