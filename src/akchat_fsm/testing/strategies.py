@@ -8,6 +8,8 @@
   the name of the rule; the decoder must reject it with ``SESSION_INVALID_SNAPSHOT``.
 * :func:`json_values`, :func:`identifiers`, :func:`updated_at_texts` and :data:`BAD_UPDATED_AT`
   for building your own.
+* Re-exported from :mod:`.strategies_memory`: :func:`memory_records`,
+  :func:`controlled_snapshots` and their ``invalid_*`` counterparts.
 
 Requires the ``testing`` extra (Hypothesis).
 """
@@ -30,14 +32,24 @@ from ..wire.session import (
     SessionSnapshot,
     TerminalTurn,
 )
+from .strategies_memory import (
+    controlled_snapshots,
+    invalid_controlled_snapshots,
+    invalid_memory_records,
+    memory_records,
+)
 
 __all__ = [
     "BAD_IDENTIFIERS",
     "BAD_UPDATED_AT",
     "GOOD_UPDATED_AT",
+    "controlled_snapshots",
     "identifiers",
+    "invalid_controlled_snapshots",
+    "invalid_memory_records",
     "invalid_session_objects",
     "json_values",
+    "memory_records",
     "session_snapshots",
     "updated_at_texts",
     "utf16_texts",
