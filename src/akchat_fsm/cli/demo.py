@@ -148,6 +148,8 @@ def play(story: Story) -> ChatSession:
         bob_confirm.approve(second.token)
     except ResolutionInProgress as stuck:
         story.say("bob", f"approve {second.token}: ResolutionInProgress ({stuck.record.status})")
+    else:
+        story.say("bob", f"unexpectedly resolved the stuck claim {second.token}")
     story.seen(bob)
 
     for binding in (second, third):
@@ -163,7 +165,16 @@ def play(story: Story) -> ChatSession:
             f" ({outcome.action})",
         )
     story.say("operator", f"reconciled; cursor {operator.cursor}")
-    return story.client("erin")
+    erin = story.client("erin")
+    statuses = ", ".join(f"{b.action} {b.status.value}" for b in erin.confirmations)
+    story.say("erin", f"sees {statuses}; alice, after reload, agrees at cursor {_reloaded(alice)}")
+    return erin
+
+
+def _reloaded(session: ChatSession) -> int:
+    """A long-lived client catches up: ``reload`` re-reads and validates what storage holds."""
+    session.reload()
+    return session.cursor
 
 
 def check_invariants(story: Story, last: ChatSession) -> list[str]:
