@@ -85,6 +85,7 @@ def plan_propose(
     *,
     suffix: str | None = None,
     ttl_ms: int = core.DEFAULT_TTL_MS,
+    keep_terminal: int = core.KEEP_TERMINAL,
 ) -> Plan[ConfirmationBinding]:
     """Propose a tool call upstream and bind it to this session with one CAS save.
 
@@ -105,7 +106,9 @@ def plan_propose(
     call = _upstream_call(raw)
     step = yield from apply(
         holder,
-        lambda state, now: core.record_proposal(state, proposal, call, now),
+        lambda state, now: core.record_proposal(
+            state, proposal, call, now, keep_terminal=keep_terminal
+        ),
         PROPOSE_ATTEMPTS,
     )
     binding = core.find_binding(step.state, proposal.token) or core.by_tool_call(

@@ -102,6 +102,8 @@ class SessionHolder:
     conversation_state: str | None
     clock: Callable[[], int]
     nonce: Callable[[], int] = field(default=_default_nonce)
+    #: Whether anyone listens: observer events are only computed when someone does.
+    observed: bool = True
 
     @property
     def snapshot(self) -> SessionSnapshot:
@@ -261,7 +263,8 @@ def apply(holder: SessionHolder, command: Command, attempts: int = 1) -> Plan[co
         if not step.accepted or save is None:
             return step
         if (yield from _save(holder, step, save)):
-            for event in events_between(holder.session_id, before, holder.snapshot):
-                yield Emit(event)
+            if holder.observed:
+                for event in events_between(holder.session_id, before, holder.snapshot):
+                    yield Emit(event)
             return replace(step, state=holder.core)
     raise SessionConflict(session_id=holder.session_id, expected_cursor=expected)

@@ -58,6 +58,7 @@ class _SessionBase:
     def __init__(self, state: SessionHolder, ports: Ports) -> None:
         self._state = state
         self._ports = ports
+        state.observed = bool(ports.observers)
 
     # -- read-only views -----------------------------------------------------------------
     @property
@@ -101,6 +102,7 @@ class _SessionBase:
     def add_observer(self, observer: Observer) -> None:
         """Receive one :class:`SessionEvent` per durable transition from now on."""
         self._ports.observers = (*self._ports.observers, observer)
+        self._state.observed = True
 
     # -- plans (shared by both flavours) -------------------------------------------------
     def _persist(self, attempts: int) -> Plan[int]:
@@ -178,9 +180,17 @@ class ChatSession(_SessionBase):
         *,
         ttl_ms: int = core.DEFAULT_TTL_MS,
         create_id: Callable[[], str] = default_confirmation_id,
+        keep_terminal: int = core.KEEP_TERMINAL,
     ) -> ConfirmationCoordinator:
-        """A confirmation coordinator bound to this session and ``upstream``."""
-        return ConfirmationCoordinator(self, upstream, ttl_ms=ttl_ms, create_id=create_id)
+        """A confirmation coordinator bound to this session and ``upstream``.
+
+        ``ttl_ms``: how long a proposal stays approvable. ``create_id``: the id suffix
+        factory (default: 128 random bits). ``keep_terminal``: how many resolved records the
+        retention rule keeps when a new proposal is admitted (live records are never pruned).
+        """
+        return ConfirmationCoordinator(
+            self, upstream, ttl_ms=ttl_ms, create_id=create_id, keep_terminal=keep_terminal
+        )
 
     def reconcile(
         self, memory: Any, *, upstream: Any = None, release_untouched: bool = False
@@ -204,20 +214,30 @@ class ConfirmationCoordinator:
         *,
         ttl_ms: int = core.DEFAULT_TTL_MS,
         create_id: Callable[[], str] = default_confirmation_id,
+        keep_terminal: int = core.KEEP_TERMINAL,
     ) -> None:
         self.session = session
-        self._ports = session._ports_with(upstream)
+        self._upstream = upstream
         self._ttl_ms = ttl_ms
         self._create_id = create_id
+        self._keep_terminal = keep_terminal
 
     def _run(self, plan: Plan[T]) -> T:
-        return self.session._run(plan, self._ports)
+        # Ports are rebuilt per call so observers added to the session later are seen too.
+        return self.session._run(plan, self.session._ports_with(self._upstream))
 
     def propose(self, name: str, input: Mapping[str, Any]) -> ConfirmationBinding:
         """Limits, then upstream ``propose_tool_call``, then one CAS save of the binding."""
         state = self.session._state
         return self._run(
-            _confirm.plan_propose(state, name, input, suffix=self._create_id(), ttl_ms=self._ttl_ms)
+            _confirm.plan_propose(
+                state,
+                name,
+                input,
+                suffix=self._create_id(),
+                ttl_ms=self._ttl_ms,
+                keep_terminal=self._keep_terminal,
+            )
         )
 
     def approve(self, token: str, session_id: str | None = None) -> ConfirmationBinding:
@@ -312,8 +332,12 @@ class AsyncChatSession(_SessionBase):
         *,
         ttl_ms: int = core.DEFAULT_TTL_MS,
         create_id: Callable[[], str] = default_confirmation_id,
+        keep_terminal: int = core.KEEP_TERMINAL,
     ) -> AsyncConfirmationCoordinator:
-        return AsyncConfirmationCoordinator(self, upstream, ttl_ms=ttl_ms, create_id=create_id)
+        """The asyncio twin of :meth:`ChatSession.confirmations_for`."""
+        return AsyncConfirmationCoordinator(
+            self, upstream, ttl_ms=ttl_ms, create_id=create_id, keep_terminal=keep_terminal
+        )
 
     async def reconcile(
         self, memory: Any, *, upstream: Any = None, release_untouched: bool = False
@@ -332,19 +356,28 @@ class AsyncConfirmationCoordinator:
         *,
         ttl_ms: int = core.DEFAULT_TTL_MS,
         create_id: Callable[[], str] = default_confirmation_id,
+        keep_terminal: int = core.KEEP_TERMINAL,
     ) -> None:
         self.session = session
-        self._ports = session._ports_with(upstream)
+        self._upstream = upstream
         self._ttl_ms = ttl_ms
         self._create_id = create_id
+        self._keep_terminal = keep_terminal
 
     async def _run(self, plan: Plan[T]) -> T:
-        return await self.session._run(plan, self._ports)
+        return await self.session._run(plan, self.session._ports_with(self._upstream))
 
     async def propose(self, name: str, input: Mapping[str, Any]) -> ConfirmationBinding:
         state = self.session._state
         return await self._run(
-            _confirm.plan_propose(state, name, input, suffix=self._create_id(), ttl_ms=self._ttl_ms)
+            _confirm.plan_propose(
+                state,
+                name,
+                input,
+                suffix=self._create_id(),
+                ttl_ms=self._ttl_ms,
+                keep_terminal=self._keep_terminal,
+            )
         )
 
     async def approve(self, token: str, session_id: str | None = None) -> ConfirmationBinding:
