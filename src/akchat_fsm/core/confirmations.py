@@ -234,12 +234,13 @@ def _with_binding(error: ConfirmationError, state: SessionState, token: str) -> 
     error.record = find_binding(state, token)
 
 
-def _upstream_effect(record: Record, reason: str | None) -> CallApprove | CallDeny:
-    if record.status is ConfirmationStatus.APPROVING:
-        return CallApprove(record.tool_call_id)
-    if record.status is ConfirmationStatus.EXPIRING:
-        return CallDeny(record.tool_call_id, EXPIRED_REASON)
-    return CallDeny(record.tool_call_id, reason or "")
+def _upstream_effect(claimed: Record, reason: str | None) -> CallApprove | CallDeny:
+    # The kernel decides which call the claim allows (and refuses any record without a claim).
+    if k.upstream_call(claimed) is k.UpstreamAction.APPROVE:
+        return CallApprove(claimed.tool_call_id)
+    if claimed.status is ConfirmationStatus.EXPIRING:
+        return CallDeny(claimed.tool_call_id, EXPIRED_REASON)
+    return CallDeny(claimed.tool_call_id, reason or "")
 
 
 def _check_session(state: SessionState, session_id: str | None) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "Claim",
     "Reconciliation",
     "Record",
+    "UpstreamAction",
     "UpstreamToolStatus",
     "claim",
     "complete",
@@ -36,6 +37,7 @@ __all__ = [
     "is_expired",
     "reconcile_decision",
     "release",
+    "upstream_call",
 ]
 
 MACHINE = "confirmation"
@@ -81,6 +83,13 @@ class UpstreamToolStatus(StrEnum):
     COMPLETE = "complete"
     ERROR = "error"
     REQUIRES_CONFIRMATION = "requires_confirmation"
+
+
+class UpstreamAction(StrEnum):
+    """The upstream call a durable claim allows."""
+
+    APPROVE = "approve"
+    DENY = "deny"
 
 
 class Reconciliation(StrEnum):
@@ -225,6 +234,23 @@ def release(records: tuple[Record, ...], token: str) -> tuple[Record, ...]:
 
 
 UNTOUCHED = UpstreamToolStatus.REQUIRES_CONFIRMATION
+
+
+def upstream_call(claimed: Record) -> UpstreamAction:
+    """The one upstream call allowed by ``claimed``: only a processing record allows one.
+
+    ``approving`` allows approve; ``rejecting`` and ``expiring`` allow deny. Anything else (no
+    claim, or a claim already settled) allows nothing: ``IllegalTransition``.
+
+    raises: IllegalTransition
+    post: claimed.status.is_processing
+    post: (__return__ == UpstreamAction.APPROVE) == (claimed.status == ConfirmationStatus.APPROVING)
+    """
+    if claimed.status == ConfirmationStatus.APPROVING:
+        return UpstreamAction.APPROVE
+    if claimed.status in (ConfirmationStatus.REJECTING, ConfirmationStatus.EXPIRING):
+        return UpstreamAction.DENY
+    raise IllegalTransition(MACHINE, str(claimed.status), "call upstream", "no claim held")
 
 
 def reconcile_decision(
