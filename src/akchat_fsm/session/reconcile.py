@@ -14,8 +14,10 @@ anything else               upstream acted: record the matching final status, ca
 missing from memory         left as is, reported as ``"unknown"``
 =========================  ===================================================================
 
-Run it only when no client is still inside a resolution of those records: at start-up after a
-crash, or once the host's own resolution timeout has passed (docs/reconciliation.md).
+Resume is safe even while the original claimant is alive (upstream executes the first call and
+ignores the second); release is safe only when no claimant is alive. The record carries no claim
+time, so the host decides when to run it: after a crash, from an operator command, or once its own
+resolution timeout has passed (docs/reconciliation.md, core ADR-0012).
 """
 
 from __future__ import annotations
