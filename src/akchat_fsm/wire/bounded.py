@@ -135,54 +135,45 @@ def _units(text: str) -> int:
         raise BoundedJsonError("lone surrogate") from None
 
 
-def _string(value: str) -> str:
-    if len(value) > MAX_STRING_LENGTH or (
-        not value.isascii() and _units(value) > MAX_STRING_LENGTH
-    ):
-        raise BoundedJsonError("string too long")
-    return value
-
-
-def _key(key: Any) -> str:
-    if type(key) is not str:
-        raise BoundedJsonError("object key is not a string")
-    if len(key) > MAX_KEY_LENGTH or (not key.isascii() and _units(key) > MAX_KEY_LENGTH):
-        raise BoundedJsonError("key too long")
-    return key
-
-
 def _walk(value: Any, *, root_object: bool) -> Any:
     """Check and freeze ``value`` in one depth-first pass (a closure: this is the hot path)."""
     nodes = 0
     seen: set[int] = set()  # ids of the containers visited: a repeat is a shared reference
     wrap = FrozenDict._wrap
 
-    def claim(container: Any) -> None:
-        marker = id(container)
-        if marker in seen:
-            raise BoundedJsonError("shared reference")
-        seen.add(marker)
-
     def visit(item: Any, depth: int, root: bool) -> Any:
+        # The decoder's hottest Python code: checks are ordered by how common each type is.
         nonlocal nodes
         nodes += 1
         if nodes > MAX_NODES or depth > MAX_DEPTH:
             raise BoundedJsonError("too many nodes or too deep")
         kind = type(item)
         if kind is str:
-            return _string(item)
+            if len(item) > MAX_STRING_LENGTH or (
+                not item.isascii() and _units(item) > MAX_STRING_LENGTH
+            ):
+                raise BoundedJsonError("string too long")
+            return item
         if kind is int:
             return item if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER else _number(item)
         if item is None or kind is bool:
             return item
         if kind is dict or kind is FrozenDict:
-            claim(item)
+            if id(item) in seen:
+                raise BoundedJsonError("shared reference")
+            seen.add(id(item))
             out: dict[str, Any] = {}
             index_keys = False
             for key, child in item.items():
+                if type(key) is not str:
+                    raise BoundedJsonError("object key is not a string")
                 if root and key == "__proto__":
                     continue  # dropped before any check, as the reference's record parser does
-                if _key(key)[:1].isdigit():
+                if len(key) > MAX_KEY_LENGTH or (
+                    not key.isascii() and _units(key) > MAX_KEY_LENGTH
+                ):
+                    raise BoundedJsonError("key too long")
+                if key[:1].isdigit():
                     index_keys = True
                 out[key] = visit(child, depth + 1, False)
             if len(out) > MAX_KEYS:
@@ -191,8 +182,10 @@ def _walk(value: Any, *, root_object: bool) -> Any:
                 out = dict(_js_key_order(list(out.items())))
             return wrap(out)
         if kind is list or kind is tuple:
-            if kind is list:
-                claim(item)  # tuples are this library's immutable arrays, not JS objects
+            if kind is list:  # tuples are this library's immutable arrays, not JS objects
+                if id(item) in seen:
+                    raise BoundedJsonError("shared reference")
+                seen.add(id(item))
             if len(item) > MAX_ARRAY_ITEMS:
                 raise BoundedJsonError("array too long")
             return tuple([visit(child, depth + 1, False) for child in item])
