@@ -152,3 +152,14 @@ def test_async_observers_are_awaited() -> None:
 
     asyncio.run(main())
     assert seen == [SessionEventKind.PERSISTED]
+
+
+def test_a_stored_session_without_conversation_starts_the_flow_at_its_initial_state() -> None:
+    storage = MemoryStorage()
+    resume_chat_session(ChatDefinition("support"), session_id="s", storage=storage).persist()
+    session = resume_chat_session(FLOW, session_id="s", storage=storage)
+    assert session.conversation_state == "idle"
+    assert session.record_decision("msg-1", "start").to_state == "collecting"
+    assert resume_chat_session(FLOW, session_id="s", storage=storage).conversation_state == (
+        "collecting"
+    )

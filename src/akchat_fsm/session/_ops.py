@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .. import core
-from ..errors import ConfigError, IllegalTransition, LimitExceeded
+from ..errors import ConfigError, IllegalTransition, InvalidInput, LimitExceeded
 from ..wire._js import is_identifier, utf16_len
 from ..wire.enums import DecisionKind, TurnOutcome
-from ..wire.session import RouteDecision
+from ..wire.session import Conversation, RouteDecision
 from ._state import SessionHolder, apply, decode_stored
 from .definition import ChatDefinition, route_target
 from .effects import Load, Plan
@@ -43,8 +43,15 @@ def plan_resume(
     decoded = decode_stored(raw, definition, session_id)
     holder = SessionHolder.fresh(definition, session_id, clock)
     if decoded is not None:
-        holder.core = core.resumed(decoded[0])
-        holder.conversation_state = decoded[1]
+        snapshot, state = decoded
+        if state is not None and snapshot.conversation is None:
+            # The definition has a conversation the stored envelope lacks: start it at the
+            # flow's initial state; it is written with the next save (REFERENCE §1.4).
+            snapshot = core.state.with_conversation(
+                snapshot, Conversation(state=state, decisions=())
+            )
+        holder.core = core.resumed(snapshot)
+        holder.conversation_state = state
     return holder
 
 
@@ -110,15 +117,18 @@ def plan_record_decision(
         target = route_target(conversation, current, route_id)
         if target is None:
             raise IllegalTransition("conversation", current, route_id)
-        decision = RouteDecision(
-            message_id=message_id,
-            input=input,
-            route_id=route_id,
-            kind=decision_kind,
-            content=content,
-            from_state=current,
-            to_state=target,
-        )
+        try:
+            decision = RouteDecision(
+                message_id=message_id,
+                input=input,
+                route_id=route_id,
+                kind=decision_kind,
+                content=content,
+                from_state=current,
+                to_state=target,
+            )
+        except InvalidInput as exc:  # e.g. a lone surrogate, or a state over 128 characters
+            raise ConfigError(DECISION_INVALID) from exc
         made.append(decision)
         return core.record_decision(state, decision, now_ms)
 
