@@ -204,3 +204,61 @@ def test_recursive_python_value_is_invalid_not_a_crash() -> None:
     for raw in (loop, {"confirmations": [item]}):
         result = decode_session_snapshot(raw)
         assert result.diagnostic is not None and result.diagnostic.code == INVALID_SNAPSHOT
+
+
+_WITH_SURROGATES = st.lists(
+    st.one_of(st.characters(), st.integers(0xD800, 0xDFFF).map(chr), st.sampled_from('{}[]":,')),
+    max_size=60,
+).map("".join)
+
+
+@given(_WITH_SURROGATES, st.sampled_from(["", "sessionId", "future", "input"]))
+def test_text_with_raw_surrogates_agrees_with_the_exact_path(noise: str, key: str) -> None:
+    text = '{"' + key + '": "' + noise + '", "version": 1}'
+    for raw in (text, noise):
+        result = decode_session_snapshot(raw)
+        assert _same_verdict(result, _exact_path(raw))
+
+
+@st.composite
+def _datetime_like(draw: st.DrawFn) -> str:
+    two = st.integers(0, 99).map(lambda n: f"{n:02d}")
+    year = draw(st.sampled_from(["0000", "1900", "2000", "2023", "2024", "2100", "0004"]))
+    text = f"{year}-{draw(two)}-{draw(two)}{draw(st.sampled_from('Tt '))}{draw(two)}:{draw(two)}"
+    if draw(st.booleans()):
+        text += f":{draw(two)}"
+        if draw(st.booleans()):
+            text += draw(st.sampled_from([".", ".5", ".123456789"]))
+    zone = draw(st.sampled_from(["Z", "z", "", "+", "-", "+0"]))
+    if zone in "+-" and zone:
+        zone += draw(two) + draw(st.sampled_from([":", ""])) + draw(two)
+    return text + zone
+
+
+def _oracle(text: str) -> bool:
+    """An independent, plain reading of zod 4.4.3 datetime({offset: true})."""
+    import re
+
+    match = re.fullmatch(
+        r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d)(?::(\d\d)(?:\.\d+)?)?(Z|[+-](\d\d):(\d\d))",
+        text,
+        re.ASCII,
+    )
+    if match is None:
+        return False
+    year, month, day, hour, minute = (int(match.group(i)) for i in range(1, 6))
+    second = int(match.group(6) or 0)
+    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    days = [31, 29 if leap else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+    if not (1 <= month <= 12 and 1 <= day <= days[month - 1]):
+        return False
+    if hour > 23 or minute > 59 or second > 59:
+        return False
+    return match.group(8) is None or (int(match.group(8)) <= 23 and int(match.group(9)) <= 59)
+
+
+@given(_datetime_like())
+def test_datetime_rule_matches_an_independent_oracle(text: str) -> None:
+    from akchat_fsm.wire._js import is_zod_datetime
+
+    assert is_zod_datetime(text) == _oracle(text)
