@@ -133,3 +133,24 @@ def test_every_write_is_unique_even_in_the_same_millisecond() -> None:
     a, b = storage_a.load("s"), storage_b.load("s")
     assert a != b  # the per-write nonce (ADR-0062): settling by content is exact
     assert isinstance(a, str) and '"updatedAt":"1970-01-01T00:00:01.000' in a
+
+
+def test_an_unknown_create_that_did_not_apply_keeps_nothing_in_memory() -> None:
+    class CreateTimesOut(MemoryStorage):
+        def save(self, snapshot: object, expected_cursor: int | None) -> bool:
+            raise OutcomeUnknown("timed out before the server answered")
+
+    session = resume_chat_session(DEFINITION, session_id="s", storage=CreateTimesOut())
+    coordinator = session.confirmations_for(_Upstream())
+    with pytest.raises(StorageUnavailable):
+        coordinator.propose("email.send", {})
+    assert (session.exists, session.cursor, session.confirmations) == (False, 0, ())
+
+
+class _Upstream:
+    def propose_tool_call(self, id: str, name: str, args: object) -> dict[str, object]:
+        return {"id": id, "name": name, "args": {}, "status": "requires_confirmation"}
+
+    def approve(self, tool_call_id: str) -> None: ...
+
+    def deny(self, tool_call_id: str, reason: str) -> None: ...

@@ -25,7 +25,7 @@ from akchat_fsm.session import resume_chat_session
 from ._kill_worker import DEFINITION, LogMemory, LogUpstream, read_log, worker
 
 WORKERS = 3
-KILLS = 12  # default run; the deep run below does >= 50
+KILLS = 20  # default run; the deep run below does >= 50
 DEEP_KILLS = 60
 EXPECTED = {"approved": "approve", "rejected": "deny", "expired": "deny"}
 

@@ -136,13 +136,17 @@ class SessionHolder:
         )
         return cls(definition, session_id, fresh, state, clock)
 
+    def forget_unsaved(self) -> None:
+        """Nothing is stored: hold the fresh envelope again (the cursor phase is the core's)."""
+        fresh = SessionHolder.fresh(self.definition, self.session_id, self.clock)
+        self.core = replace(self.core, snapshot=fresh.snapshot)
+        self.conversation_state = fresh.conversation_state
+
     def adopt_stored(self, stored: tuple[SessionSnapshot, str | None] | None) -> None:
         """Adopt what a re-read found (through the core, which refuses a cursor going down)."""
         if stored is None:
-            fresh = SessionHolder.fresh(self.definition, self.session_id, self.clock)
             self.core = core.reloaded(self.core, None)
-            self.core = replace(self.core, snapshot=fresh.snapshot)
-            self.conversation_state = fresh.conversation_state
+            self.forget_unsaved()
             return
         self.core = core.reloaded(self.core, stored[0])
         self.conversation_state = stored[1]
@@ -183,6 +187,8 @@ def _save(holder: SessionHolder, step: core.Step, save: core.SaveSnapshot) -> Pl
         )
         if stored is not None:
             holder.conversation_state = stored[1]
+        else:  # nothing stored: forget the attempted content, start over as new
+            holder.forget_unsaved()
         if applied:
             return True
         if (stored[0].cursor if stored is not None else None) == expected:
