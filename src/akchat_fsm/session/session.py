@@ -19,7 +19,7 @@ from ..machines.confirmation import ConfirmationEvent
 from ..wire.enums import DecisionKind, TurnOutcome
 from ..wire.session import ConfirmationBinding, RouteDecision, SessionSnapshot
 from . import _confirm, _ops
-from ._state import SessionHolder
+from ._state import SessionHolder, reload
 from .definition import ChatDefinition
 from .drivers import Ports, run_async, run_sync
 from .effects import Plan
@@ -55,46 +55,46 @@ def default_confirmation_id() -> str:
 class _SessionBase:
     """What both flavours share: the state, the ports and the read-only views."""
 
-    def __init__(self, state: SessionHolder, ports: Ports) -> None:
-        self._state = state
+    def __init__(self, holder: SessionHolder, ports: Ports) -> None:
+        self._holder = holder
         self._ports = ports
-        state.observed = bool(ports.observers)
+        holder.observed = bool(ports.observers)
 
     # -- read-only views -----------------------------------------------------------------
     @property
     def session_id(self) -> str:
-        return self._state.session_id
+        return self._holder.session_id
 
     @property
     def definition(self) -> ChatDefinition:
-        return self._state.definition
+        return self._holder.definition
 
     @property
     def cursor(self) -> int:
         """The last cursor storage confirmed (0 for a session never saved)."""
-        return self._state.cursor
+        return self._holder.cursor
 
     @property
     def exists(self) -> bool:
         """Whether anything is stored yet (the next save is create-only when ``False``)."""
-        return self._state.exists
+        return self._holder.exists
 
     @property
     def snapshot(self) -> SessionSnapshot:
         """The envelope as storage last confirmed it (or the unsaved fresh one)."""
-        return self._state.snapshot
+        return self._holder.snapshot
 
     @property
     def conversation_state(self) -> str | None:
-        return self._state.conversation_state
+        return self._holder.conversation_state
 
     @property
     def confirmations(self) -> tuple[ConfirmationBinding, ...]:
-        return self._state.snapshot.confirmations
+        return self._holder.snapshot.confirmations
 
     def get_by_tool_call(self, tool_call_id: str) -> ConfirmationBinding | None:
         """The binding for an upstream tool-call id, if this session holds one."""
-        for binding in self._state.snapshot.confirmations:
+        for binding in self._holder.snapshot.confirmations:
             if binding.tool_call_id == tool_call_id:
                 return binding
         return None
@@ -102,11 +102,11 @@ class _SessionBase:
     def add_observer(self, observer: Observer) -> None:
         """Receive one :class:`SessionEvent` per durable transition from now on."""
         self._ports.observers = (*self._ports.observers, observer)
-        self._state.observed = True
+        self._holder.observed = True
 
     # -- plans (shared by both flavours) -------------------------------------------------
     def _persist(self, attempts: int) -> Plan[int]:
-        return _ops.plan_persist(self._state, attempts)
+        return _ops.plan_persist(self._holder, attempts)
 
     def _ports_with(self, upstream: Any = None, memory: Any = None) -> Ports:
         return Ports(
@@ -125,8 +125,8 @@ class ChatSession(_SessionBase):
     built-in lock's serialisation; use one object per worker for parallelism.
     """
 
-    def __init__(self, state: SessionHolder, ports: Ports) -> None:
-        super().__init__(state, ports)
+    def __init__(self, holder: SessionHolder, ports: Ports) -> None:
+        super().__init__(holder, ports)
         self._lock = threading.RLock()
 
     def _run(self, plan: Plan[T], ports: Ports | None = None) -> T:
@@ -135,9 +135,7 @@ class ChatSession(_SessionBase):
 
     def reload(self) -> None:
         """Re-read storage (validated like resume); drops nothing durable."""
-        from ._state import reload
-
-        self._run(reload(self._state))
+        self._run(reload(self._holder))
 
     def persist(self, *, attempts: int = 1) -> int:
         """One CAS save of the current envelope; returns the new cursor."""
@@ -145,13 +143,13 @@ class ChatSession(_SessionBase):
 
     def claim_turn(self, turn_id: str, lease_ms: int) -> bool:
         """Take the turn lease; ``False`` when busy or a replayed turn (REFERENCE §9)."""
-        return self._run(_ops.plan_claim_turn(self._state, turn_id, lease_ms))
+        return self._run(_ops.plan_claim_turn(self._holder, turn_id, lease_ms))
 
     def release_turn(
         self, turn_id: str, outcome: TurnOutcome | str = TurnOutcome.COMPLETED
     ) -> bool:
         """Release the lease held by ``turn_id``; ``False`` when it does not hold it."""
-        return self._run(_ops.plan_release_turn(self._state, turn_id, outcome))
+        return self._run(_ops.plan_release_turn(self._holder, turn_id, outcome))
 
     def record_decision(
         self,
@@ -165,7 +163,7 @@ class ChatSession(_SessionBase):
         """Record a route decision through the host flow (never the message) and save it."""
         return self._run(
             _ops.plan_record_decision(
-                self._state,
+                self._holder,
                 message_id=message_id,
                 route_id=route_id,
                 input=input,
@@ -196,7 +194,7 @@ class ChatSession(_SessionBase):
         self, memory: Any, *, upstream: Any = None, release_untouched: bool = False
     ) -> tuple[ReconcileOutcome, ...]:
         """Settle processing records from ``memory`` (see :func:`reconcile`)."""
-        plan = _confirm.plan_reconcile(self._state, release_untouched=release_untouched)
+        plan = _confirm.plan_reconcile(self._holder, release_untouched=release_untouched)
         return self._run(plan, self._ports_with(upstream, memory))
 
 
@@ -228,7 +226,7 @@ class ConfirmationCoordinator:
 
     def propose(self, name: str, input: Mapping[str, Any]) -> ConfirmationBinding:
         """Limits, then upstream ``propose_tool_call``, then one CAS save of the binding."""
-        state = self.session._state
+        state = self.session._holder
         return self._run(
             _confirm.plan_propose(
                 state,
@@ -244,7 +242,7 @@ class ConfirmationCoordinator:
         """Claim, call upstream ``approve`` once, record ``approved`` (``expired`` if due)."""
         return self._run(
             _confirm.plan_resolve(
-                self.session._state, token, ConfirmationEvent.APPROVE, session_id=session_id
+                self.session._holder, token, ConfirmationEvent.APPROVE, session_id=session_id
             )
         )
 
@@ -254,7 +252,7 @@ class ConfirmationCoordinator:
         """Claim, call upstream ``deny`` once, record ``rejected`` (``expired`` if due)."""
         return self._run(
             _confirm.plan_resolve(
-                self.session._state,
+                self.session._holder,
                 token,
                 ConfirmationEvent.REJECT,
                 reason=reason,
@@ -265,12 +263,12 @@ class ConfirmationCoordinator:
     def expire(self, token: str) -> ConfirmationBinding:
         """Resolve a pending record whose expiry passed: deny upstream, record ``expired``."""
         return self._run(
-            _confirm.plan_resolve(self.session._state, token, ConfirmationEvent.EXPIRE)
+            _confirm.plan_resolve(self.session._holder, token, ConfirmationEvent.EXPIRE)
         )
 
     def expire_due(self) -> tuple[ConfirmationBinding, ...]:
         """Expire every pending record that is due on the session clock."""
-        return tuple(self.expire(token) for token in _confirm.expired_pending(self.session._state))
+        return tuple(self.expire(token) for token in _confirm.expired_pending(self.session._holder))
 
     def get_by_tool_call(self, tool_call_id: str) -> ConfirmationBinding | None:
         return self.session.get_by_tool_call(tool_call_id)
@@ -282,8 +280,8 @@ class ConfirmationCoordinator:
 class AsyncChatSession(_SessionBase):
     """The asyncio twin of :class:`ChatSession` (same plans, awaited effects)."""
 
-    def __init__(self, state: SessionHolder, ports: Ports) -> None:
-        super().__init__(state, ports)
+    def __init__(self, holder: SessionHolder, ports: Ports) -> None:
+        super().__init__(holder, ports)
         self._lock = asyncio.Lock()
 
     async def _run(self, plan: Plan[T], ports: Ports | None = None) -> T:
@@ -291,20 +289,18 @@ class AsyncChatSession(_SessionBase):
             return await run_async(plan, ports or self._ports)
 
     async def reload(self) -> None:
-        from ._state import reload
-
-        await self._run(reload(self._state))
+        await self._run(reload(self._holder))
 
     async def persist(self, *, attempts: int = 1) -> int:
         return await self._run(self._persist(attempts))
 
     async def claim_turn(self, turn_id: str, lease_ms: int) -> bool:
-        return await self._run(_ops.plan_claim_turn(self._state, turn_id, lease_ms))
+        return await self._run(_ops.plan_claim_turn(self._holder, turn_id, lease_ms))
 
     async def release_turn(
         self, turn_id: str, outcome: TurnOutcome | str = TurnOutcome.COMPLETED
     ) -> bool:
-        return await self._run(_ops.plan_release_turn(self._state, turn_id, outcome))
+        return await self._run(_ops.plan_release_turn(self._holder, turn_id, outcome))
 
     async def record_decision(
         self,
@@ -317,7 +313,7 @@ class AsyncChatSession(_SessionBase):
     ) -> RouteDecision:
         return await self._run(
             _ops.plan_record_decision(
-                self._state,
+                self._holder,
                 message_id=message_id,
                 route_id=route_id,
                 input=input,
@@ -342,7 +338,7 @@ class AsyncChatSession(_SessionBase):
     async def reconcile(
         self, memory: Any, *, upstream: Any = None, release_untouched: bool = False
     ) -> tuple[ReconcileOutcome, ...]:
-        plan = _confirm.plan_reconcile(self._state, release_untouched=release_untouched)
+        plan = _confirm.plan_reconcile(self._holder, release_untouched=release_untouched)
         return await self._run(plan, self._ports_with(upstream, memory))
 
 
@@ -368,7 +364,7 @@ class AsyncConfirmationCoordinator:
         return await self.session._run(plan, self.session._ports_with(self._upstream))
 
     async def propose(self, name: str, input: Mapping[str, Any]) -> ConfirmationBinding:
-        state = self.session._state
+        state = self.session._holder
         return await self._run(
             _confirm.plan_propose(
                 state,
@@ -383,7 +379,7 @@ class AsyncConfirmationCoordinator:
     async def approve(self, token: str, session_id: str | None = None) -> ConfirmationBinding:
         return await self._run(
             _confirm.plan_resolve(
-                self.session._state, token, ConfirmationEvent.APPROVE, session_id=session_id
+                self.session._holder, token, ConfirmationEvent.APPROVE, session_id=session_id
             )
         )
 
@@ -392,7 +388,7 @@ class AsyncConfirmationCoordinator:
     ) -> ConfirmationBinding:
         return await self._run(
             _confirm.plan_resolve(
-                self.session._state,
+                self.session._holder,
                 token,
                 ConfirmationEvent.REJECT,
                 reason=reason,
@@ -402,11 +398,11 @@ class AsyncConfirmationCoordinator:
 
     async def expire(self, token: str) -> ConfirmationBinding:
         return await self._run(
-            _confirm.plan_resolve(self.session._state, token, ConfirmationEvent.EXPIRE)
+            _confirm.plan_resolve(self.session._holder, token, ConfirmationEvent.EXPIRE)
         )
 
     async def expire_due(self) -> tuple[ConfirmationBinding, ...]:
-        tokens = _confirm.expired_pending(self.session._state)
+        tokens = _confirm.expired_pending(self.session._holder)
         return tuple([await self.expire(token) for token in tokens])
 
     def get_by_tool_call(self, tool_call_id: str) -> ConfirmationBinding | None:
@@ -436,8 +432,8 @@ def resume_chat_session(
     (``ConfigError`` / :class:`IncompatibleSession`). ``clock`` returns epoch milliseconds.
     """
     ports = Ports(storage, upstream, memory, tuple(observers))
-    state = run_sync(_ops.plan_resume(definition, session_id, clock), ports)
-    return ChatSession(state, ports)
+    holder = run_sync(_ops.plan_resume(definition, session_id, clock), ports)
+    return ChatSession(holder, ports)
 
 
 async def resume_chat_session_async(
@@ -452,8 +448,8 @@ async def resume_chat_session_async(
 ) -> AsyncChatSession:
     """The asyncio twin of :func:`resume_chat_session` (asyncio storage)."""
     ports = Ports(storage, upstream, memory, tuple(observers))
-    state = await run_async(_ops.plan_resume(definition, session_id, clock), ports)
-    return AsyncChatSession(state, ports)
+    holder = await run_async(_ops.plan_resume(definition, session_id, clock), ports)
+    return AsyncChatSession(holder, ports)
 
 
 S = TypeVar("S", ChatSession, AsyncChatSession)
