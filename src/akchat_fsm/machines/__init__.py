@@ -5,8 +5,8 @@
 - :class:`TurnLeaseLifecycle`: one turn id in its session's lease (``TurnLeaseState``).
 
 Hot paths never instantiate these classes; they read ``CONFIRMATION_TABLE``, ``CURSOR_TABLE``
-and ``LEASE_TABLE`` (ADR-0010). ``akchat_fsm.machines.diagrams.diagram(name, fmt)`` draws any of them
-(not imported here, so ``python -m akchat_fsm.machines.diagrams`` runs cleanly).
+and ``LEASE_TABLE`` (ADR-0010). ``akchat_fsm.machines.diagrams.diagram(name, fmt)`` draws
+any of them (not imported here, so ``python -m akchat_fsm.machines.diagrams`` runs cleanly).
 """
 
 from __future__ import annotations
