@@ -1,0 +1,306 @@
+"""Run the SPIN checks of the resolution protocol and fail loudly on anything short of a proof.
+
+For every check: ``spin -a`` on ``resolution.pml`` with the check's ``-D`` bounds, ``gcc`` with
+``-DMEMLIM`` and ``-DCOLLAPSE``, then ``./pan`` under ``timeout``.  ``pan`` exits 0 even when it
+finds a violation, so the verdict comes from its output:
+
+* a protocol check passes only with ``errors: 0``, no trail, and a complete search (no
+  "Search not completed", no "max search depth too small", no memory bound hit, no timeout);
+* a seeded-bug check passes only when ``pan`` reports ``errors: >= 1`` for the named property
+  AND writes a trail: a seeded bug that goes unnoticed fails the run.
+
+Everything is built in a temporary directory; nothing is written into the repository.
+
+    python models/check.py                    # default profile
+    python models/check.py --profile quick    # seconds; what tests/models runs
+    python models/check.py --profile deep     # bigger bounds (see models/README.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MODELS = Path(__file__).resolve().parent
+SOURCES = ("resolution.pml", "confirmation_table.pml")
+SAFETY_CLAIMS = ("no_replay", "no_false_completion", "terminal_immutable", "cursor_exact")
+LIVENESS_CLAIMS = ("claim_settles", "processing_resolves")
+ASSERTIONS = "assertions"  # the run without a never claim: every assert + invalid end states
+
+#: Each seeded protocol bug and the property that must catch it.
+SEEDED_BUGS = {
+    "BUG_UPSTREAM_FIRST": "no_replay",
+    "BUG_TERMINAL_FIRST": "no_false_completion",
+    "BUG_LWW": "cursor_exact",
+    "BUG_RECONCILE_LIVE": "no_replay",
+    "BUG_UNKNOWN_AS_WON": "no_replay",
+}
+
+_TRUNCATED = (
+    "search not completed",
+    "max search depth too small",
+    "reached -dmemlim bound",
+    "out of memory",
+    "hash table is full",
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Bounds passed to ``spin -D``; see the #ifndef block at the top of resolution.pml."""
+
+    name: str
+    defines: tuple[tuple[str, int | None], ...]
+
+    def flags(self) -> list[str]:
+        return [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in self.defines]
+
+
+@dataclass(frozen=True)
+class Check:
+    config: Config
+    prop: str  # a claim name, or ASSERTIONS
+    bug: str | None = None  # seeded bug define: the check must find a counterexample
+
+    @property
+    def label(self) -> str:
+        return f"{self.prop} [{self.bug}]" if self.bug else self.prop
+
+    @property
+    def fair(self) -> bool:
+        return self.prop in LIVENESS_CLAIMS
+
+
+@dataclass
+class Result:
+    check: Check
+    ok: bool
+    states: str = "-"
+    depth: str = "-"
+    errors: str = "-"
+    seconds: float = 0.0
+    why: str = ""
+    output: str = field(default="", repr=False)
+
+
+def _config(name: str, **bounds: int | None) -> Config:
+    return Config(name, tuple(sorted(bounds.items())))
+
+
+QUICK = _config("quick", NCLIENTS=3, NCONF=1, MAXOPS=1, MAXCRASH=1, MAXUNKNOWN=1, MAXUPFAULT=1)
+ONE_RECORD = _config("3c-1r", NCLIENTS=3, NCONF=1, MAXOPS=2, MAXCRASH=2, MAXUNKNOWN=1, MAXUPFAULT=1)
+TWO_RECORDS = _config(
+    "3c-2r", NCLIENTS=3, NCONF=2, MAXOPS=1, MAXCRASH=1, MAXUNKNOWN=1, MAXUPFAULT=1
+)
+DEEP_ANY = _config(
+    "3c-1r-any",
+    NCLIENTS=3,
+    NCONF=1,
+    MAXOPS=2,
+    MAXCRASH=2,
+    MAXUNKNOWN=2,
+    MAXUPFAULT=2,
+    ANY_INTENT=None,
+)
+DEEP_FOUR = _config("4c-2r", NCLIENTS=4, NCONF=2, MAXOPS=1, MAXCRASH=2, MAXUNKNOWN=1, MAXUPFAULT=1)
+
+
+def _all_props(config: Config) -> list[Check]:
+    props = (ASSERTIONS, *SAFETY_CLAIMS, *LIVENESS_CLAIMS)
+    return [Check(config, prop) for prop in props]
+
+
+def _seeded(config: Config) -> list[Check]:
+    return [Check(config, prop, bug) for bug, prop in SEEDED_BUGS.items()]
+
+
+PROFILES: dict[str, list[Check]] = {
+    "quick": [*_all_props(QUICK), *_seeded(QUICK)],
+    "default": [
+        *_all_props(ONE_RECORD),
+        Check(TWO_RECORDS, ASSERTIONS),
+        Check(TWO_RECORDS, "processing_resolves"),
+        *_seeded(QUICK),
+    ],
+    "deep": [
+        *_all_props(ONE_RECORD),
+        *_all_props(TWO_RECORDS),
+        *_all_props(DEEP_ANY),
+        Check(DEEP_FOUR, ASSERTIONS),
+        Check(DEEP_FOUR, "no_replay"),
+        *_seeded(ONE_RECORD),
+    ],
+}
+
+
+class Runner:
+    """Builds one ``pan`` per (bounds, seeded bug, claims-or-asserts) and runs checks on it."""
+
+    def __init__(
+        self, workdir: Path, *, memlim_mb: int, timeout_s: int, depth: int, cc_opt: str
+    ) -> None:
+        self.workdir = workdir
+        self.cc_opt = cc_opt
+        self.memlim_mb = memlim_mb
+        self.timeout_s = timeout_s
+        self.depth = depth
+        self._built: dict[tuple[str, ...], Path] = {}
+
+    def _build(self, check: Check) -> Path:
+        spin_flags = check.config.flags()
+        if check.bug:
+            spin_flags.append(f"-D{check.bug}")
+        asserts = check.prop == ASSERTIONS
+        if asserts:
+            spin_flags.append("-DASSERTS")
+        key = tuple(spin_flags)
+        if key in self._built:
+            return self._built[key]
+        build = self.workdir / f"build{len(self._built)}"
+        build.mkdir()
+        for name in SOURCES:
+            shutil.copy(MODELS / name, build / name)
+        _run(["spin", *spin_flags, "-a", "resolution.pml"], build, self.timeout_s)
+        gcc = ["gcc", self.cc_opt, "-w", f"-DMEMLIM={self.memlim_mb}", "-DCOLLAPSE"]
+        if asserts:
+            gcc += ["-DNOCLAIM", "-DSAFETY"]
+        _run([*gcc, "-o", "pan", "pan.c"], build, self.timeout_s)
+        self._built[key] = build
+        return build
+
+    def run(self, check: Check) -> Result:
+        started = time.monotonic()
+        build = self._build(check)
+        trail = build / "resolution.pml.trail"
+        trail.unlink(missing_ok=True)
+        pan = ["timeout", str(self.timeout_s), "./pan", f"-m{self.depth}"]
+        if check.prop != ASSERTIONS:
+            pan += ["-a", *(["-f"] if check.fair else []), "-N", check.prop]
+        proc = subprocess.run(pan, cwd=build, capture_output=True, text=True, check=False)
+        result = _parse(check, proc.stdout + proc.stderr, proc.returncode, trail.exists())
+        result.seconds = time.monotonic() - started
+        return result
+
+
+def _run(cmd: list[str], cwd: Path, timeout_s: int) -> None:
+    proc = subprocess.run(
+        cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
+
+
+def _parse(check: Check, out: str, returncode: int, has_trail: bool) -> Result:
+    errors = re.search(r"errors: (\d+)", out)
+    states = re.search(r"([\d.e+]+) states, stored", out)
+    depth = re.search(r"depth reached (\d+)", out)
+    result = Result(
+        check,
+        ok=False,
+        states=states.group(1) if states else "-",
+        depth=depth.group(1) if depth else "-",
+        errors=errors.group(1) if errors else "-",
+        output=out,
+    )
+    lowered = out.lower()
+    if returncode == 124:
+        result.why = "timed out"
+    elif errors is None:
+        result.why = f"no verdict from pan (exit {returncode})"
+    elif check.bug:
+        if int(errors.group(1)) == 0:
+            result.why = "seeded bug NOT caught"
+        elif not has_trail:
+            result.why = "error reported but no trail written"
+        else:
+            result.ok = True
+    elif int(errors.group(1)) != 0 or has_trail:
+        result.why = "property violated (see trail)"
+    elif truncated := [m for m in _TRUNCATED if m in lowered]:
+        result.why = f"search truncated: {truncated[0]}"
+    elif returncode != 0:
+        result.why = f"pan exited {returncode}"
+    else:
+        result.ok = True
+    return result
+
+
+def _print_table(results: list[Result]) -> None:
+    header = ("config", "property", "expect", "verdict", "errors", "states", "depth", "seconds")
+    rows = [
+        (
+            r.check.config.name,
+            r.check.label,
+            "counterexample" if r.check.bug else "holds",
+            "ok" if r.ok else f"FAIL: {r.why}",
+            r.errors,
+            r.states,
+            r.depth,
+            f"{r.seconds:.1f}",
+        )
+        for r in results
+    ]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    for row in (header, *rows):
+        print("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="SPIN checks of the resolution protocol")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="default")
+    parser.add_argument("--quick", action="store_true", help="same as --profile quick")
+    parser.add_argument("--memlim", type=int, default=8192, help="pan memory bound, MB")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per pan run")
+    parser.add_argument("--depth", type=int, default=1_000_000, help="pan -m search depth")
+    parser.add_argument(
+        "--cc-opt", help="gcc optimisation flag for pan (default: -O0 for quick, else -O2)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the build dir (trails)")
+    args = parser.parse_args(argv)
+    profile = "quick" if args.quick else args.profile
+    for tool in ("spin", "gcc", "timeout"):
+        if shutil.which(tool) is None:
+            print(f"error: `{tool}` is not installed (apt-get install spin gcc)", file=sys.stderr)
+            return 2
+    workdir = Path(tempfile.mkdtemp(prefix="akchat-spin-"))
+    started = time.monotonic()
+    try:
+        runner = Runner(
+            workdir,
+            memlim_mb=args.memlim,
+            timeout_s=args.timeout,
+            depth=args.depth,
+            # quick: compiling pan dominates (-O0 ~1 s, -O2 ~5 s) and the searches are tiny.
+            cc_opt=args.cc_opt or ("-O0" if profile == "quick" else "-O2"),
+        )
+        results = []
+        for check in PROFILES[profile]:
+            results.append(runner.run(check))
+            last = results[-1]
+            verdict = "ok" if last.ok else f"FAIL ({last.why})"
+            print(f"  {last.check.config.name} {last.check.label}: {verdict}", file=sys.stderr)
+            if not results[-1].ok:
+                print(results[-1].output, file=sys.stderr)
+        _print_table(results)
+    finally:
+        if args.keep:
+            print(f"build dir kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    failed = [r for r in results if not r.ok]
+    print(
+        f"profile {profile}: {len(results) - len(failed)}/{len(results)} checks ok "
+        f"in {time.monotonic() - started:.0f} s"
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
