@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -308,7 +308,6 @@ class CoreSequences(RuleBasedStateMachine):
         assert len(self.state.snapshot.confirmations) <= 1_000
 
 
-CoreSequences.TestCase.settings = settings(stateful_step_count=40)
 test_core_sequences = CoreSequences.TestCase
 
 
