@@ -1,0 +1,63 @@
+"""The public surface is ``akchat_fsm.__all__``: pinned, sorted, and every name resolves."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import akchat_fsm
+
+# A change here is a change to the public API: make it on purpose, and note it in the changelog.
+EXPECTED = [
+    "ActiveTurn", "AkchatError", "AlreadyResolved", "AsyncChatMemory", "AsyncChatSession",
+    "AsyncConfirmationCoordinator", "AsyncMemoryStorage", "AsyncSQLiteStorage",
+    "AsyncSessionStorage", "AsyncUpstreamChat", "ChatDefinition", "ChatMemory", "ChatSession",
+    "ConfigError", "ConfirmationBinding", "ConfirmationCoordinator", "ConfirmationError",
+    "ConfirmationStatus", "ControlledActions", "ControlledChat", "ControlledConfirmations",
+    "ControlledSnapshot", "Conversation", "ConversationFlow", "DecisionKind", "DecodeResult",
+    "Diagnostic", "IllegalTransition", "IncompatibleSession", "InvalidConfirmationToken",
+    "InvalidControlledSnapshot", "InvalidInput", "InvalidMemoryRecord", "InvalidSessionSnapshot",
+    "LimitExceeded", "MemoryRecord", "MemoryStorage", "Message", "OutcomeUnknown",
+    "ReconcileOutcome", "ResolutionInProgress", "Route", "RouteDecision", "SQLiteStorage",
+    "SessionConflict", "SessionEvent", "SessionEventKind", "SessionSnapshot", "SessionStorage",
+    "SnapshotSequence", "StaleControlledSnapshot", "StorageError", "StorageUnavailable",
+    "TerminalTurn", "ToolCall", "ToolCallProposal", "ToolCallStatus", "TurnOutcome",
+    "UpstreamChat", "UpstreamFailed", "__version__", "create_controlled_chat",
+    "decode_session_snapshot", "open_async_storage", "open_storage", "parse_controlled_snapshot",
+    "parse_session_snapshot", "reconcile", "reconcile_async", "resolve_chat_session",
+    "resume_chat_session", "resume_chat_session_async", "validate_memory_record",
+]  # fmt: skip
+
+
+def test_all_is_pinned_and_sorted() -> None:
+    assert akchat_fsm.__all__ == EXPECTED
+    assert sorted(akchat_fsm.__all__, key=str.casefold) == sorted(EXPECTED, key=str.casefold)
+
+
+def test_every_exported_name_resolves_and_the_lazy_table_matches() -> None:
+    lazy = {name for names in akchat_fsm._EXPORTS.values() for name in names}
+    assert lazy | {"__version__"} == set(akchat_fsm.__all__)
+    for name in akchat_fsm.__all__:
+        assert getattr(akchat_fsm, name) is not None, name
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    try:
+        akchat_fsm.no_such_name  # noqa: B018
+    except AttributeError as exc:
+        assert "no_such_name" in str(exc)
+    else:  # pragma: no cover - the assertion is the test
+        raise AssertionError("unknown attribute resolved")
+
+
+def test_errors_are_one_hierarchy() -> None:
+    errors = [getattr(akchat_fsm, n) for n in akchat_fsm.__all__ if n[0].isupper()]
+    exceptions = [e for e in errors if isinstance(e, type) and issubclass(e, BaseException)]
+    assert len(exceptions) >= 15
+    assert all(issubclass(e, akchat_fsm.AkchatError) for e in exceptions)
+
+
+def test_import_is_lazy() -> None:
+    code = "import sys, akchat_fsm; print(sorted(m for m in sys.modules if 'akchat' in m))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['akchat_fsm']"
