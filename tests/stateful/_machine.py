@@ -9,12 +9,13 @@ steps, move the clock past expiry, and reconcile. The invariants are checked aft
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from akchat_fsm.errors import OutcomeUnknown, StorageUnavailable
 from akchat_fsm.machines.confirmation import ConfirmationEvent
@@ -29,8 +30,31 @@ from akchat_fsm.wire.session import SessionSnapshot
 from ._world import FakeMemory, FakeUpstream, RecordingStorage, Stepper, UpstreamBoom, perform
 
 CLIENTS = 3
-#: Most steps succeed; each fault applies only to the effects it fits (else the step is normal).
-FAULTS = ("ok",) * 5 + ("unknown", "unavailable", "upstream", "upstream-acted")
+#: What a step's ``fault`` draw (0-9) means for the effect the client is waiting on: most
+#: steps succeed, each fault only where it fits, and 9 is always a crash.
+FAULTS: dict[str, tuple[str, ...]] = {
+    "save": ("ok",) * 6 + ("unknown", "unknown", "unavailable", "crash"),
+    "load": ("ok",) * 7 + ("unavailable", "unavailable", "crash"),
+    "upstream": ("ok",) * 5 + ("upstream",) * 2 + ("upstream-acted",) * 2 + ("crash",),
+    "other": ("ok",) * 9 + ("crash",),
+}
+
+
+#: What happens around the client's step: usually nothing; sometimes time passes or the host
+#: reconciles.
+WORLD = ("",) * 6 + ("tick", "tick", "reconcile")
+
+
+def fault_for(effect: object, draw: int) -> str:
+    if isinstance(effect, Save):
+        return FAULTS["save"][draw]
+    if isinstance(effect, Load):
+        return FAULTS["load"][draw]
+    if isinstance(effect, Approve | Deny):
+        return FAULTS["upstream"][draw]
+    return FAULTS["other"][draw]
+
+
 TTL_MS = 150
 DEFINITION = ChatDefinition("stateful")
 # Resolutions are weighted up: they are what the invariants are about.
@@ -69,6 +93,8 @@ class ResolutionProtocol(RuleBasedStateMachine):
 
     make_storage: ClassVar[Callable[[], Any]]
     resolve_plan: ClassVar[ResolvePlan] = staticmethod(correct_resolve)
+    #: What a whole run exercised (a validity floor: a run without races proves nothing).
+    coverage: ClassVar[Counter[str]] = Counter()
 
     def __init__(self) -> None:
         super().__init__()
@@ -136,6 +162,8 @@ class ResolutionProtocol(RuleBasedStateMachine):
                 client.holder = None
             self.holds[index].clear()
             self.finished.append(run)
+            outcome = "ok" if run.error is None else type(run.error).__name__
+            self.coverage[f"{client.op}:{outcome}"] += 1
 
     def _note_claims(self, index: int, before: SessionSnapshot | None) -> None:
         after = self.stored()
@@ -170,27 +198,34 @@ class ResolutionProtocol(RuleBasedStateMachine):
             resume.feed(perform(resume.next, self.storage, self.upstream, self.memory))
             client.holder = resume.result
 
-    def _pick(self, c: int, ok: Callable[[_Client], bool]) -> int | None:
-        """The ``c``-th client (cyclically) for which ``ok`` holds, so every rule does work."""
-        candidates = [i for i, client in enumerate(self.clients) if ok(client)]
-        return candidates[c % len(candidates)] if candidates else None
-
     @rule(
         c=st.integers(0, CLIENTS - 1),
         op=st.sampled_from(OPS),
         pick=st.integers(0, 7),
-        fault=st.sampled_from(FAULTS),
+        draw=st.integers(0, 9),
+        world=st.sampled_from(WORLD),
     )
-    def advance(self, c: int, op: str, pick: int, fault: str) -> None:
+    def advance(self, c: int, op: str, pick: int, draw: int, world: str) -> None:
         """Client ``c`` takes one step: an idle client starts ``op`` (a dead one first resumes
         from storage); a busy one performs its next effect, perhaps with ``fault``.
 
-        One rule for both, so Hypothesis' swarm testing never disables progress on its own.
+        One rule for everything (``world`` may first move the clock or reconcile), so
+        Hypothesis' swarm testing can never disable progress by switching a rule off.
         ``unknown``: the save applies but the client is told the outcome is unknown (through
         the kit's ``FaultyStorage``). ``unavailable``: the storage call fails before applying.
-        ``upstream`` / ``upstream-acted``: upstream raises before / after acting.
+        ``upstream`` / ``upstream-acted``: upstream raises before / after acting. ``crash``:
+        the client dies between two steps and must resume from storage to come back.
         """
+        if world == "tick":  # the clock moves (past expiry, often: TTL is 150 ms)
+            self.now += 10 * (pick + 1)
+        elif world == "reconcile" and not any(self.holds.values()):
+            # Recovery, only when no live client holds a claim (the documented precondition).
+            self._reconcile(release=pick % 2 == 1)
         client = self.clients[c]
+        fault = fault_for(client.run.next if client.busy and client.run else None, draw)
+        if fault == "crash":  # the client dies here, between two steps (or while idle)
+            self._crash(c)
+            return
         if client.busy:
             self._step(c, fault)
             return
@@ -214,12 +249,15 @@ class ResolutionProtocol(RuleBasedStateMachine):
         assert run is not None
         effect = run.next
         before = self.stored()
+        self.coverage[f"effect:{type(effect).__name__}"] += 1
         if fault == "unknown" and isinstance(effect, Save):
+            self.coverage["fault:unknown"] += 1
             self.storage.fail_next_save("unknown_after_apply")
             with pytest.raises(OutcomeUnknown) as unknown:
                 self.storage.save(effect.snapshot, effect.expected_cursor)
             run.throw(unknown.value)
         elif fault == "unavailable" and isinstance(effect, Save | Load):
+            self.coverage["fault:unavailable"] += 1
             with pytest.raises(StorageUnavailable) as unavailable:
                 if isinstance(effect, Save):
                     self.storage.fail_next_save("unavailable")
@@ -229,6 +267,7 @@ class ResolutionProtocol(RuleBasedStateMachine):
                     self.storage.load(effect.session_id)
             run.throw(unavailable.value)
         elif fault.startswith("upstream") and isinstance(effect, Approve | Deny):
+            self.coverage[f"fault:{fault}"] += 1
             if fault == "upstream-acted":
                 perform(effect, self.storage, self.upstream, self.memory)
             run.throw(UpstreamBoom("upstream failed"))
@@ -237,30 +276,13 @@ class ResolutionProtocol(RuleBasedStateMachine):
         self._note_claims(index, before)
         self._after_step(index, client)
 
-    @precondition(lambda self: any(c.holder is not None or c.busy for c in self.clients))
-    @rule(c=st.integers(0, CLIENTS - 1))
-    def crash(self, c: int) -> None:
-        """A client dies between two steps; it must resume from storage to come back."""
-        index = self._pick(c, lambda client: client.holder is not None or client.busy)
-        if index is not None:
-            self._crash(index)
-
     def _crash(self, c: int) -> None:
         client = self.clients[c]
         if client.run is not None and not client.run.done:
+            self.coverage[f"crash-before:{type(client.run.next).__name__}"] += 1
             client.run.crash()
         client.run, client.holder = None, None
         self.holds[c].clear()
-
-    @rule(ms=st.integers(1, 80))
-    def tick(self, ms: int) -> None:
-        self.now += ms
-
-    @precondition(lambda self: not any(self.holds.values()))
-    @rule(release=st.booleans())
-    def reconcile(self, release: bool) -> None:
-        """Recovery, run when no live client holds a claim (the documented precondition)."""
-        self._reconcile(release)
 
     def _reconcile(self, release: bool) -> None:
         holder_run = Stepper(_ops.plan_resume(DEFINITION, self.session_id, self.clock))
@@ -270,7 +292,10 @@ class ResolutionProtocol(RuleBasedStateMachine):
         run = Stepper(_confirm.plan_reconcile(holder_run.result, release_untouched=release))
         while not run.done:
             run.feed(perform(run.next, self.storage, self.upstream, self.memory))
+        assert run.error is None, run.error
         self.finished.append(run)
+        for outcome in run.result:
+            self.coverage[f"reconcile:{outcome.action}"] += 1
 
     # ------------------------------------------------------------------ invariants
     @invariant()

@@ -9,6 +9,7 @@ count comes from the Hypothesis profile (``ci`` by default in CI, ``deep`` = 10x
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,33 @@ from akchat_fsm.storage.sqlite import SQLiteStorage
 
 from ._machine import ResolutionProtocol
 
+#: A run must have exercised each of these at least once, or it proves nothing.
+FLOOR = (
+    "effect:CallApprove",
+    "effect:CallDeny",
+    "fault:unknown",
+    "fault:unavailable",
+    "fault:upstream",
+    "fault:upstream-acted",
+    "approve:ok",
+    "approve:ResolutionInProgress",
+    "reconcile:completed",
+    "reconcile:resumed",
+)
+
 
 def run_protocol(make_storage: Callable[[], Any], **overrides: Any) -> None:
-    machine = type("Protocol", (ResolutionProtocol,), {"make_storage": staticmethod(make_storage)})
+    coverage: Counter[str] = Counter()
+    machine = type(
+        "Protocol",
+        (ResolutionProtocol,),
+        {"make_storage": staticmethod(make_storage), "coverage": coverage},
+    )
     run_state_machine_as_test(machine, settings=settings(settings(), **overrides))
+    print("coverage:", dict(sorted(coverage.items())))  # shown with -s
+    missing = [what for what in FLOOR if not coverage[what]]
+    assert not missing, f"the run never exercised {missing}: {sorted(coverage.items())}"
+    assert sum(n for what, n in coverage.items() if what.startswith("crash-before:")) > 0
 
 
 def test_protocol_in_memory() -> None:
