@@ -13,7 +13,7 @@ import pytest
 import redis
 from storage_harness import Client, snap
 
-from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageUnavailable
+from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from akchat_fsm.storage.redis import (
     CAS_SHA,
     AsyncRedisStorage,
@@ -225,3 +225,49 @@ def test_pool_has_no_retries() -> None:
 def test_bad_options_are_config_errors(url: str, prefix: str) -> None:
     with pytest.raises(ConfigError):
         RedisStorage(url, prefix=prefix)
+
+
+class _BigSnapshot:
+    """A duck-typed snapshot whose JSON text is far larger than the loopback socket buffers."""
+
+    def __init__(self, session_id: str, cursor: int, size: int) -> None:
+        self.session_id = session_id
+        self.cursor = cursor
+        self._text = json.dumps({"cursor": cursor, "pad": "p" * size})
+
+    def to_json(self) -> str:
+        return self._text
+
+
+@MODES
+def test_send_timeout_on_a_write_is_never_reported_as_nothing_applied(
+    redis_url: str, prefix: str, admin: redis.Redis, unique_id: str, mode: str
+) -> None:
+    """A busy server stops reading; our 64 MB write times out while being sent.
+
+    Sync: the unsent bytes never reach the kernel, the command is incomplete, nothing runs,
+    and ``StorageUnavailable`` is the truth. Async: the rest of the command sits in asyncio's
+    transport buffer, which closing the transport still flushes, so the script may run later:
+    anything but ``OutcomeUnknown`` would be a lie. (Regression: async said "nothing applied"
+    and the write applied.)
+    """
+    c = _open(mode, redis_url, prefix, socket_timeout=0.3)
+    busy = threading.Thread(target=lambda: admin.eval(_BUSY, 0, 1500))
+    try:
+        assert c.save(snap(unique_id, 1), None)
+        busy.start()
+        time.sleep(0.05)  # let the busy script start first (ordering only, nothing timed)
+        with pytest.raises(StorageError) as info:
+            c.save(_BigSnapshot(unique_id, 2, 64_000_000), 1)  # type: ignore[arg-type]
+        busy.join(timeout=10)
+        if mode == "sync":
+            assert isinstance(info.value, StorageUnavailable)
+            # Give a (wrongly) complete command every chance to arrive, then check it did not.
+            for _ in range(20):
+                time.sleep(0.05)
+            assert admin.hget(prefix + unique_id, "cursor") == b"1"
+        else:
+            assert isinstance(info.value, OutcomeUnknown)
+    finally:
+        busy.join(timeout=10)
+        c.close()

@@ -7,9 +7,11 @@ script validates first and writes last, so an error inside it never leaves a par
 We drive a pooled connection ourselves (connect, send, read) instead of
 ``Redis.execute_command`` so that each failure is classified by *when* it happened: before the
 command left (``StorageUnavailable``) or while waiting for its reply (``OutcomeUnknown`` for a
-write: the script may have run). Writes are never retried; a ``NOSCRIPT`` reply (the script
-cache was flushed: nothing ran) is answered once with ``EVAL`` of the same script, which also
-re-caches it. Durability is Redis configuration (``appendonly``/``appendfsync``).
+write: the script may have run). The asyncio twin cannot tell "not sent" from "buffered, sent
+later", so its failed sends of a write are ``OutcomeUnknown`` too. Writes are never retried;
+a ``NOSCRIPT`` reply (the script cache was flushed: nothing ran) is answered once with
+``EVAL`` of the same script, which also re-caches it. Durability is Redis configuration
+(``appendonly``/``appendfsync``).
 """
 
 from __future__ import annotations
@@ -264,15 +266,18 @@ class AsyncRedisStorage:
         except (RedisError, OSError) as exc:
             raise map_redis_error(exc, phase=phase, write=write) from exc
         try:
-            phase = "send"
-            await conn.send_command(*command)
+            # Unlike a blocking sendall, asyncio hands the command to the transport's buffer,
+            # and closing the transport after a send timeout still flushes that buffer: the
+            # server may receive the whole command after we gave up. So a failed async send
+            # is classified like a lost reply (a write's outcome is unknown), never as
+            # "nothing applied". (Measured: a 64 MB body sent to a busy server applied.)
             phase = "reply"
+            await conn.send_command(*command)
             try:
                 return await conn.read_response()
             except NoScriptError:
                 if not script:
                     raise
-                phase = "send"
                 await conn.send_command("EVAL", CAS_SCRIPT, *command[2:])
                 phase = "reply"
                 return await conn.read_response()
