@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio.retry
 from storage_harness import Client, snap
 
 from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
@@ -58,7 +60,7 @@ def test_stored_layout_is_a_hash_with_a_decimal_cursor(
         assert c.save(snap(unique_id, 42), 41)
         stored = admin.hgetall(prefix + unique_id)
         assert stored[b"cursor"] == b"42"
-        assert stored[b"body"].decode() == c.load(unique_id)
+        assert stored[b"body"] == c.load(unique_id).encode()
     finally:
         c.close()
 
@@ -211,12 +213,33 @@ def test_close_disconnects(redis_url: str, prefix: str, admin: redis.Redis, uniq
     assert not any(addr.endswith(f":{port}") for addr in addrs for port in ports)
 
 
-def test_pool_has_no_retries() -> None:
-    st = RedisStorage("redis://127.0.0.1:6379/0")
+def test_pool_has_no_retries(redis_url: str) -> None:
+    st = RedisStorage(redis_url)
     kwargs = st.pool.connection_kwargs
     assert kwargs["retry_on_timeout"] is False
     assert kwargs["retry"].get_retries() == 0
-    st.close()
+    conn = st.pool.get_connection()  # what a call really uses, not just the pool's defaults
+    try:
+        assert conn.retry.get_retries() == 0
+        assert not conn.retry_on_timeout
+    finally:
+        st.pool.release(conn)
+        st.close()
+
+
+def test_async_pool_has_no_retries(redis_url: str) -> None:
+    async def check() -> None:
+        st = AsyncRedisStorage(redis_url)
+        conn = await st.pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            assert isinstance(conn.retry, redis.asyncio.retry.Retry)
+            assert conn.retry.get_retries() == 0
+            assert not conn.retry_on_timeout
+        finally:
+            await st.pool.release(conn)
+            await st.aclose()
+
+    asyncio.run(check())
 
 
 @pytest.mark.parametrize(
