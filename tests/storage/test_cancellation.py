@@ -31,7 +31,7 @@ def table(pg_url: str) -> Iterator[str]:
         conn.execute(f"DROP TABLE IF EXISTS {name}")
 
 
-async def _cancel_when(task: asyncio.Task[Any], ready: Any) -> BaseException | bool:
+async def _cancel_when(task: asyncio.Task[bool], ready: Any) -> BaseException | bool:
     """Cancel ``task`` once ``ready()`` (polled between loop turns) says it is in flight."""
     for _ in range(4000):
         if await ready():
