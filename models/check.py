@@ -32,6 +32,9 @@ MODELS = Path(__file__).resolve().parent
 SOURCES = ("resolution.pml", "confirmation_table.pml")
 SAFETY_CLAIMS = ("no_replay", "no_false_completion", "terminal_immutable", "cursor_exact")
 LIVENESS_CLAIMS = ("claim_settles", "processing_resolves")
+#: DESIGN's strict wording ("no call at all once upstream acted"): holds only when the
+#: reconciler never resumes (-DNO_RESUME); ADR-0012's resume re-issues a no-op call by design.
+SINGLE_CALL = "single_call"
 ASSERTIONS = "assertions"  # the run without a never claim: every assert + invalid end states
 
 #: Each seeded protocol bug and the property that must catch it.
@@ -39,8 +42,8 @@ SEEDED_BUGS = {
     "BUG_UPSTREAM_FIRST": "no_replay",
     "BUG_TERMINAL_FIRST": "no_false_completion",
     "BUG_LWW": "cursor_exact",
-    "BUG_RECONCILE_LIVE": "no_replay",
-    "BUG_UNKNOWN_AS_WON": "no_replay",
+    "BUG_RELEASE_LIVE": "no_replay",
+    "BUG_NO_NONCE": "no_replay",
 }
 
 _TRUNCATED = (
@@ -68,10 +71,17 @@ class Check:
     config: Config
     prop: str  # a claim name, or ASSERTIONS
     bug: str | None = None  # seeded bug define: the check must find a counterexample
+    #: a known, documented counterexample of the unseeded model (not a bug: see README)
+    documented: str | None = None
+
+    @property
+    def expects_counterexample(self) -> bool:
+        return self.bug is not None or self.documented is not None
 
     @property
     def label(self) -> str:
-        return f"{self.prop} [{self.bug}]" if self.bug else self.prop
+        note = self.bug or self.documented
+        return f"{self.prop} [{note}]" if note else self.prop
 
     @property
     def fair(self) -> bool:
@@ -94,13 +104,24 @@ def _config(name: str, **bounds: int | None) -> Config:
     return Config(name, tuple(sorted(bounds.items())))
 
 
-QUICK = _config("quick", NCLIENTS=3, NCONF=1, MAXOPS=1, MAXCRASH=1, MAXUNKNOWN=1, MAXUPFAULT=1)
-ONE_RECORD = _config("3c-1r", NCLIENTS=3, NCONF=1, MAXOPS=2, MAXCRASH=2, MAXUNKNOWN=1, MAXUPFAULT=1)
-TWO_RECORDS = _config(
-    "3c-2r", NCLIENTS=3, NCONF=2, MAXOPS=1, MAXCRASH=1, MAXUNKNOWN=1, MAXUPFAULT=1
+_FAULTS = {"MAXUNKNOWN": 1, "MAXUPFAULT": 1}
+#: resume reconciler (the core's default); small enough for the seeded bugs and the finding
+QUICK = _config("quick", NCLIENTS=3, NCONF=1, MAXOPS=1, MAXCRASH=1, **_FAULTS)
+#: release-only reconciler: every property in about a second each, even at -O0
+QUICK_RELEASE = _config(
+    "quick-release", NCLIENTS=3, NCONF=1, MAXOPS=1, MAXCRASH=1, NO_RESUME=None, **_FAULTS
 )
+RESUME = _config("3c-1r", NCLIENTS=3, NCONF=1, MAXOPS=1, MAXCRASH=2, **_FAULTS)
+RESUME_RETRY = _config("3c-1r-retry", NCLIENTS=3, NCONF=1, MAXOPS=2, MAXCRASH=1, **_FAULTS)
+RELEASE = _config(
+    "3c-1r-release", NCLIENTS=3, NCONF=1, MAXOPS=2, MAXCRASH=2, NO_RESUME=None, **_FAULTS
+)
+TWO_RELEASE = _config(
+    "3c-2r-release", NCLIENTS=3, NCONF=2, MAXOPS=1, MAXCRASH=1, NO_RESUME=None, **_FAULTS
+)
+DEEP_RESUME = _config("3c-1r-deep", NCLIENTS=3, NCONF=1, MAXOPS=2, MAXCRASH=2, **_FAULTS)
 DEEP_ANY = _config(
-    "3c-1r-any",
+    "3c-1r-any-release",
     NCLIENTS=3,
     NCONF=1,
     MAXOPS=2,
@@ -108,13 +129,17 @@ DEEP_ANY = _config(
     MAXUNKNOWN=2,
     MAXUPFAULT=2,
     ANY_INTENT=None,
+    NO_RESUME=None,
 )
-DEEP_FOUR = _config("4c-2r", NCLIENTS=4, NCONF=2, MAXOPS=1, MAXCRASH=2, MAXUNKNOWN=1, MAXUPFAULT=1)
+DEEP_FOUR = _config("4c-1r", NCLIENTS=4, NCONF=1, MAXOPS=1, MAXCRASH=2, **_FAULTS)
 
 
-def _all_props(config: Config) -> list[Check]:
-    props = (ASSERTIONS, *SAFETY_CLAIMS, *LIVENESS_CLAIMS)
-    return [Check(config, prop) for prop in props]
+def _props(config: Config, *props: str) -> list[Check]:
+    return [Check(config, prop) for prop in props or (ASSERTIONS, *SAFETY_CLAIMS, *LIVENESS_CLAIMS)]
+
+
+def _resume_finding(config: Config) -> Check:
+    return Check(config, SINGLE_CALL, documented="resume re-calls, no-op")
 
 
 def _seeded(config: Config) -> list[Check]:
@@ -122,20 +147,28 @@ def _seeded(config: Config) -> list[Check]:
 
 
 PROFILES: dict[str, list[Check]] = {
-    "quick": [*_all_props(QUICK), *_seeded(QUICK)],
+    "quick": [
+        *_props(QUICK_RELEASE),
+        *_props(QUICK_RELEASE, SINGLE_CALL),
+        _resume_finding(QUICK),
+        *_seeded(QUICK),
+    ],
     "default": [
-        *_all_props(ONE_RECORD),
-        Check(TWO_RECORDS, ASSERTIONS),
-        Check(TWO_RECORDS, "processing_resolves"),
+        *_props(RESUME),
+        _resume_finding(RESUME),
+        *_props(RESUME_RETRY, ASSERTIONS),
+        *_props(RELEASE, ASSERTIONS, SINGLE_CALL, "processing_resolves"),
+        *_props(TWO_RELEASE, ASSERTIONS, "processing_resolves"),
         *_seeded(QUICK),
     ],
     "deep": [
-        *_all_props(ONE_RECORD),
-        *_all_props(TWO_RECORDS),
-        *_all_props(DEEP_ANY),
-        Check(DEEP_FOUR, ASSERTIONS),
-        Check(DEEP_FOUR, "no_replay"),
-        *_seeded(ONE_RECORD),
+        *_props(DEEP_RESUME),
+        *_props(RELEASE),
+        *_props(RELEASE, SINGLE_CALL),
+        *_props(TWO_RELEASE),
+        *_props(DEEP_ANY, ASSERTIONS, SINGLE_CALL, "processing_resolves"),
+        *_props(DEEP_FOUR, ASSERTIONS, "processing_resolves"),
+        *_seeded(RESUME),
     ],
 }
 
@@ -214,9 +247,9 @@ def _parse(check: Check, out: str, returncode: int, has_trail: bool) -> Result:
         result.why = "timed out"
     elif errors is None:
         result.why = f"no verdict from pan (exit {returncode})"
-    elif check.bug:
+    elif check.expects_counterexample:
         if int(errors.group(1)) == 0:
-            result.why = "seeded bug NOT caught"
+            result.why = "seeded bug NOT caught" if check.bug else "expected counterexample gone"
         elif not has_trail:
             result.why = "error reported but no trail written"
         else:
@@ -238,7 +271,7 @@ def _print_table(results: list[Result]) -> None:
         (
             r.check.config.name,
             r.check.label,
-            "counterexample" if r.check.bug else "holds",
+            "counterexample" if r.check.expects_counterexample else "holds",
             "ok" if r.ok else f"FAIL: {r.why}",
             r.errors,
             r.states,

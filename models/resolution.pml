@@ -1,23 +1,27 @@
 /*
- * The confirmation resolution protocol of akchat-fsm, for SPIN.
+ * The confirmation resolution protocol of akchat-fsm, for SPIN (see models/README.md).
  *
  * NCLIENTS clients resolve NCONF confirmations that live in ONE session envelope held by a
  * compare-and-set register (the SessionStorage port).  A resolution is: load -> claim save
- * (CAS#1, status approving/rejecting/expiring) -> upstream approve/deny -> terminal save
- * (CAS#2).  A client may crash between any two of those steps; any save may end "outcome
- * unknown" (applied or not, the client is not told); upstream may fail without acting or act
- * and lose its reply; a clock may pass expiresAt; a reconciler settles processing records
- * whose claimant is gone from the upstream tool-call status (release or complete).
+ * (CAS#1: approving / rejecting / expiring) -> upstream approve/deny -> terminal save (CAS#2).
+ * A client may crash between any two of those steps; any save may end "outcome unknown" (applied
+ * or not; the client settles it by re-reading, ADR-0066, with the per-write nonce of ADR-0062);
+ * upstream may fail without acting, or act and lose its reply; the clock may pass expiresAt; a
+ * reconciler settles processing records from the upstream tool-call status (ADR-0012): complete
+ * when upstream acted, otherwise resume (re-issue the claimed call; safe with a live claimant)
+ * or, only when the host knows the claimant is gone, release back to pending.
  *
  * The lifecycle itself (which event moves which status where) is NOT written here: it comes
  * from confirmation_table.pml, generated from the python-statemachine class.
  *
+ * Options:  -DNO_RESUME   the reconciler only completes or releases orphaned records
+ *           -DANY_INTENT  every client may approve, reject or expire (else a fixed intent each)
  * Seeded protocol bugs (each must produce a counterexample; see models/check.py):
  *   -DBUG_UPSTREAM_FIRST   call upstream before the claim is saved
  *   -DBUG_TERMINAL_FIRST   save the terminal status before upstream returns
  *   -DBUG_LWW              the register ignores the expected cursor (last write wins)
- *   -DBUG_RECONCILE_LIVE   the reconciler does not wait for the claimant to be gone
- *   -DBUG_UNKNOWN_AS_WON   an unknown-outcome claim that re-reads as "claimed" is taken as won
+ *   -DBUG_RELEASE_LIVE     the reconciler releases a claim whose claimant is still alive
+ *   -DBUG_NO_NONCE         an unknown save is settled by comparing snapshots without a nonce
  */
 
 #include "confirmation_table.pml"
@@ -35,7 +39,7 @@
 #define MAXCRASH 2       /* client crashes, in total */
 #endif
 #ifndef MAXUNKNOWN
-#define MAXUNKNOWN 1     /* saves whose outcome the caller never learns, in total */
+#define MAXUNKNOWN 1     /* saves whose outcome the caller is not told, in total */
 #endif
 #ifndef MAXUPFAULT
 #define MAXUPFAULT 1     /* upstream calls that fail or lose their reply, in total */
@@ -47,11 +51,10 @@
 #define SAVE_CONFLICT 1  /* definite refusal: save returned False */
 #define SAVE_UNKNOWN 2   /* OutcomeUnknown: it may or may not have applied */
 
-#define UP_OK 0          /* upstream acted and said so */
+#define UP_OK 0          /* upstream returned (it acted, or the call was already a no-op) */
 #define UP_LOST 1        /* upstream acted, the reply was lost */
 #define UP_FAILED 2      /* upstream failed without acting */
 
-#define K_NONE 0
 #define K_APPROVE 1
 #define K_DENY 2
 /* Which upstream call a claim leads to (REFERENCE 3.3: expiry denies). */
@@ -60,9 +63,10 @@
 /* ---------------------------------------------------------------- the CAS register */
 byte reg_cursor = CURSOR0;
 byte reg_st[NCONF];          /* status of each confirmation binding; 0 is ST_PENDING */
+byte reg_writer = 0;         /* nonce of the stored snapshot (ADR-0062): its writer, 0 = host */
 
 /* ---------------------------------------------------------------- upstream (ChatMemory) */
-bool up_acted[NCONF];        /* the tool call no longer requires confirmation */
+bool up_acted[NCONF];        /* the call left requires_confirmation: approve/deny are no-ops now */
 byte up_kind[NCONF];         /* K_APPROVE / K_DENY: what upstream did */
 
 /* ---------------------------------------------------------------- environment */
@@ -73,8 +77,10 @@ byte upfaults = 0;
 
 /* ---------------------------------------------------------------- ghosts (properties) */
 byte applied = 0;            /* saves the register applied */
-byte owner[NCONF];           /* client that holds the live claim (may still call upstream), 0: none */
-bool bad_replay = false;     /* upstream called after it had acted */
+byte owner[NCONF];           /* client holding the live claim (may still call upstream), 0: none */
+bool called[NCONF];          /* a client called upstream for the current claim */
+bool bad_replay = false;     /* a 2nd client called for one claim, or a conflicting call */
+bool bad_second = false;     /* any call (client or resume) after upstream acted */
 bool bad_false = false;      /* a terminal status saved that upstream did not perform */
 bool bad_sticky = false;     /* a terminal status changed */
 
@@ -88,13 +94,19 @@ bool bad_sticky = false;     /* a terminal status changed */
 
 #define PROC(i) IS_PROCESSING(reg_st[i])
 #define FINAL(i) IS_FINAL(reg_st[i])
+/* The claimant can no longer call upstream (crashed, gave up, lost an unknown claim). */
+#define ORPHANED(i) (PROC(i) && owner[i] == 0)
 
-#ifdef BUG_RECONCILE_LIVE
-#define RECONCILABLE(i) (PROC(i))
+#ifdef NO_RESUME
+#define RECONCILABLE(i) ORPHANED(i)
 #else
-/* The host may reconcile a processing record only once its claimant can no longer call
- * upstream (crashed, gave up after an upstream error, or abandoned an unknown claim). */
-#define RECONCILABLE(i) (PROC(i) && owner[i] == 0)
+#define RECONCILABLE(i) PROC(i)
+#endif
+
+#ifdef BUG_RELEASE_LIVE
+#define MAY_RELEASE(i) true
+#else
+#define MAY_RELEASE(i) (owner[i] == 0)
 #endif
 
 /* Register write, atomic with the compare.  writer: client id, 0 for the reconciler. */
@@ -114,18 +126,23 @@ inline cas_save(i, expect, newst, writer, res) {
        :: IS_FINAL(newst) && !(up_acted[i] && up_kind[i] == KIND_OF(newst)) -> bad_false = true
        :: else -> skip
        fi;
+       if
+       :: newst == ST_PENDING -> called[i] = false    /* a release starts a new claim */
+       :: else -> skip
+       fi;
        reg_cursor = expect + 1;
        reg_st[i] = newst;
+       reg_writer = writer;
        applied++;
+       if
+       :: IS_PROCESSING(newst) && writer != 0 -> owner[i] = writer
+       :: else -> skip
+       fi;
 #ifdef ASSERTS
        assert(!bad_sticky);
        assert(!bad_false);
        assert(reg_cursor == CURSOR0 + applied);
 #endif
-       if
-       :: IS_PROCESSING(newst) && writer != 0 -> owner[i] = writer
-       :: else -> skip
-       fi;
        res = SAVE_OK
     :: else -> res = SAVE_CONFLICT
     fi;
@@ -136,16 +153,26 @@ inline cas_save(i, expect, newst, writer, res) {
   }
 }
 
-/* Upstream approve/deny for tool call i; st is the claimed processing status. */
-inline upstream_call(i, st, res) {
+/* Upstream approve/deny for tool call i, claimed as st; by a client (me > 0) or a resume (0).
+ * Upstream acts only while the call requires confirmation; otherwise the call is a no-op. */
+inline upstream_call(i, st, who, res) {
   atomic {
     if
-    :: up_acted[i] -> bad_replay = true;
-#ifdef ASSERTS
-       assert(!bad_replay)
-#endif
+    :: who != 0 && called[i] -> bad_replay = true       /* two claim winners */
+    :: up_acted[i] && up_kind[i] != KIND_OF(st) -> bad_replay = true   /* conflicting call */
     :: else -> skip
     fi;
+    if
+    :: who != 0 -> called[i] = true
+    :: else -> skip
+    fi;
+    if
+    :: up_acted[i] -> bad_second = true
+    :: else -> skip
+    fi;
+#ifdef ASSERTS
+    assert(!bad_replay);
+#endif
     if
     :: res = UP_OK
     :: upfaults < MAXUPFAULT -> upfaults++; res = UP_LOST
@@ -177,12 +204,23 @@ inline upstream_call(i, st, res) {
 
 #define ON_CRASH if :: crashed -> goto restart :: else -> skip fi
 
+/* An unknown save applied iff the stored snapshot is exactly ours (ADR-0062/0066). */
+#ifdef BUG_NO_NONCE
+#define OURS(i, cur, st) (reg_cursor == (cur) + 1 && reg_st[i] == (st))
+#else
+#define OURS(i, cur, st) (reg_cursor == (cur) + 1 && reg_writer == me)
+#endif
+
 /* CAS#2: save the terminal status, re-reading and rebasing on conflict or unknown outcome. */
 inline finish() {
   do
   :: atomic {
        fsm_next(claim, EV_COMPLETE, false, fin);
        cas_save(i, cur, fin, me, res);
+       if
+       :: res == SAVE_UNKNOWN && OURS(i, cur, fin) -> res = SAVE_OK
+       :: else -> skip
+       fi;
        fin = 0;
        if
        :: res == SAVE_OK -> DISOWN(i)
@@ -193,11 +231,11 @@ inline finish() {
      if
      :: res == SAVE_OK -> break
      :: else ->
-        atomic {                          /* re-read to settle */
+        atomic {                          /* conflict or not applied: reload */
           cur = reg_cursor;
           if
-          :: reg_st[i] == claim -> skip   /* still our live claim: retry on the new cursor */
-          :: else -> res = SAVE_OK; DISOWN(i)   /* our unknown save had applied */
+          :: reg_st[i] == claim -> skip   /* still our claim: retry on the new cursor */
+          :: else -> res = SAVE_OK; DISOWN(i)   /* a resume completed it */
           fi;
           MAYBE_CRASH
         };
@@ -225,7 +263,7 @@ restart:
      :: i = 1
 #endif
      fi;
-     atomic {                             /* load, reading the injected clock, and decide */
+     atomic {                             /* load, read the injected clock, decide */
        if                                 /* time may have passed expiresAt by now */
        :: !clock_past -> clock_past = true
        :: true -> skip
@@ -241,24 +279,21 @@ restart:
      :: claim == ST_NONE -> skip          /* processing/terminal/guarded: inert, no upstream */
      :: else ->
 #ifdef BUG_UPSTREAM_FIRST
-        atomic { upstream_call(i, claim, up); MAYBE_CRASH };
+        atomic { upstream_call(i, claim, me, up); MAYBE_CRASH };
         ON_CRASH;
 #endif
-        atomic { cas_save(i, cur, claim, me, res); MAYBE_CRASH };   /* CAS#1: the claim */
+        atomic {                          /* CAS#1: the claim */
+          cas_save(i, cur, claim, me, res);
+          MAYBE_CRASH
+        };
         ON_CRASH;
         if
         :: res == SAVE_UNKNOWN ->         /* settle by re-reading */
            atomic {
-#ifdef BUG_UNKNOWN_AS_WON
              if
-             :: reg_st[i] == claim -> res = SAVE_OK
-             :: else -> DISOWN(i)
+             :: OURS(i, cur, claim) -> res = SAVE_OK
+             :: else -> DISOWN(i)         /* not applied, or not provably ours: never call */
              fi;
-#else
-             /* pending: it did not apply (retry is a new attempt).  Anything else is not
-              * provably ours: never call upstream for it; reconciliation settles it. */
-             DISOWN(i);
-#endif
              MAYBE_CRASH
            };
            ON_CRASH
@@ -268,13 +303,13 @@ restart:
         :: res == SAVE_OK ->
 #ifdef BUG_TERMINAL_FIRST
            finish();
-           atomic { upstream_call(i, claim, up); DISOWN(i) }
+           atomic { upstream_call(i, claim, me, up); DISOWN(i) }
 #else
 #ifndef BUG_UPSTREAM_FIRST
            atomic {
-             upstream_call(i, claim, up);
+             upstream_call(i, claim, me, up);
              if
-             :: up != UP_OK -> DISOWN(i)  /* safety-biased: stays processing, never retried */
+             :: up != UP_OK -> DISOWN(i)  /* error: stays processing, left to reconciliation */
              :: else -> skip
              fi;
              MAYBE_CRASH
@@ -286,17 +321,18 @@ restart:
            :: else -> DISOWN(i)
            fi
 #endif
-        :: else -> skip                   /* conflict: another writer won, nothing to do */
+        :: else -> DISOWN(i)              /* conflict: another writer won, nothing to do */
         fi
      fi;
      atomic { i = 0; cur = 0; claim = 0; fin = 0; res = 0; up = 0 }
   od
 }
 
-/* The host's reconciler: settles processing records whose claimant is gone, from the upstream
- * tool-call status (ChatMemory), with CAS.  It never calls upstream approve/deny. */
+/* The host's reconciler (ADR-0012): settles processing records from the upstream tool-call
+ * status, with CAS.  Upstream acted -> complete.  Not acted -> resume (re-issue the claimed
+ * call, then complete) or, when the host knows the claimant is gone, release to pending. */
 active proctype Reconciler() {
-  byte i, cur, st, fin, res;
+  byte i, cur, st, fin, res, up;
 end_idle:
   if                                      /* load: wait for a reconcilable record */
   :: atomic { RECONCILABLE(0) -> i = 0; cur = reg_cursor; st = reg_st[0] }
@@ -307,13 +343,30 @@ end_idle:
   atomic {                                /* read the tool call's status, decide */
     if
     :: up_acted[i] -> fsm_next(st, EV_COMPLETE, false, fin)
-    :: else -> fsm_next(st, EV_RELEASE, false, fin)
-    fi;
-    st = 0
+    :: !up_acted[i] && MAY_RELEASE(i) -> fsm_next(st, EV_RELEASE, false, fin)
+#ifndef NO_RESUME
+    :: !up_acted[i] -> fin = ST_NONE      /* resume */
+#endif
+    fi
   };
+  if
+  :: fin == ST_NONE ->
+     atomic {
+       upstream_call(i, st, 0, up);
+       if
+       :: up == UP_OK -> fsm_next(st, EV_COMPLETE, false, fin)
+       :: else -> skip                    /* stays processing: decide again later */
+       fi;
+       up = 0
+     }
+  :: else -> skip
+  fi;
   atomic {                                /* whatever the outcome: re-read, decide again */
-    cas_save(i, cur, fin, 0, res);
-    i = 0; cur = 0; fin = 0; res = 0
+    if
+    :: fin != ST_NONE -> cas_save(i, cur, fin, 0, res)
+    :: else -> skip
+    fi;
+    i = 0; cur = 0; st = 0; fin = 0; res = 0
   };
   goto end_idle
 }
@@ -328,11 +381,14 @@ init {
   }
 }
 
+/* Only one claim winner calls upstream, and no call contradicts what upstream did. */
 ltl no_replay { [] !bad_replay }
+/* DESIGN's wording: no approve/deny at all once upstream acted (holds with NO_RESUME only). */
+ltl single_call { [] !bad_second }
 ltl no_false_completion { [] !bad_false }
 ltl terminal_immutable { [] !bad_sticky }
 ltl cursor_exact { [] (reg_cursor == CURSOR0 + applied) }
-/* A claimed record is eventually terminal, or reconcilable (its claimant gone). */
-ltl claim_settles { [] (PROC(0) -> <> (FINAL(0) || RECONCILABLE(0))) }
+/* A claimed record is eventually terminal, or orphaned (its claimant gone). */
+ltl claim_settles { [] (PROC(0) -> <> (FINAL(0) || ORPHANED(0))) }
 /* With the reconciler running, no record stays processing forever. */
 ltl processing_resolves { [] (PROC(0) -> <> !PROC(0)) }

@@ -76,8 +76,16 @@ def test_every_profile_checks_three_clients_and_catches_every_seeded_bug() -> No
         assert all(dict(c.config.defines)["NCLIENTS"] >= 3 for c in checks), name
         caught = {c.bug for c in checks if c.bug}
         assert caught == set(check.SEEDED_BUGS), name
-        props = {c.prop for c in checks if not c.bug}
-        assert check.ASSERTIONS in props and "processing_resolves" in props, name
+        proven = {c.prop for c in checks if not c.expects_counterexample}
+        wanted = {check.ASSERTIONS, check.SINGLE_CALL, "processing_resolves"}
+        assert wanted <= proven, name
+
+
+def test_a_documented_counterexample_must_still_be_found() -> None:
+    finding = check.Check(check.QUICK, check.SINGLE_CALL, documented="resume re-calls")
+    assert check._parse(finding, _FOUND, 0, has_trail=True).ok
+    gone = check._parse(finding, _CLEAN, 0, has_trail=False)
+    assert not gone.ok and "gone" in gone.why
 
 
 def _require_spin() -> None:

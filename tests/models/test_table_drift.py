@@ -87,3 +87,11 @@ def test_check_mode_reports_a_stale_file(tmp_path: Path, monkeypatch: pytest.Mon
     assert gen.main(["--check"]) == 1
     assert gen.main([]) == 0
     assert gen.main(["--check"]) == 0
+
+
+def test_the_model_table_equals_the_table_the_core_runs_on() -> None:
+    """Three readings of one class agree: ours executed, ours declared, the core's frozen one."""
+    from akchat_fsm.machines.tables import CONFIRMATION_TABLE
+
+    core = {(s, str(e), g): t for (s, e, g), t in CONFIRMATION_TABLE.items()}
+    assert {(s, e, g): t for s, e, g, t in gen.table()} == core
