@@ -147,7 +147,7 @@ def redis_pair() -> Pair:
 
     def raw_save(s: SessionSnapshot, expected: int) -> bool:
         key = prefix + s.session_id
-        return raw.evalsha(sha, 1, key, str(expected), str(s.cursor), text(s)) == 1
+        return bool(raw.evalsha(sha, 1, key, str(expected), str(s.cursor), text(s)) == 1)
 
     def cleanup() -> None:
         keys = list(raw.scan_iter(match=f"{prefix}*"))

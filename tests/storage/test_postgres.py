@@ -252,7 +252,7 @@ def _count(url: str, session_id: str, n: int, barrier: Any, out: Any) -> None:
     with open_storage(url) as st:
         barrier.wait()
         while acked < n:
-            current = json.loads(st.load(session_id))["cursor"]
+            current = json.loads(str(st.load(session_id)))["cursor"]
             if st.save(snap(session_id, current + 1), current):
                 acked += 1
     out.put(acked)
@@ -275,4 +275,4 @@ def test_four_processes_lose_no_update(
         p.join(timeout=30)
         assert p.exitcode == 0
     with open_storage(url) as st:
-        assert json.loads(st.load(unique_id))["cursor"] == 1 + sum(acked) == 41
+        assert json.loads(str(st.load(unique_id)))["cursor"] == 1 + sum(acked) == 41

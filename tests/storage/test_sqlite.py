@@ -88,7 +88,7 @@ def _count(path: str, session_id: str, n: int, barrier: object, out: object) -> 
     with open_storage(f"sqlite:///{path}") as st:
         barrier.wait()  # type: ignore[attr-defined]
         while acked < n:
-            current = json.loads(st.load(session_id))["cursor"]
+            current = json.loads(str(st.load(session_id)))["cursor"]
             if st.save(snap(session_id, current + 1), current):
                 acked += 1
     out.put(acked)  # type: ignore[attr-defined]
@@ -125,14 +125,15 @@ def test_sqlite_url_paths(url: str, path: str, monkeypatch: pytest.MonkeyPatch) 
 
     seen: dict[str, object] = {}
     monkeypatch.setattr(url_mod, "SQLiteStorage", lambda **kw: seen.update(kw) or "opened")
-    assert url_mod.open_storage(url + "?table=t1&busy_timeout=0.5") == "opened"
+    opened: object = url_mod.open_storage(url + "?table=t1&busy_timeout=0.5")
+    assert opened == "opened"
     assert seen == {"path": path, "table": "t1", "busy_timeout": 0.5}
 
 
 def test_url_opens_working_adapters(tmp_path: Path, unique_id: str) -> None:
     with open_storage(f"sqlite:///{tmp_path / 'u.db'}") as st:
         assert st.save(snap(unique_id, 1), None)
-        assert json.loads(st.load(unique_id))["cursor"] == 1
+        assert json.loads(str(st.load(unique_id)))["cursor"] == 1
     with open_storage("memory://") as st:
         assert st.load(unique_id) is None
 

@@ -73,7 +73,8 @@ def test_exhausted_budget_is_unknown_never_ok() -> None:
 def _sequential_etcd(rng: random.Random, n: int) -> list[Operation]:
     """Run the register sequentially: non-overlapping operations with true outputs."""
     value: Any = None
-    ops = []
+    ops: list[Operation] = []
+    op_input: Any
     for t in range(n):
         kind = rng.choice(["read", "write", "cas"])
         if kind == "read":

@@ -79,6 +79,7 @@ class AsyncDeletableSessionStorage(AsyncSessionStorage, Protocol):
     async def delete(self, session_id: str) -> None: ...
 
 
+@runtime_checkable
 class ManagedSessionStorage(DeletableSessionStorage, Protocol):
     """What every shipped sync adapter is: deletable, closable, a context manager."""
 
@@ -94,6 +95,7 @@ class ManagedSessionStorage(DeletableSessionStorage, Protocol):
     ) -> None: ...
 
 
+@runtime_checkable
 class AsyncManagedSessionStorage(AsyncDeletableSessionStorage, Protocol):
     """What every shipped asyncio adapter is: deletable, ``aclose()``, an async context manager."""
 
