@@ -21,6 +21,11 @@ from ..errors import (
 from ..machines.confirmation import ConfirmationEvent
 from ..machines.tables import CONFIRMATION_TABLE
 from ..wire.enums import ConfirmationStatus
+from ..wire.memory import ToolCallStatus
+
+#: Status of the upstream tool call (REFERENCE §5.2), read by reconciliation. The wire's enum
+#: is the one source of truth; this name is kept for the core's callers.
+UpstreamToolStatus = ToolCallStatus
 
 __all__ = [
     "CLAIM_EVENTS",
@@ -73,16 +78,6 @@ class Claim:
     @property
     def record(self) -> Record:
         return self.records[self.index]
-
-
-class UpstreamToolStatus(StrEnum):
-    """Status of the upstream tool call (REFERENCE §5.2), read by reconciliation."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETE = "complete"
-    ERROR = "error"
-    REQUIRES_CONFIRMATION = "requires_confirmation"
 
 
 class UpstreamAction(StrEnum):
