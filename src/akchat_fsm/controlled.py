@@ -44,7 +44,7 @@ from .wire._js import as_safe_int, is_identifier
 from .wire.controlled import ChatStatus, ControlledError, ControlledSnapshot, Usage
 from .wire.controlled import parse_controlled_snapshot as _parse
 from .wire.enums import ConfirmationStatus
-from .wire.memory import Message, ToolCall, ToolCallStatus, clone_bounded_json, thaw_json
+from .wire.memory import Message, ToolCall, ToolCallStatus, clone_bounded_json
 
 __all__ = [
     "ACTION_NAMES",
@@ -183,7 +183,11 @@ def create_controlled_chat(snapshot: object, actions: ControlledActions | object
     :class:`~akchat_fsm.errors.ConfigError` when a callback is missing, before anything is
     built. Only the ten callbacks are read from ``actions`` (an object or a mapping).
     """
-    parsed = snapshot if isinstance(snapshot, ControlledSnapshot) else _parse(snapshot)
+    if isinstance(snapshot, ControlledSnapshot):
+        snapshot.check()  # fail closed even on an instance built without validation
+        parsed = snapshot
+    else:
+        parsed = _parse(snapshot)
     picked = {name: _pick(actions, name) for name in ACTION_NAMES}
     return ControlledChat(snapshot=parsed, **picked)
 
@@ -406,7 +410,7 @@ class ControlledConfirmations:
 def _json_object(value: object) -> dict[str, Any]:
     """A fresh JSON object within the record bounds: args sent upstream are never aliased."""
     try:
-        cloned = clone_bounded_json(thaw_json(value))
+        cloned = clone_bounded_json(value, python_forms=True)
     except InvalidMemoryRecord as exc:
         raise ConfigError("Action confirmation options are invalid.") from exc
     if type(cloned) is not dict:

@@ -89,17 +89,17 @@ def js_number_to_string(value: float | int) -> str:
 
 def as_safe_int(value: object) -> int | None:
     """The integer a JS number denotes if it is a safe integer, else ``None``."""
+    # Subclasses are read through the base type's own methods (`int.__int__`, ...), so an
+    # overridden comparison or `is_integer` can neither raise nor lie.
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else None
-    if (
-        isinstance(value, float)
-        and math.isfinite(value)
-        and value.is_integer()
-        and abs(value) <= MAX_SAFE_INTEGER
-    ):
-        return int(value)
+        number = int.__int__(value)
+        return number if -MAX_SAFE_INTEGER <= number <= MAX_SAFE_INTEGER else None
+    if isinstance(value, float):
+        real = float.__float__(value)
+        if math.isfinite(real) and real.is_integer() and abs(real) <= MAX_SAFE_INTEGER:
+            return int(real)
     return None
 
 

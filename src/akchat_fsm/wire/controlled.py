@@ -18,12 +18,13 @@ does not parse is a shell failure.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic._internal._model_construction import ModelMetaclass
 
 from ..errors import InvalidControlledSnapshot, InvalidMemoryRecord
-from ._js import as_safe_int, is_identifier, utf16_len
+from ._js import NonNegativeInt, StrictStr, as_safe_int, is_identifier, utf16_len
 from .jsontext import InvalidJsonText, parse_json_text
 from .memory import Message, validate_memory_record
 
@@ -60,15 +61,47 @@ class ChatStatus(StrEnum):
 _STATUSES = frozenset(status.value for status in ChatStatus)
 
 
-class _Frozen(BaseModel):
+class _CheckedMeta(ModelMetaclass):
+    """Constructors validate like the parser and raise only ``InvalidControlledSnapshot``.
+
+    As for the session models (ADR-0007), a metaclass ``__call__`` runs for ``Model(...)``
+    only; the parser builds its result with ``model_construct`` from values it already checked.
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            instance = super().__call__(*args, **kwargs)
+        except Exception as exc:
+            raise InvalidControlledSnapshot(_layer_of(exc), _INVALID_FIELDS) from exc
+        instance._recheck()
+        return instance
+
+
+_INVALID_FIELDS = "Controlled snapshot is invalid: its fields are invalid."
+
+
+def _layer_of(exc: Exception) -> Literal["shell", "messages"]:
+    # Shell first, as in the parser: "messages" only when every issue lies inside a message.
+    if isinstance(exc, ValidationError):
+        issues = exc.errors(include_url=False, include_input=False)
+        if issues and all(issue["loc"][:1] == ("messages",) for issue in issues):
+            inside = all(len(issue["loc"]) > 2 for issue in issues)  # messages.<i>.<field>
+            return "messages" if inside else "shell"
+    return "shell"
+
+
+class _Frozen(BaseModel, metaclass=_CheckedMeta):
     model_config = ConfigDict(frozen=True)
+
+    def _recheck(self) -> None:
+        """Re-run the parser's rules on the wire form (cheap; constructors only)."""
 
 
 class ControlledError(_Frozen):
     """The host's error banner. ``name`` mirrors the reference's hydrated ``Error.name``."""
 
-    message: str
-    code: str | None = None
+    message: StrictStr
+    code: StrictStr | None = None
 
     @property
     def name(self) -> str:
@@ -80,13 +113,16 @@ class ControlledError(_Frozen):
             out["code"] = self.code
         return out
 
+    def _recheck(self) -> None:
+        _error(self.to_wire())
+
 
 class Usage(_Frozen):
     """Token usage as the host reports it; no arithmetic relation is enforced."""
 
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
+    prompt_tokens: NonNegativeInt
+    completion_tokens: NonNegativeInt
+    total_tokens: NonNegativeInt
 
     def to_wire(self) -> dict[str, int]:
         return {
@@ -97,14 +133,33 @@ class Usage(_Frozen):
 
 
 class ControlledSnapshot(_Frozen):
-    """A validated controlled snapshot. Build it with :func:`parse_controlled_snapshot`."""
+    """A validated controlled snapshot, from :func:`parse_controlled_snapshot` or built here.
 
-    session_id: str
+    Building one directly checks everything the parser checks (the message node budget too)
+    and raises :class:`~akchat_fsm.errors.InvalidControlledSnapshot` with the parser's layer.
+    """
+
+    session_id: StrictStr
     messages: tuple[Message, ...]
     status: ChatStatus
-    input: str
+    input: StrictStr
     error: ControlledError | None
     usage: Usage
+
+    def _recheck(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise ``InvalidControlledSnapshot`` unless every rule of the parser holds.
+
+        For instances that skipped validation (``model_construct``, ``model_copy(update=...)``);
+        :func:`~akchat_fsm.controlled.create_controlled_chat` calls it on every instance.
+        """
+        try:
+            wire = self.to_wire()
+        except Exception as exc:
+            raise InvalidControlledSnapshot("shell", _INVALID_FIELDS) from exc
+        parse_controlled_snapshot(wire)
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON-ready snapshot: the canonical projection of what was accepted."""
@@ -129,7 +184,8 @@ def _text(raw: str | bytes | bytearray) -> Any:
     # JSON.parse semantics (no NaN/Infinity, unbounded nesting, JS numbers): a deep text parses
     # and is then refused by the record bounds with layer "messages", as in the reference.
     try:
-        text = raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw
+        # `str(raw, "utf-8")` reads the buffer itself: a bytes subclass's `decode` never runs.
+        text = str(raw, "utf-8") if isinstance(raw, bytes | bytearray) else str.__str__(raw)
         return parse_json_text(text)
     except (UnicodeDecodeError, InvalidJsonText):
         _shell("not valid JSON text")
@@ -138,9 +194,10 @@ def _text(raw: str | bytes | bytearray) -> Any:
 def _string(value: Any, key: str, min_units: int, max_units: int) -> str:
     if not isinstance(value, str):
         _shell(f"{key} is not a string")
-    if not min_units <= utf16_len(value) <= max_units:
+    text = str.__str__(value)  # an exact str: a subclass's own `len` is never called
+    if not min_units <= utf16_len(text) <= max_units:
         _shell(f"{key} length is outside {min_units}..{max_units:,} UTF-16 units")
-    return str.__str__(value)
+    return text
 
 
 def _exact_keys(
@@ -148,13 +205,18 @@ def _exact_keys(
 ) -> dict[Any, Any]:
     if type(value) is not dict:
         _shell(f"{key} is not an object")
-    for name in value:
+    out: dict[str, Any] = {}
+    for name, item in value.items():
+        if not isinstance(name, str):
+            _shell(f"{key} has a key that is not a string")
+        name = str.__str__(name)  # an exact str before hashing or comparing it
         if name not in required and name not in optional:
             _shell(f"{key} has unrecognized key {name!r}")
+        out[name] = item
     for name in required:
-        if name not in value:
+        if name not in out:
             _shell(f"{key} is missing key {name!r}")
-    return value
+    return out
 
 
 def _error(value: Any) -> ControlledError | None:
@@ -163,11 +225,11 @@ def _error(value: Any) -> ControlledError | None:
     error = _exact_keys(value, "error", ("message",), ("code",))
     message = _string(error["message"], "error.message", 1, MAX_ERROR_MESSAGE_UNITS)
     if "code" not in error:
-        return ControlledError(message=message)
+        return ControlledError.model_construct(message=message)
     code = error["code"]
     if not is_identifier(code):
         _shell("error.code is not a SafeIdentifier")
-    return ControlledError(message=message, code=str.__str__(code))
+    return ControlledError.model_construct(message=message, code=str.__str__(code))
 
 
 def _usage(value: Any) -> Usage:
@@ -178,13 +240,15 @@ def _usage(value: Any) -> Usage:
         if count is None or count < 0:
             _shell(f"usage.{key} is not a safe integer >= 0")
         counts.append(count)
-    return Usage(prompt_tokens=counts[0], completion_tokens=counts[1], total_tokens=counts[2])
+    return Usage.model_construct(
+        prompt_tokens=counts[0], completion_tokens=counts[1], total_tokens=counts[2]
+    )
 
 
 def _status(value: Any) -> ChatStatus:
-    if not isinstance(value, str) or value not in _STATUSES:
+    if not isinstance(value, str) or str.__str__(value) not in _STATUSES:
         _shell("status is not idle | streaming | complete | error")
-    return ChatStatus(value)
+    return ChatStatus(str.__str__(value))
 
 
 def parse_controlled_snapshot(raw: object) -> ControlledSnapshot:
@@ -199,6 +263,26 @@ def parse_controlled_snapshot(raw: object) -> ControlledSnapshot:
     >>> snap.session_id, snap.status.value
     ('s-1', 'idle')
     """
+    try:
+        fields = _check_shell(raw)
+    except InvalidControlledSnapshot:
+        raise
+    except Exception as exc:  # a hostile object's own method raised while it was read
+        raise InvalidControlledSnapshot(
+            "shell", "Controlled snapshot is invalid: it cannot be read."
+        ) from exc
+    try:
+        record = validate_memory_record({"version": 1, "messages": fields.pop("messages")})
+    except InvalidMemoryRecord as exc:
+        failure = InvalidControlledSnapshot("messages", MESSAGES_INVALID)
+        for note in getattr(exc, "__notes__", ()):
+            failure.add_note(note)
+        raise failure from exc
+    return ControlledSnapshot.model_construct(messages=record.messages, **fields)
+
+
+def _check_shell(raw: object) -> dict[str, Any]:
+    """The strict shell, every key but the message items: the fields of the snapshot."""
     parsed = _text(raw) if isinstance(raw, str | bytes | bytearray) else raw
     shell = _exact_keys(parsed, "snapshot", SHELL_KEYS, ())
     session_id = shell["sessionId"]
@@ -209,22 +293,11 @@ def parse_controlled_snapshot(raw: object) -> ControlledSnapshot:
         _shell("messages is not an array")
     if len(messages) > MAX_SHELL_MESSAGES:
         _shell(f"more than {MAX_SHELL_MESSAGES:,} messages")
-    status = _status(shell["status"])
-    draft = _string(shell["input"], "input", 0, MAX_INPUT_UNITS)
-    error = _error(shell["error"])
-    usage = _usage(shell["usage"])
-    try:
-        record = validate_memory_record({"version": 1, "messages": messages})
-    except InvalidMemoryRecord as exc:
-        failure = InvalidControlledSnapshot("messages", MESSAGES_INVALID)
-        for note in getattr(exc, "__notes__", ()):
-            failure.add_note(note)
-        raise failure from exc
-    return ControlledSnapshot(
-        session_id=str.__str__(session_id),
-        messages=record.messages,
-        status=status,
-        input=draft,
-        error=error,
-        usage=usage,
-    )
+    return {
+        "session_id": str.__str__(session_id),
+        "messages": messages,
+        "status": _status(shell["status"]),
+        "input": _string(shell["input"], "input", 0, MAX_INPUT_UNITS),
+        "error": _error(shell["error"]),
+        "usage": _usage(shell["usage"]),
+    }

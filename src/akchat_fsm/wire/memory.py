@@ -20,8 +20,9 @@ reference's fixed text; the specific rule is attached as an exception note (``__
 Decisions (ADR-0030): ``createdAt`` keeps its wire text (``created_at_iso``) and hydrates to an
 aware UTC ``datetime`` through :attr:`Message.created_at`, which is ``None`` only for year
 ``0000`` (valid on the wire, not representable by ``datetime``). JSON payloads (``args``,
-``metadata``, an image ``detail``) are deep-frozen: objects become read-only mappings and
-arrays tuples; ``to_wire()`` thaws them back to ``dict`` / ``list``.
+``metadata``, an image ``detail``) are deep-frozen into the same form as confirmation inputs:
+objects become ``FrozenDict`` and arrays tuples; ``to_wire()`` thaws them back to ``dict`` /
+``list``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from types import MappingProxyType
 from typing import Annotated, Any, Literal, NoReturn
 
 from pydantic import (
@@ -42,10 +42,12 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic._internal._model_construction import ModelMetaclass
 from pydantic.alias_generators import to_camel
 
 from ..errors import InvalidMemoryRecord
 from ._js import StrictStr, utf16_len
+from .bounded import FrozenDict, thaw
 
 __all__ = [
     "MAX_CONTAINER_ITEMS",
@@ -111,19 +113,28 @@ def _reject(reason: str) -> NoReturn:
     raise _Reject(reason)
 
 
-def clone_bounded_json(value: object) -> Any:
+def clone_bounded_json(value: object, *, python_forms: bool = False) -> Any:
     """Clone a JSON-shaped value under the upstream record bounds, iteratively.
 
-    Raises ``InvalidMemoryRecord`` when a bound is broken. The clone contains only exact
-    ``dict`` / ``list`` / ``str`` / ``int`` / ``float`` / ``bool`` / ``None``.
+    Raises ``InvalidMemoryRecord`` (and nothing else) when a bound is broken or the value
+    cannot be read. The clone contains only exact ``dict`` / ``list`` / ``str`` / ``int`` /
+    ``float`` / ``bool`` / ``None``. With ``python_forms``, any ``Mapping`` (a ``FrozenDict``
+    from a validated model, say) is read as an object and a ``tuple`` as an array: for values a
+    Python caller built, not for records that must be JSON-shaped.
     """
     try:
-        return _clone(value)
+        return _clone(value, python_forms=python_forms)
     except _Reject as exc:
         raise _invalid(str(exc)) from None
+    except Exception as exc:  # a hostile object's own method raised: it cannot be cloned
+        raise _invalid(f"value cannot be read ({type(exc).__name__})") from exc
 
 
-def _clone(root: object) -> Any:
+def _clone(root: object, *, python_forms: bool = False) -> Any:
+    # Not merged with ``bounded._walk`` on purpose: the rules differ (10,000 nodes / depth 32
+    # here against 1,000 / 20 there, no string bound, ``__proto__`` kept, plain-dict clone for
+    # the model pass rather than a frozen value with JS numbers and key order), and that walk
+    # is the session decoder's hot path, specialised for it.
     holder: list[Any] = [None]
     # Each entry: (value, depth, container to write the clone into, index or key there).
     stack: list[tuple[object, int, Any, Any]] = [(root, 0, holder, 0)]
@@ -141,24 +152,28 @@ def _clone(root: object) -> Any:
         elif isinstance(value, str):
             parent[slot] = str.__str__(value)  # an exact str, even from a subclass
         elif isinstance(value, int):
+            number = int.__int__(value)  # exact int: a subclass's own methods are never called
             try:
-                float(value)  # rounds like JSON.parse; beyond the double range it is Infinity
+                float(number)  # rounds like JSON.parse; beyond the double range it is Infinity
             except OverflowError:
                 _reject("number is not finite")
-            parent[slot] = int(value)
+            parent[slot] = number
         elif isinstance(value, float):
-            if not math.isfinite(value):
+            real = float.__float__(value)
+            if not math.isfinite(real):
                 _reject("number is not finite")
-            parent[slot] = float(value)
-        elif isinstance(value, list) and type(value) is list:
+            parent[slot] = real
+        elif type(value) is list or (python_forms and type(value) is tuple):
+            assert isinstance(value, list | tuple)
             _enter(value, len(value), nodes, seen)
             copy: list[Any] = [None] * len(value)
             parent[slot] = copy
             for index in range(len(value) - 1, -1, -1):
                 stack.append((value[index], depth + 1, copy, index))
-        elif isinstance(value, dict) and type(value) is dict:
+        elif type(value) is dict or (python_forms and isinstance(value, Mapping)):
+            assert isinstance(value, Mapping)
             _enter(value, len(value), nodes, seen)
-            items = [(_key(key), child) for key, child in dict.items(value)]
+            items = [(_key(key), child) for key, child in value.items()]
             mapping: dict[str, Any] = dict.fromkeys(key for key, _ in items)
             parent[slot] = mapping
             for key, child in reversed(items):
@@ -181,28 +196,29 @@ def _enter(container: object, size: int, nodes: int, seen: set[int]) -> None:
 def _key(key: object) -> str:
     if not isinstance(key, str):
         _reject("object key is not a string")
+    key = str.__str__(key)  # an exact str first: a subclass may override len / hash / eq
     # Fast path: a key of <= 128 code points is at most 256 UTF-16 units.
     if len(key) > MAX_KEY_UNITS // 2 and utf16_len(key) > MAX_KEY_UNITS:
         _reject(f"object key longer than {MAX_KEY_UNITS} UTF-16 units")
-    return str.__str__(key)
+    return key
 
 
 def freeze_json(value: Any) -> Any:
-    """Deep-freeze a cloned JSON value: objects to read-only mappings, arrays to tuples."""
+    """Deep-freeze a cloned JSON value into the wire layer's one frozen form.
+
+    Objects become :class:`~akchat_fsm.wire.bounded.FrozenDict` and arrays tuples, as in a
+    confirmation ``input``; :func:`thaw_json` (the same function as ``bounded.thaw``) reverses
+    it. Only called on pre-pass clones, whose depth is at most 32.
+    """
     if type(value) is dict:
-        return MappingProxyType({k: freeze_json(v) for k, v in value.items()})
+        return FrozenDict._wrap({k: freeze_json(v) for k, v in value.items()})
     if type(value) is list:
         return tuple(freeze_json(v) for v in value)
     return value
 
 
-def thaw_json(value: Any) -> Any:
-    """Inverse of :func:`freeze_json`: fresh ``dict`` / ``list`` the caller may mutate."""
-    if isinstance(value, Mapping):
-        return {k: thaw_json(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return [thaw_json(v) for v in value]
-    return value
+#: Inverse of :func:`freeze_json`: fresh ``dict`` / ``list`` the caller may mutate.
+thaw_json = thaw
 
 
 # --------------------------------------------------------------------------- field rules
@@ -237,9 +253,11 @@ def _non_empty(value: Any) -> str:
 
 
 def _plain_object(value: Any) -> Mapping[str, Any]:
-    if type(value) is not dict:
+    if type(value) is not dict and type(value) is not FrozenDict:
         raise ValueError("not a plain object")
-    frozen: Mapping[str, Any] = freeze_json(value)
+    # Cloned again (bounded, iterative) because a model built directly, not through
+    # `validate_memory_record`, gets no pre-pass: no input may reach the recursive freeze.
+    frozen: Mapping[str, Any] = freeze_json(clone_bounded_json(value, python_forms=True))
     return frozen
 
 
@@ -271,6 +289,7 @@ def js_string(value: Any) -> str:
 def _detail(value: Any) -> Any:
     # Reference quirk kept for parity (REFERENCE §8): the check stringifies first, so ["low"]
     # passes and is passed through still as an array.
+    value = clone_bounded_json(value, python_forms=True)  # bounded before any recursion
     if js_string(value) not in ("low", "high", "auto"):
         raise ValueError("detail is not low | high | auto")
     return freeze_json(value)
@@ -296,7 +315,25 @@ Duration = Annotated[int | float, PlainValidator(_duration, json_schema_input_ty
 Detail = Annotated[Any, PlainValidator(_detail, json_schema_input_type=str)]
 
 
-class _Projection(BaseModel):
+class _RecordMeta(ModelMetaclass):
+    """``Model(...)`` raises ``InvalidMemoryRecord`` with the rule as a note (cf. ADR-0007).
+
+    Only direct construction goes through here; :func:`validate_memory_record` uses
+    ``model_validate`` and reports the failing message index itself.
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except InvalidMemoryRecord:
+            raise
+        except ValidationError as exc:
+            raise _invalid(_first_issue(cls.__name__, exc)) from exc
+        except Exception as exc:  # a hostile argument's own method raised
+            raise _invalid(f"{cls.__name__}: value cannot be read") from exc
+
+
+class _Projection(BaseModel, metaclass=_RecordMeta):
     """Frozen, lenient projection: unknown keys dropped, ``null`` never stands for absent."""
 
     model_config = ConfigDict(
@@ -453,7 +490,7 @@ class Message(_Projection):
         return out
 
 
-class MemoryRecord(BaseModel):
+class MemoryRecord(BaseModel, metaclass=_RecordMeta):
     """A validated version-1 memory record (the output of :func:`validate_memory_record`)."""
 
     model_config = ConfigDict(frozen=True)
@@ -496,7 +533,7 @@ def validate_memory_record(raw: object) -> MemoryRecord:
     '2026-07-14T00:00:00.000Z'
     """
     try:
-        clone = _clone(raw)
+        clone = clone_bounded_json(raw)
         if type(clone) is not dict:
             _reject("record is not an object")
         version = clone.get("version")

@@ -21,7 +21,6 @@ from pydantic import (
     Field,
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
-    ValidationError,
     ValidationInfo,
     model_validator,
 )
@@ -180,7 +179,11 @@ class _WireMeta(ModelMetaclass):
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         try:
             instance = super().__call__(*args, **kwargs)
-        except ValidationError as exc:
+        except InvalidSessionSnapshot:
+            raise
+        except Exception as exc:
+            # ValidationError mostly; also whatever a hostile argument's own methods raise
+            # while pydantic reads it (a str subclass whose __hash__ fails, ...).
             raise InvalidSessionSnapshot(INVALID_SNAPSHOT, PAYLOAD_INVALID) from exc
         check = getattr(instance, "_check_standalone", None)
         if check is not None and not check():
