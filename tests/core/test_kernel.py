@@ -107,3 +107,9 @@ def test_lease_kernel() -> None:
     assert turn_state(done, "t") is TurnLeaseState.RELEASED
     assert claim_turn(done, "t", 10, 100) is None  # replay
     assert release_turn(empty, "t", TurnOutcome.COMPLETED) is None
+
+
+def test_upstream_status_is_the_wire_enum_not_a_copy() -> None:
+    from akchat_fsm.wire.memory import ToolCallStatus
+
+    assert UpstreamToolStatus is ToolCallStatus
