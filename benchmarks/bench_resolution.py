@@ -51,10 +51,10 @@ def overhead(resolutions: int, path: Path) -> None:
     for n in range(20):  # a realistic envelope: some history before measuring
         coordinator.approve(coordinator.propose("email.send", {"n": n}).token)
     raw_id = "bench-raw"
-    raw_cursor = 0
     resolution_s: list[float] = []
     raw_s: list[float] = []
     for n in range(resolutions):
+        raw_cursor = n  # the baseline session's stored cursor (0: nothing stored yet)
         token = coordinator.propose("email.send", {"n": n}).token
         start = time.perf_counter()
         coordinator.approve(token)
@@ -66,7 +66,6 @@ def overhead(resolutions: int, path: Path) -> None:
         start = time.perf_counter()
         assert storage.save(snapshot, raw_cursor if raw_cursor else None)
         raw_s.append(time.perf_counter() - start)
-        raw_cursor += 1
     storage.close()
     resolution, raw = statistics.median(resolution_s), statistics.median(raw_s)
     print("part 1: one resolution vs one raw CAS, SQLite file, same run")
