@@ -8,10 +8,10 @@ mid-flight may still apply: treat it like :class:`~akchat_fsm.errors.OutcomeUnkn
 from __future__ import annotations
 
 import asyncio
-from types import TracebackType
-from typing import Generic, Protocol, Self, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from ..wire.session import SessionSnapshot
+from ._closing import AsyncClosing
 
 __all__ = ["ThreadedAsyncStorage"]
 
@@ -31,7 +31,7 @@ class _Blocking(Protocol):
 S = TypeVar("S", bound=_Blocking)
 
 
-class ThreadedAsyncStorage(Generic[S]):
+class ThreadedAsyncStorage(AsyncClosing, Generic[S]):
     """Runs every call of the wrapped blocking adapter ``sync`` via ``asyncio.to_thread``."""
 
     def __init__(self, sync: S) -> None:
@@ -56,14 +56,3 @@ class ThreadedAsyncStorage(Generic[S]):
     async def aclose(self) -> None:
         """Close the wrapped adapter (waits for a call in flight to finish)."""
         await asyncio.to_thread(self.sync.close)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

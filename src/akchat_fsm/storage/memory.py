@@ -8,16 +8,15 @@ the process; use it for tests and single-process demos.
 from __future__ import annotations
 
 import threading
-from types import TracebackType
-from typing import Self
 
 from ..wire.session import SessionSnapshot
 from ._cas import cas_allows, check_session_id, prepare_save
+from ._closing import AsyncClosing, Closing
 
 __all__ = ["AsyncMemoryStorage", "MemoryStorage"]
 
 
-class MemoryStorage:
+class MemoryStorage(Closing):
     """Thread-safe compare-and-set storage in a dict guarded by one lock.
 
     ``MemoryStorage()`` takes no arguments. The compare and the swap run under the same
@@ -58,19 +57,8 @@ class MemoryStorage:
     def close(self) -> None:
         """Nothing to release; the store stays usable (it may be shared by async twins)."""
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class AsyncMemoryStorage:
+class AsyncMemoryStorage(AsyncClosing):
     """The asyncio twin: delegates to a :class:`MemoryStorage` without awaiting inside.
 
     ``AsyncMemoryStorage(inner=None)``; pass ``inner`` to share one store between sync and
@@ -99,14 +87,3 @@ class AsyncMemoryStorage:
 
     async def aclose(self) -> None:
         """Nothing to release; the (possibly shared) store stays usable."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -18,8 +18,7 @@ import asyncio
 import contextlib
 import select
 import threading
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -28,6 +27,7 @@ from psycopg.pq import TransactionStatus
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
 from ._cas import check_session_id, check_sql_identifier, prepare_save
+from ._closing import AsyncClosing, Closing
 
 __all__ = ["AsyncPostgresStorage", "PostgresStorage", "map_pg_error"]
 
@@ -145,7 +145,7 @@ class _Plan:
 _CREATE_RACE = (pg_errors.UniqueViolation, pg_errors.DuplicateTable, pg_errors.DuplicateObject)
 
 
-class PostgresStorage:
+class PostgresStorage(Closing):
     """Compare-and-set storage in one PostgreSQL table, over one autocommit connection.
 
     ``PostgresStorage(conninfo="", *, table="akchat_sessions", isolation="read_committed",
@@ -238,19 +238,8 @@ class PostgresStorage:
         if conn is not None:
             conn.close()
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class AsyncPostgresStorage:
+class AsyncPostgresStorage(AsyncClosing):
     """The asyncio twin of :class:`PostgresStorage` (same arguments, ``psycopg.AsyncConnection``).
 
     Decisions (SQL, error mapping, health check) are shared; only the awaits differ. A task
@@ -339,14 +328,3 @@ class AsyncPostgresStorage:
             conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

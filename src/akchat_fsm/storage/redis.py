@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import select
-from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 import redis
 import redis.asyncio
@@ -33,6 +32,7 @@ from redis.retry import Retry
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
 from ._cas import check_session_id, prepare_save
+from ._closing import AsyncClosing, Closing
 
 __all__ = ["CAS_SCRIPT", "AsyncRedisStorage", "RedisStorage", "map_redis_error"]
 
@@ -141,7 +141,7 @@ def _text(reply: Any) -> str | None:
     return None if reply is None else bytes(reply).decode("utf-8")
 
 
-class RedisStorage:
+class RedisStorage(Closing):
     """Compare-and-set storage in Redis hashes, via one Lua script.
 
     ``RedisStorage(url="redis://127.0.0.1:6379/0", *, prefix="akchat:session:",
@@ -222,19 +222,8 @@ class RedisStorage:
         self._closed = True
         self.pool.disconnect()
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class AsyncRedisStorage:
+class AsyncRedisStorage(AsyncClosing):
     """The asyncio twin of :class:`RedisStorage` (same arguments, ``redis.asyncio``)."""
 
     def __init__(
@@ -311,14 +300,3 @@ class AsyncRedisStorage:
         """Disconnect every pooled connection; later calls raise ``StorageUnavailable``."""
         self._closed = True
         await self.pool.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -16,12 +16,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from types import TracebackType
-from typing import Self
 
 from ..errors import OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
 from ._cas import check_session_id, check_sql_identifier, prepare_save
+from ._closing import Closing
 from ._threaded import ThreadedAsyncStorage
 
 __all__ = ["AsyncSQLiteStorage", "SQLiteStorage"]
@@ -41,7 +40,7 @@ def map_sqlite_error(exc: sqlite3.Error, *, at_commit: bool = False) -> StorageE
     return StorageUnavailable(f"SQLite: {exc}")
 
 
-class SQLiteStorage:
+class SQLiteStorage(Closing):
     """Compare-and-set storage in one SQLite table.
 
     ``SQLiteStorage(path=":memory:", *, table="akchat_sessions", busy_timeout=5.0)``
@@ -178,17 +177,6 @@ class SQLiteStorage:
             conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class AsyncSQLiteStorage(ThreadedAsyncStorage[SQLiteStorage]):
