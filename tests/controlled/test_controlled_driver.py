@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 from controlled_helpers import RecordingActions, snapshot, vector
 
-from akchat_fsm.controlled import ACTION_NAMES, ControlledChat, create_controlled_chat
+from akchat_fsm.controlled import (
+    ACTION_NAMES,
+    ControlledActions,
+    ControlledChat,
+    create_controlled_chat,
+)
 from akchat_fsm.errors import ConfigError, InvalidControlledSnapshot
 from akchat_fsm.wire.controlled import ChatStatus, parse_controlled_snapshot
 
@@ -97,6 +102,15 @@ def test_all_ten_callbacks_and_nothing_else() -> None:
     assert set(ACTION_NAMES) == {name for name, _, _ in CALLS}
     fields = {f.name for f in dataclasses.fields(ControlledChat)}
     assert fields == {*ACTION_NAMES, "snapshot", "mode"}
+
+
+def test_actions_protocol_declares_exactly_the_ten_callbacks() -> None:
+    declared = {
+        name
+        for name, value in vars(ControlledActions).items()
+        if not name.startswith("_") and callable(value)
+    }
+    assert declared == set(ACTION_NAMES)
 
 
 def test_callbacks_are_passed_through_unwrapped() -> None:
