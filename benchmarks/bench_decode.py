@@ -3,6 +3,7 @@
 A realistic envelope: 40 confirmations with small inputs, 120 route decisions, a turn lease
 and 10 terminal turns. Prints the medians of alternating timed batches of
 ``decode_session_snapshot(text)`` and ``json.loads(text)`` and their ratio (target: <= 4x).
+Then hostile sizes (5 MB strings): refusing them should cost a small multiple of parsing them.
 Not a test: timing never gates CI.
 
     python benchmarks/bench_decode.py [--repeat N]
@@ -11,12 +12,15 @@ Not a test: timing never gates CI.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
+from akchat_fsm.errors import InvalidControlledSnapshot
+from akchat_fsm.wire.controlled import parse_controlled_snapshot
 from akchat_fsm.wire.decode import decode_session_snapshot
 
 
@@ -102,6 +106,41 @@ def main() -> None:
     print(f"json.loads:              {baseline * 1e6:9.1f} us (median)")
     print(f"decode_session_snapshot: {decode * 1e6:9.1f} us (median)")
     print(f"ratio:                   {ratio:9.2f}x (median of paired batches; target <= 4x)")
+    huge_inputs()
+
+
+def huge_inputs() -> None:
+    """Hostile sizes must fail about as fast as they parse (no per-character Python loops)."""
+    usage = {"promptTokens": 0, "completionTokens": 0, "totalTokens": 0}
+    shell: dict[str, Any] = {
+        "sessionId": "s",
+        "messages": [],
+        "status": "idle",
+        "error": None,
+        "usage": usage,
+    }
+    envelope = {**realistic_envelope(), "sessionId": "s"}
+    cases = {
+        "controlled input, 5 MB astral": {**shell, "input": "\U0001f600" * 1_250_000},
+        "controlled input, 5 MB ascii": {**shell, "input": "y" * 5_000_000},
+        "session id, 5 MB": {**envelope, "sessionId": "a" * 5_000_000},
+        "session unknown key, 5 MB": {**envelope, "x": "\u00e9" * 2_500_000},
+    }
+    for name, value in cases.items():
+        text = json.dumps(value, ensure_ascii=False)
+        subject = _refuse_controlled if "controlled" in name else decode_session_snapshot
+        _, took, ratio = paired_medians(
+            functools.partial(json.loads, text), functools.partial(subject, text), 5, 2
+        )
+        print(f"{name + ':':32} {took * 1e3:7.1f} ms = {ratio:5.2f}x json.loads")
+
+
+def _refuse_controlled(text: str) -> None:
+    try:
+        parse_controlled_snapshot(text)
+    except InvalidControlledSnapshot:
+        return
+    raise AssertionError("a 5 MB input must be refused")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from akchat_fsm.testing.strategies import (
     wire_session_objects,
 )
 from akchat_fsm.wire import decode as decode_module
+from akchat_fsm.wire._js import utf16_len
 from akchat_fsm.wire.decode import INVALID_SNAPSHOT, DecodeResult, decode_session_snapshot
 from akchat_fsm.wire.jsontext import InvalidJsonText, parse_json_text
 from akchat_fsm.wire.session import SessionSnapshot
@@ -262,3 +263,12 @@ def test_datetime_rule_matches_an_independent_oracle(text: str) -> None:
     from akchat_fsm.wire._js import is_zod_datetime
 
     assert is_zod_datetime(text) == _oracle(text)
+
+
+@given(st.text(alphabet=st.characters(codec=None, exclude_categories=())))
+@example("\ud83d\ude00")  # a surrogate pair as two code points: two units, as in JavaScript
+@example("\udfff\ud800")
+def test_utf16_len_counts_like_javascript(text: str) -> None:
+    # Oracle: a code point above the BMP is a surrogate pair; anything else (lone surrogates
+    # included, which JavaScript strings may hold) is one code unit.
+    assert utf16_len(text) == sum(2 if ord(ch) > 0xFFFF else 1 for ch in text)

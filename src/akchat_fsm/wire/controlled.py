@@ -195,7 +195,8 @@ def _string(value: Any, key: str, min_units: int, max_units: int) -> str:
     if not isinstance(value, str):
         _shell(f"{key} is not a string")
     text = str.__str__(value)  # an exact str: a subclass's own `len` is never called
-    if not min_units <= utf16_len(text) <= max_units:
+    # UTF-16 units >= code points, so an over-long string fails before it is measured.
+    if len(text) > max_units or not min_units <= utf16_len(text) <= max_units:
         _shell(f"{key} length is outside {min_units}..{max_units:,} UTF-16 units")
     return text
 
