@@ -208,6 +208,40 @@ def test_statement_timeout_option_reaches_the_session(pg_url: str, table: str) -
         )
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_error_raised_by_the_implicit_commit_is_definite_and_applies_nothing(
+    pg_url: str, table: str, unique_id: str, mode: str
+) -> None:
+    """Autocommit: a deferred constraint trigger fails at COMMIT, after the UPDATE matched.
+
+    The server replies with an error and rolls the transaction back, so this is
+    ``StorageUnavailable`` (definite, retry is safe), never ``False`` and never success.
+    """
+    c = _open(mode, pg_url, table)
+    try:
+        assert c.save(snap(unique_id, 1), None)
+        with _admin(pg_url) as admin:
+            admin.execute(
+                f"CREATE FUNCTION {table}_veto() RETURNS trigger LANGUAGE plpgsql AS"
+                " $$ BEGIN RAISE EXCEPTION 'vetoed at commit'; END $$"
+            )
+            admin.execute(
+                f"CREATE CONSTRAINT TRIGGER veto AFTER UPDATE ON {table}"
+                f" DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {table}_veto()"
+            )
+            try:
+                with pytest.raises(StorageUnavailable) as info:
+                    c.save(snap(unique_id, 2), 1)
+                assert getattr(info.value.__cause__, "sqlstate", None) == "P0001"
+            finally:
+                admin.execute(f"DROP TRIGGER veto ON {table}")
+                admin.execute(f"DROP FUNCTION {table}_veto()")
+        assert json.loads(c.load(unique_id) or "")["cursor"] == 1
+        assert c.save(snap(unique_id, 2), 1) is True
+    finally:
+        c.close()
+
+
 def test_unreachable_server_is_storage_unavailable(unique_id: str) -> None:
     with PostgresStorage("postgresql://127.0.0.1:1/test", connect_timeout=2) as st:
         with pytest.raises(StorageUnavailable):
