@@ -157,8 +157,8 @@ PROFILES: dict[str, list[Check]] = {
         *_props(RESUME),
         _resume_finding(RESUME),
         *_props(RESUME_RETRY, ASSERTIONS),
-        *_props(RELEASE, ASSERTIONS, SINGLE_CALL, "processing_resolves"),
-        *_props(TWO_RELEASE, ASSERTIONS, "processing_resolves"),
+        *_props(RELEASE, ASSERTIONS, SINGLE_CALL),
+        *_props(TWO_RELEASE, ASSERTIONS),
         *_seeded(QUICK),
     ],
     "deep": [
