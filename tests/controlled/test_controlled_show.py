@@ -103,3 +103,20 @@ def test_unreadable_file_is_one_line_exit_2(tmp_path: Path) -> None:
         assert result.stdout == ""
         assert len(result.stderr.splitlines()) == 1
         assert result.stderr.startswith("error: cannot read ")
+
+
+@pytest.mark.parametrize("hostile", ["a\nb", "x\ty", "\x1b[2J", "\u2028"])
+def test_error_line_stays_one_line_whatever_the_snapshot_says(tmp_path: Path, hostile: str) -> None:
+    message = {**_fixture()["messages"][0], "parts": [{"type": hostile}]}  # type: ignore[index]
+    result = run(_write(tmp_path, {**_fixture(), "messages": [message]}))
+    assert result.exit_code == 1 and result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1
+    assert hostile not in result.stderr  # the reason names the rule, not the payload
+    assert "parts.0.type: not one of" in result.stderr
+
+
+def test_unreadable_file_with_line_breaks_in_its_name_is_one_line(tmp_path: Path) -> None:
+    result = run(str(tmp_path / "a\nb\u2028c.json"))
+    assert result.exit_code == 2
+    assert len(result.stderr.splitlines()) == 1
+    assert "a\\nb\\u2028c.json" in result.stderr

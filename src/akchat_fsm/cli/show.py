@@ -138,8 +138,13 @@ def render(snap: ControlledSnapshot) -> RenderableType:
     return Group(*parts)
 
 
+_LINE_BREAKS = re.compile("[\t\n\u2028\u2029]")
+
+
 def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"error: {_inert(message)}", err=True)
+    # One line whatever the reason quotes: line breaks are escaped like other controls.
+    line = _LINE_BREAKS.sub(lambda m: ascii(m.group())[1:-1], _inert(message))
+    click.echo(f"error: {line}", err=True)
     sys.exit(code)
 
 

@@ -417,6 +417,7 @@ class FilePart(_SourcePart):
 Part = Annotated[
     TextPart | ImagePart | AudioPart | VideoPart | FilePart, Field(discriminator="type")
 ]
+_PART_TYPES = ("text", "image", "audio", "video", "file")
 
 
 class ToolCall(_Projection):
@@ -515,6 +516,8 @@ def _first_issue(prefix: str, exc: ValidationError) -> str:
     """``messages[3].toolCalls.0.status: not one of [...]`` from pydantic's first issue."""
     issue = exc.errors(include_url=False, include_input=False)[0]
     where = "".join(f".{part}" for part in issue["loc"])
+    if issue["type"] == "union_tag_invalid":  # pydantic's text quotes the input's tag
+        return f"{prefix}{where}.type: not one of {sorted(_PART_TYPES)}"
     return f"{prefix}{where}: {issue['msg'].removeprefix('Value error, ')}"
 
 
