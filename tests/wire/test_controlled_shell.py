@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from akchat_fsm.errors import InvalidControlledSnapshot
+from akchat_fsm.testing.strategies import BAD_IDENTIFIERS
 from akchat_fsm.wire.controlled import parse_controlled_snapshot
 
 
@@ -116,3 +117,15 @@ def test_effective_message_limit_is_the_record_node_budget() -> None:
     # the same dict object repeated is a shared reference, refused like a cycle (ADR-0030)
     assert layer_of(base(messages=[message] * 2)) == "messages"
     assert layer_of(base(messages=[dict(message) for _ in range(1667)])) == "messages"
+
+
+@pytest.mark.parametrize("bad", BAD_IDENTIFIERS)
+def test_session_id_and_error_code_are_javascript_identifiers(bad: str) -> None:
+    assert layer_of(base(sessionId=bad)) == "shell"
+    assert layer_of(base(error={"message": "m", "code": bad})) == "shell"
+    assert layer_of(json.dumps(base(sessionId=bad))) == "shell"
+
+
+def test_identifier_extremes_pass() -> None:
+    for good in ("a", "Z" * 128, "0.:_-"):
+        assert parse_controlled_snapshot(base(sessionId=good)).session_id == good

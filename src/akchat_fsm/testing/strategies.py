@@ -117,6 +117,10 @@ BAD_IDENTIFIERS = (
     "trailing-newline\n",
     "é",
     "ａ",  # fullwidth a
+    "١٢٣",  # Arabic-Indic digits: Unicode `\d`, not JavaScript's
+    "a\u00b2",  # superscript two: `str.isdigit()` is true for it
+    "trailing-cr\r",
+    "\nleading-newline",
     "x" * 129,
 )
 
