@@ -256,6 +256,9 @@ def test_controlled_snapshot_constructor_checks_every_parser_rule() -> None:
     with pytest.raises(InvalidControlledSnapshot) as message_error:
         ControlledSnapshot(**{**fields, "messages": [{**MESSAGE, "id": ""}]})
     assert message_error.value.layer == "messages"
+    with pytest.raises(InvalidControlledSnapshot) as deep_error:
+        ControlledSnapshot(**{**fields, "messages": [{**MESSAGE, "metadata": _deep(5_000)}]})
+    assert deep_error.value.layer == "messages"
 
 
 def test_driver_fails_closed_on_an_unvalidated_instance() -> None:

@@ -82,6 +82,8 @@ _INVALID_FIELDS = "Controlled snapshot is invalid: its fields are invalid."
 
 def _layer_of(exc: Exception) -> Literal["shell", "messages"]:
     # Shell first, as in the parser: "messages" only when every issue lies inside a message.
+    if isinstance(exc, InvalidMemoryRecord):  # a message payload failed its bounded clone
+        return "messages"
     if isinstance(exc, ValidationError):
         issues = exc.errors(include_url=False, include_input=False)
         if issues and all(issue["loc"][:1] == ("messages",) for issue in issues):
