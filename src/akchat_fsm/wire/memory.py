@@ -384,24 +384,24 @@ class ImagePart(_SourcePart):
         return out
 
 
-class AudioPart(_SourcePart):
+class _TimedPart(_SourcePart):
+    """Audio and video share every rule; only the ``type`` tag differs."""
+
+    type: str
+    duration_sec: Duration | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        out = self._wire(self.type)
+        _put(out, "durationSec", self.duration_sec)
+        return out
+
+
+class AudioPart(_TimedPart):
     type: Literal["audio"]
-    duration_sec: Duration | None = None
-
-    def to_wire(self) -> dict[str, Any]:
-        out = self._wire(self.type)
-        _put(out, "durationSec", self.duration_sec)
-        return out
 
 
-class VideoPart(_SourcePart):
+class VideoPart(_TimedPart):
     type: Literal["video"]
-    duration_sec: Duration | None = None
-
-    def to_wire(self) -> dict[str, Any]:
-        out = self._wire(self.type)
-        _put(out, "durationSec", self.duration_sec)
-        return out
 
 
 class FilePart(_SourcePart):
