@@ -107,7 +107,7 @@ def test_redis_cancelled_save_raises_cancelled_and_leaks_nothing(
         try:
             assert await st.save(snap(unique_id, 1), None)
             # CLIENT PAUSE WRITE holds every write (EVALSHA included) until unpaused.
-            admin.client_pause(30_000, all=False)
+            admin.client_pause(5_000, all=False)  # unpaused as soon as we cancel
             task = asyncio.create_task(st.save(snap(unique_id, 2), 1))
 
             async def held() -> bool:  # our EVALSHA reached the server and waits there
