@@ -150,3 +150,19 @@ def test_importing_the_kit_does_not_import_pytest() -> None:
     code = "import sys, akchat_fsm.testing; print('pytest' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_history_without_contention_fails_the_kit_instead_of_passing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One history worker can overlap with nobody: the kit must say so, not report a pass."""
+    import dataclasses
+
+    from akchat_fsm.testing import _kit
+
+    lonely = dataclasses.replace(_kit.PROFILES["default"], history_workers=1)
+    monkeypatch.setitem(_kit.PROFILES, "default", lonely)
+    healthy, _, _ = _shared()
+    report = check_session_storage(healthy, only=["linearizability_threads"], seed=7)
+    assert not report.ok
+    assert "no contention" in report["linearizability_threads"].detail
