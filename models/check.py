@@ -119,6 +119,31 @@ RELEASE = _config(
 TWO_RELEASE = _config(
     "3c-2r-release", NCLIENTS=3, NCONF=2, MAXOPS=1, MAXCRASH=1, NO_RESUME=None, **_FAULTS
 )
+#: unknown saves may still land later (ADR-0066): safe with either pure reconciler ...
+INFLIGHT_RESUME = _config(
+    "3c-1r-inflight-resume",
+    NCLIENTS=3,
+    NCONF=1,
+    MAXOPS=1,
+    MAXCRASH=2,
+    INFLIGHT=None,
+    NO_RELEASE=None,
+    **_FAULTS,
+)
+INFLIGHT_RELEASE = _config(
+    "3c-1r-inflight-release",
+    NCLIENTS=3,
+    NCONF=1,
+    MAXOPS=1,
+    MAXCRASH=2,
+    INFLIGHT=None,
+    NO_RESUME=None,
+    **_FAULTS,
+)
+#: ... but not when a late release lands after a resume made upstream act (finding, ADR-0054)
+INFLIGHT_MIXED = _config(
+    "3c-1r-inflight", NCLIENTS=3, NCONF=1, MAXOPS=1, MAXCRASH=2, INFLIGHT=None, **_FAULTS
+)
 DEEP_RESUME = _config("3c-1r-deep", NCLIENTS=3, NCONF=1, MAXOPS=2, MAXCRASH=2, **_FAULTS)
 DEEP_ANY = _config(
     "3c-1r-any-release",
@@ -142,6 +167,10 @@ def _resume_finding(config: Config) -> Check:
     return Check(config, SINGLE_CALL, documented="resume re-calls, no-op")
 
 
+def _late_release_finding() -> Check:
+    return Check(INFLIGHT_MIXED, "no_replay", documented="late release after resume")
+
+
 def _seeded(config: Config) -> list[Check]:
     return [Check(config, prop, bug) for bug, prop in SEEDED_BUGS.items()]
 
@@ -151,6 +180,7 @@ PROFILES: dict[str, list[Check]] = {
         *_props(QUICK_RELEASE),
         *_props(QUICK_RELEASE, SINGLE_CALL),
         _resume_finding(QUICK),
+        _late_release_finding(),
         *_seeded(QUICK),
     ],
     "default": [
@@ -159,6 +189,9 @@ PROFILES: dict[str, list[Check]] = {
         *_props(RESUME_RETRY, ASSERTIONS),
         *_props(RELEASE, ASSERTIONS, SINGLE_CALL),
         *_props(TWO_RELEASE, ASSERTIONS),
+        *_props(INFLIGHT_RESUME, ASSERTIONS, "no_replay"),
+        *_props(INFLIGHT_RELEASE, ASSERTIONS),
+        _late_release_finding(),
         *_seeded(QUICK),
     ],
     "deep": [
@@ -168,6 +201,9 @@ PROFILES: dict[str, list[Check]] = {
         *_props(TWO_RELEASE),
         *_props(DEEP_ANY, ASSERTIONS, SINGLE_CALL, "processing_resolves"),
         *_props(DEEP_FOUR, ASSERTIONS, "processing_resolves"),
+        *_props(INFLIGHT_RESUME),
+        *_props(INFLIGHT_RELEASE),
+        _late_release_finding(),
         *_seeded(RESUME),
     ],
 }

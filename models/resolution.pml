@@ -15,6 +15,8 @@
  * from confirmation_table.pml, generated from the python-statemachine class.
  *
  * Options:  -DNO_RESUME   the reconciler only completes or releases orphaned records
+ *           -DNO_RELEASE  the reconciler never releases (release_untouched=False, the default)
+ *           -DINFLIGHT    an unknown save may still be travelling and land later
  *           -DANY_INTENT  every client may approve, reject or expire (else a fixed intent each)
  * Seeded protocol bugs (each must produce a counterexample; see models/check.py):
  *   -DBUG_UPSTREAM_FIRST   call upstream before the claim is saved
@@ -105,50 +107,90 @@ bool bad_sticky = false;     /* a terminal status changed */
 
 #ifdef BUG_RELEASE_LIVE
 #define MAY_RELEASE(i) true
+#elif defined(NO_RELEASE)
+#define MAY_RELEASE(i) false
 #else
 #define MAY_RELEASE(i) (owner[i] == 0)
+#endif
+
+/* Apply one write to the register (the compare already passed).  claimant: the client that
+ * will act on a claim it just wrote (0: nobody, e.g. the host or a write landing late). */
+inline apply_write(i, expect, newst, writer, claimant) {
+  if
+  :: IS_FINAL(reg_st[i]) && newst != reg_st[i] -> bad_sticky = true
+  :: else -> skip
+  fi;
+  if
+  :: IS_FINAL(newst) && !(up_acted[i] && up_kind[i] == KIND_OF(newst)) -> bad_false = true
+  :: else -> skip
+  fi;
+  if
+  :: newst == ST_PENDING -> called[i] = false       /* a release starts a new claim */
+  :: else -> skip
+  fi;
+  reg_cursor = expect + 1;
+  reg_st[i] = newst;
+  reg_writer = writer;
+  applied++;
+  if
+  :: IS_PROCESSING(newst) && claimant != 0 -> owner[i] = claimant
+  :: else -> skip
+  fi;
+#ifdef ASSERTS
+  assert(!bad_sticky);
+  assert(!bad_false);
+  assert(reg_cursor == CURSOR0 + applied);
+#endif
+  skip
+}
+
+#ifdef INFLIGHT
+/* One write whose request is still travelling: it may land later, or never (ADR-0066). */
+bool fly = false;
+byte fly_i, fly_expect, fly_st, fly_writer;
+byte fly_claimant;           /* ghost: the writer, until it gives the write up */
+
+active proctype Network() {
+end_net:
+  do
+  :: atomic {
+       fly ->
+       if
+       :: reg_cursor == fly_expect ->
+          apply_write(fly_i, fly_expect, fly_st, fly_writer, fly_claimant)
+       :: else -> skip                               /* it lands and is refused */
+       fi;
+       fly = false; fly_i = 0; fly_expect = 0; fly_st = 0; fly_writer = 0; fly_claimant = 0
+     }
+  od
+}
 #endif
 
 /* Register write, atomic with the compare.  writer: client id, 0 for the reconciler. */
 inline cas_save(i, expect, newst, writer, res) {
   atomic {
     if
-#ifdef BUG_LWW
+#ifdef INFLIGHT
+    :: unknowns < MAXUNKNOWN ->           /* the request is still on its way: unknown now */
+       unknowns++; res = SAVE_UNKNOWN;
+       fly = true; fly_i = i; fly_expect = expect; fly_st = newst; fly_writer = writer;
+       fly_claimant = writer
+#endif
     :: true ->
+       if
+#ifdef BUG_LWW
+       :: true ->
 #else
-    :: reg_cursor == expect ->
+       :: reg_cursor == expect ->
 #endif
-       if
-       :: IS_FINAL(reg_st[i]) && newst != reg_st[i] -> bad_sticky = true
-       :: else -> skip
+          apply_write(i, expect, newst, writer, writer);
+          res = SAVE_OK
+       :: else -> res = SAVE_CONFLICT
        fi;
        if
-       :: IS_FINAL(newst) && !(up_acted[i] && up_kind[i] == KIND_OF(newst)) -> bad_false = true
-       :: else -> skip
-       fi;
-       if
-       :: newst == ST_PENDING -> called[i] = false    /* a release starts a new claim */
-       :: else -> skip
-       fi;
-       reg_cursor = expect + 1;
-       reg_st[i] = newst;
-       reg_writer = writer;
-       applied++;
-       if
-       :: IS_PROCESSING(newst) && writer != 0 -> owner[i] = writer
-       :: else -> skip
-       fi;
-#ifdef ASSERTS
-       assert(!bad_sticky);
-       assert(!bad_false);
-       assert(reg_cursor == CURSOR0 + applied);
-#endif
-       res = SAVE_OK
-    :: else -> res = SAVE_CONFLICT
-    fi;
-    if
-    :: unknowns < MAXUNKNOWN -> unknowns++; res = SAVE_UNKNOWN
-    :: true -> skip
+       :: unknowns < MAXUNKNOWN -> unknowns++; res = SAVE_UNKNOWN   /* reply lost */
+       :: true -> skip
+       fi
     fi
   }
 }
@@ -186,7 +228,13 @@ inline upstream_call(i, st, who, res) {
 }
 
 /* The client gives up its claim (it will not call upstream for it any more). */
+#ifdef INFLIGHT
+#define DISOWN(i) \
+  if :: owner[i] == me -> owner[i] = 0 :: else -> skip fi; \
+  if :: fly_claimant == me && fly_i == i -> fly_claimant = 0 :: else -> skip fi
+#else
 #define DISOWN(i) if :: owner[i] == me -> owner[i] = 0 :: else -> skip fi
+#endif
 
 #if NCONF > 1
 #define DISOWN_ALL DISOWN(0); DISOWN(1)
