@@ -24,6 +24,7 @@ from ..errors import (
     AlreadyResolved,
     ConfigError,
     InvalidConfirmationToken,
+    ResolutionInProgress,
     StorageUnavailable,
 )
 from ..machines.confirmation import ConfirmationEvent
@@ -36,6 +37,7 @@ from .ports import ToolCallProposal, UpstreamFailed
 __all__ = [
     "ReconcileOutcome",
     "expired_pending",
+    "plan_expire_due",
     "plan_propose",
     "plan_reconcile",
     "plan_resolve",
@@ -194,8 +196,11 @@ def plan_resolve(
     try:
         try:
             step = yield from apply(holder, claim, CLAIM_ATTEMPTS)
-        except InvalidConfirmationToken:
-            # Maybe proposed by another client since this object last read storage.
+        except (InvalidConfirmationToken, ResolutionInProgress):
+            # Decided on this object's copy, which may be stale: the token may have been
+            # proposed, or the claim finished or released, since it last read storage. One
+            # re-read (a load; a write only if the record is pending again) makes the answer
+            # reflect storage. A terminal copy needs no re-read: terminal records never change.
             yield from reload(holder)
             step = yield from apply(holder, claim, CLAIM_ATTEMPTS)
     except AlreadyResolved as resolved:
@@ -216,6 +221,24 @@ def expired_pending(holder: SessionHolder) -> tuple[str, ...]:
         for b in holder.snapshot.confirmations
         if b.status is ConfirmationStatus.PENDING and core.records.is_expired(b.expires_at, now)
     )
+
+
+def plan_expire_due(holder: SessionHolder) -> Plan[tuple[ConfirmationBinding, ...]]:
+    """Expire every pending record that is due; returns the records this call expired.
+
+    A record another client resolved or claimed meanwhile (or that was pruned) is skipped,
+    not an error: it is no longer this call's to expire, and nothing was called for it.
+    Reads storage first, so records proposed or resolved elsewhere are seen.
+    """
+    yield from reload(holder)
+    expired: list[ConfirmationBinding] = []
+    for token in expired_pending(holder):
+        try:
+            record = yield from plan_resolve(holder, token, ConfirmationEvent.EXPIRE)
+        except (AlreadyResolved, ResolutionInProgress, InvalidConfirmationToken):
+            continue  # a loser: someone else settled (or is settling) this record
+        expired.append(record)
+    return tuple(expired)
 
 
 # --------------------------------------------------------------------------- reconcile

@@ -267,8 +267,9 @@ class ConfirmationCoordinator:
         )
 
     def expire_due(self) -> tuple[ConfirmationBinding, ...]:
-        """Expire every pending record that is due on the session clock."""
-        return tuple(self.expire(token) for token in _confirm.expired_pending(self.session._holder))
+        """Expire every pending record due on the session clock (re-read first); returns those
+        this call expired. Records resolved or claimed elsewhere meanwhile are skipped."""
+        return self._run(_confirm.plan_expire_due(self.session._holder))
 
     def get_by_tool_call(self, tool_call_id: str) -> ConfirmationBinding | None:
         return self.session.get_by_tool_call(tool_call_id)
@@ -402,8 +403,7 @@ class AsyncConfirmationCoordinator:
         )
 
     async def expire_due(self) -> tuple[ConfirmationBinding, ...]:
-        tokens = _confirm.expired_pending(self.session._holder)
-        return tuple([await self.expire(token) for token in tokens])
+        return await self._run(_confirm.plan_expire_due(self.session._holder))
 
     def get_by_tool_call(self, tool_call_id: str) -> ConfirmationBinding | None:
         return self.session.get_by_tool_call(tool_call_id)
