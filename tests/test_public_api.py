@@ -61,3 +61,27 @@ def test_import_is_lazy() -> None:
     code = "import sys, akchat_fsm; print(sorted(m for m in sys.modules if 'akchat' in m))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['akchat_fsm']"
+
+
+def test_errors_docstring_draws_every_exception_class() -> None:
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.walk_packages(akchat_fsm.__path__, "akchat_fsm."):
+        if ".cli" in info.name or info.name.endswith("pytest_plugin"):
+            continue
+        importlib.import_module(info.name)
+
+    def subclasses(cls: type) -> set[type]:
+        out = set(cls.__subclasses__())
+        for sub in list(out):
+            out |= subclasses(sub)
+        return out
+
+    public = {
+        c
+        for c in subclasses(akchat_fsm.AkchatError)
+        if c.__module__.startswith("akchat_fsm.") and not c.__name__.startswith("_")
+    }
+    doc = akchat_fsm.errors.__doc__ or ""
+    assert {c.__name__ for c in public if c.__name__ not in doc} == set()

@@ -2,24 +2,28 @@
 
 Catch the narrowest class that matches what you can do about it::
 
-    AkchatError                      root: nothing else ever escapes a public call
-    ├── InvalidInput                 untrusted data was rejected (never retry the same bytes)
-    │   ├── InvalidSessionSnapshot   .code / .message / .retryable, as the reference diagnostic
-    │   ├── InvalidMemoryRecord      a canonical chat-memory record broke a rule
-    │   └── InvalidControlledSnapshot .layer == "shell" | "messages"
-    ├── ConfigError                  the reference's ConfigError (code "AK_CONFIG_INVALID", .hint):
-    │   │                            bad options, or state that does not belong to this definition
-    │   ├── IncompatibleSession      stored state is foreign / another definition / revision / replay
-    │   ├── InvalidConfirmationToken token unknown here, or bound to another session (inert)
-    │   └── LimitExceeded            a documented bound would be crossed; checked before side effects
-    ├── IllegalTransition            a machine refused (state, event); names both, state unchanged
-    ├── ConfirmationError            a resolution did not run here
-    │   ├── AlreadyResolved          terminal already; .record holds it, nothing was called
-    │   └── ResolutionInProgress     another client holds the claim (approving/rejecting/expiring)
-    ├── SessionConflict              CAS refused: stored cursor moved; reload and re-apply the intent
-    └── StorageError                 the storage call failed
-        ├── StorageUnavailable       definite: nothing was applied, a retry is safe
-        └── OutcomeUnknown           the write may have applied: settle by re-reading, never guess
+    AkchatError                    root: nothing else escapes a public call
+    ├── InvalidInput               untrusted data was rejected (the same bytes always will be)
+    │   ├── InvalidSessionSnapshot .code / .message / .retryable, as the reference diagnostic
+    │   ├── InvalidMemoryRecord    a canonical chat-memory record broke a rule
+    │   ├── InvalidControlledSnapshot   .layer == "shell" | "messages"
+    │   │   └── StaleControlledSnapshot (akchat_fsm.controlled) an old or repeated sequence
+    │   └── InvalidJsonText        (akchat_fsm.wire.jsontext) not JSON as JSON.parse defines it
+    ├── ConfigError                the reference's ConfigError: code "AK_CONFIG_INVALID", .hint;
+    │   │                          bad options, or state that is not this definition's
+    │   ├── IncompatibleSession    stored state: foreign, other definition/revision, no replay
+    │   ├── InvalidConfirmationToken    unknown here, or another session's token (inert)
+    │   └── LimitExceeded          a documented bound would be crossed (before any side effect)
+    ├── IllegalTransition          a machine refused (state, event); names both; unchanged
+    ├── ConfirmationError          the resolution did not run here; .record is the stored one
+    │   ├── AlreadyResolved        terminal already; nothing was called
+    │   ├── ResolutionInProgress   another client holds the claim (approving/rejecting/expiring)
+    │   └── UpstreamFailed         (akchat_fsm.session) upstream raised; the record stays
+    │                              processing, never falsely complete: reconcile it
+    ├── SessionConflict            CAS refused: the stored cursor moved; reload, re-apply
+    └── StorageError               the storage call failed
+        ├── StorageUnavailable     definite: nothing was applied, a retry is safe
+        └── OutcomeUnknown         the write may have applied: re-read to settle, never guess
 
 A timeout is never reported as ``SessionConflict``: a conflict is a definite "not applied
 because the cursor moved", while a timeout after the request left is ``OutcomeUnknown``.
