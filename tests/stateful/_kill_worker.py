@@ -83,11 +83,38 @@ class LogMemory:
         }
 
 
-def worker(make_storage: Callable[[], Any], session_id: str, log: str, seed: int) -> None:
-    """Forever: resume, then propose or resolve a random live confirmation (until killed)."""
+class _AlreadyCalled:
+    """The seeded bug's upstream: the call was made before the claim, so this one does nothing."""
+
+    def __init__(self, real: LogUpstream) -> None:
+        self.real = real
+
+    def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> ToolCallProposal:
+        return self.real.propose_tool_call(id, name, args)
+
+    def approve(self, tool_call_id: str) -> None:
+        return None
+
+    def deny(self, tool_call_id: str, reason: str) -> None:
+        return None
+
+
+def worker(
+    make_storage: Callable[[], Any],
+    session_id: str,
+    log: str,
+    seed: int,
+    broken: bool = False,
+) -> None:
+    """Forever: resume, then propose or resolve a random live confirmation (until killed).
+
+    ``broken`` seeds the bug the test must catch: upstream is called *before* the claim (from
+    a possibly stale read), then the library's resolution runs with a no-op upstream.
+    """
     rng = random.Random(seed)
     storage = make_storage()
-    upstream = LogUpstream(Path(log))
+    real = LogUpstream(Path(log))
+    upstream: Any = _AlreadyCalled(real) if broken else real
     while True:
         try:
             session = resume_chat_session(DEFINITION, session_id=session_id, storage=storage)
@@ -96,7 +123,11 @@ def worker(make_storage: Callable[[], Any], session_id: str, log: str, seed: int
             if not live or rng.random() < 0.2:
                 coordinator.propose("email.send", {"n": rng.randrange(1000)})
             elif rng.random() < 0.7:
-                coordinator.approve(rng.choice(live))
+                token = rng.choice(live)
+                if broken:
+                    binding = next(b for b in session.confirmations if b.token == token)
+                    real.approve(binding.tool_call_id)
+                coordinator.approve(token)
             else:
                 coordinator.reject(rng.choice(live), reason="no")
         except AkchatError:

@@ -27,10 +27,23 @@ from ._kill_worker import DEFINITION, LogMemory, LogUpstream, read_log, worker
 WORKERS = 3
 KILLS = 20  # default run; the deep run below does >= 50
 DEEP_KILLS = 60
+#: The seeded-bug run: a few kills are enough for workers to race on one token.
+BROKEN_KILLS = 4
 EXPECTED = {"approved": "approve", "rejected": "deny", "expired": "deny"}
 
 
-def run_with_kills(make_storage: Callable[[], Any], tmp_path: Path, kills: int, seed: int) -> None:
+def run_with_kills(
+    make_storage: Callable[[], Any],
+    tmp_path: Path,
+    kills: int,
+    seed: int,
+    broken: bool = False,
+) -> Counter[str]:
+    """Run workers under SIGKILL, check the guarantees, return what reconcile had to settle.
+
+    A non-empty result means some kills landed mid-resolution: ``resumed`` between the claim
+    save and the upstream call, ``completed`` between the upstream call and the terminal save.
+    """
     session_id = f"kill-{uuid.uuid4().hex[:16]}"
     log = tmp_path / "upstream.log"
     rng = random.Random(seed)
@@ -40,7 +53,8 @@ def run_with_kills(make_storage: Callable[[], Any], tmp_path: Path, kills: int, 
 
     def spawn() -> Any:
         process = context.Process(
-            target=worker, args=(make_storage, session_id, str(log), rng.randrange(2**32))
+            target=worker,
+            args=(make_storage, session_id, str(log), rng.randrange(2**32), broken),
         )
         process.start()
         return process
@@ -87,6 +101,12 @@ def run_with_kills(make_storage: Callable[[], Any], tmp_path: Path, kills: int, 
     close = getattr(storage, "close", None)
     if close is not None:
         close()
+    return Counter(o.action for o in outcomes)
+
+
+def _killed_mid_resolution(settled: Counter[str]) -> None:
+    # A run whose kills never interrupted a resolution would prove nothing about crashes.
+    assert settled["resumed"] + settled["completed"] > 0, settled
 
 
 def _sqlite(tmp_path: Path) -> Callable[[], Any]:
@@ -113,21 +133,30 @@ def _postgres(pg_url: str, request: pytest.FixtureRequest) -> Callable[[], Any]:
 
 @pytest.mark.slow
 def test_sigkill_sqlite(tmp_path: Path) -> None:
-    run_with_kills(_sqlite(tmp_path), tmp_path, KILLS, seed=1)
+    _killed_mid_resolution(run_with_kills(_sqlite(tmp_path), tmp_path, KILLS, seed=1))
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_sigkill_postgres(tmp_path: Path, pg_url: str, request: pytest.FixtureRequest) -> None:
-    run_with_kills(_postgres(pg_url, request), tmp_path, KILLS, seed=2)
+    _killed_mid_resolution(run_with_kills(_postgres(pg_url, request), tmp_path, KILLS, seed=2))
 
 
 @pytest.mark.deep
 def test_sigkill_sqlite_deep(tmp_path: Path) -> None:
-    run_with_kills(_sqlite(tmp_path), tmp_path, DEEP_KILLS, seed=3)
+    _killed_mid_resolution(run_with_kills(_sqlite(tmp_path), tmp_path, DEEP_KILLS, seed=3))
 
 
 @pytest.mark.deep
 @pytest.mark.postgres
 def test_sigkill_postgres_deep(tmp_path: Path, pg_url: str, request: pytest.FixtureRequest) -> None:
-    run_with_kills(_postgres(pg_url, request), tmp_path, DEEP_KILLS, seed=4)
+    _killed_mid_resolution(run_with_kills(_postgres(pg_url, request), tmp_path, DEEP_KILLS, seed=4))
+
+
+@pytest.mark.slow
+def test_sigkill_run_catches_a_coordinator_that_calls_upstream_before_its_claim(
+    tmp_path: Path,
+) -> None:
+    """The run's assertions can fail: the seeded bug executes tool calls twice."""
+    with pytest.raises(AssertionError, match="executed twice"):
+        run_with_kills(_sqlite(tmp_path), tmp_path, BROKEN_KILLS, seed=5, broken=True)
