@@ -242,6 +242,37 @@ def test_an_error_raised_by_the_implicit_commit_is_definite_and_applies_nothing(
         c.close()
 
 
+def test_racing_first_connections_create_the_table_once_without_errors(
+    pg_url: str, unique_id: str
+) -> None:
+    """Eight adapters open on a table nobody created yet, released by one barrier.
+
+    ``CREATE TABLE IF NOT EXISTS`` is not race-free in PostgreSQL (the losers can hit a
+    unique violation in the catalog); the adapter must absorb that, every time.
+    """
+    for _ in range(3):
+        table = f"t_{uuid.uuid4().hex[:12]}"
+        barrier = threading.Barrier(8)
+        adapters = [PostgresStorage(pg_url, table=table) for _ in range(8)]
+
+        def first_call(st: PostgresStorage, barrier: threading.Barrier = barrier) -> Any:
+            barrier.wait(timeout=30)
+            return st.load(unique_id)
+
+        try:
+            runs = [_in_thread(lambda st=st: first_call(st)) for st in adapters]
+            for t, _ in runs:
+                t.join(timeout=60)
+            assert [box for _, box in runs] == [{"result": None}] * 8
+            assert adapters[0].save(snap(unique_id, 1), None) is True
+            assert all(st.load(unique_id) is not None for st in adapters)
+        finally:
+            for st in adapters:
+                st.close()
+            with _admin(pg_url) as admin:
+                admin.execute(f"DROP TABLE IF EXISTS {table}")
+
+
 def test_unreachable_server_is_storage_unavailable(unique_id: str) -> None:
     with PostgresStorage("postgresql://127.0.0.1:1/test", connect_timeout=2) as st:
         with pytest.raises(StorageUnavailable):
