@@ -292,8 +292,15 @@ def test_at_or_after_expiry_every_claim_expires(event: ConfirmationEvent) -> Non
 
 def test_expire_before_expiry_is_illegal() -> None:
     state, token = proposed(fresh(), ttl_ms=100)
-    with pytest.raises(IllegalTransition):
+    with pytest.raises(IllegalTransition) as info:
         claim_resolution(state, token, EXPIRE, T0 + 99)
+    # h11 style: the error names the machine, the state and the refused event.
+    assert (info.value.machine, info.value.state, info.value.event) == (
+        "confirmation",
+        "pending",
+        "expire",
+    )
+    assert "'expire'" in str(info.value) and "'pending'" in str(info.value)
 
 
 def test_losers_get_typed_errors_carrying_the_stored_binding() -> None:
@@ -314,8 +321,10 @@ def test_losers_get_typed_errors_carrying_the_stored_binding() -> None:
 
 def test_complete_only_from_processing() -> None:
     state, token = proposed(fresh())
-    with pytest.raises(IllegalTransition):
+    with pytest.raises(IllegalTransition) as info:
         complete_resolution(state, token, T0)
+    assert (info.value.state, info.value.event) == ("pending", "complete")
+    assert "'complete'" in str(info.value) and "'pending'" in str(info.value)
 
 
 def test_reconcile_upstream_acted_completes_without_upstream_call() -> None:
