@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,6 +23,7 @@ from storage_harness import snap
 
 from akchat_fsm.storage.postgres import AsyncPostgresStorage
 from akchat_fsm.storage.redis import AsyncRedisStorage
+from akchat_fsm.storage.sqlite import AsyncSQLiteStorage, SQLiteStorage
 
 
 @pytest.fixture
@@ -134,3 +137,35 @@ def test_redis_cancelled_save_raises_cancelled_and_leaks_nothing(
         for key in admin.scan_iter(match=f"{prefix}*"):
             admin.delete(key)
         admin.close()
+
+
+def test_sqlite_cancelled_save_raises_cancelled_and_may_still_apply(
+    tmp_path: Path, unique_id: str
+) -> None:
+    """The asyncio twin runs the blocking save in a thread, which cancellation cannot stop."""
+    path = tmp_path / "c.db"
+
+    async def scenario() -> None:
+        st = AsyncSQLiteStorage(path, busy_timeout=10.0)
+        holder = sqlite3.connect(path, isolation_level=None)
+        try:
+            assert await st.save(snap(unique_id, 1), None)
+            holder.execute("BEGIN IMMEDIATE")  # the save below waits for this write lock
+            task = asyncio.create_task(st.save(snap(unique_id, 2), 1))
+
+            async def running() -> bool:
+                await asyncio.sleep(0.05)  # ordering only: the worker thread has started
+                return True
+
+            outcome = await _cancel_when(task, running)
+            assert isinstance(outcome, asyncio.CancelledError), outcome
+            holder.execute("ROLLBACK")
+        finally:
+            holder.close()
+            await st.aclose()  # waits for the save still running in its thread
+        with SQLiteStorage(path) as again:
+            stored = json.loads(again.load(unique_id) or "")["cursor"]
+            assert stored in (1, 2)  # only a re-read can tell
+            assert again.save(snap(unique_id, stored + 1), stored) is True
+
+    asyncio.run(scenario())
