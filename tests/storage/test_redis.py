@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -20,6 +23,7 @@ from akchat_fsm.storage.redis import (
     CAS_SHA,
     AsyncRedisStorage,
     RedisStorage,
+    _peer_hung_up,
     map_redis_error,
 )
 
@@ -308,3 +312,70 @@ def test_send_timeout_on_a_write_is_never_reported_as_nothing_applied(
             assert isinstance(info.value, OutcomeUnknown)
     finally:
         c.close()
+
+
+class _Proxy:
+    """A TCP relay to the real server that we can shut down: the server "goes away"."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = [self.listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self.sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def shut(self) -> None:
+        for s in self.sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+
+@MODES
+def test_a_failed_reconnect_is_unavailable_and_strands_no_connection(
+    redis_url: str, prefix: str, unique_id: str, mode: str
+) -> None:
+    """The server goes away between calls: the hang-up is noticed, the reconnect is refused."""
+    parts = urlsplit(redis_url)
+    proxy = _Proxy((parts.hostname or "127.0.0.1", parts.port or 6379))
+    c = _open(mode, f"redis://127.0.0.1:{proxy.port}{parts.path}", prefix)
+    try:
+        assert c.save(snap(unique_id, 1), None)
+        proxy.shut()
+        for _ in range(2000):  # wait until the pooled socket has seen the hang-up
+            if _peer_hung_up(_pooled(c.adapter)):
+                break
+            time.sleep(0.005)
+        with pytest.raises(StorageUnavailable):
+            c.save(snap(unique_id, 2), 1)
+        assert not c.adapter.pool._in_use_connections
+    finally:
+        proxy.shut()
+        c.close()
+
+
+def _pooled(adapter: Any) -> Any:
+    return next(iter(adapter.pool._available_connections))

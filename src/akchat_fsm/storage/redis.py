@@ -173,11 +173,17 @@ class RedisStorage(Closing):
         phase: Phase = "connect"
         try:
             conn: Any = self.pool.get_connection()
+        except (RedisError, OSError) as exc:
+            raise map_redis_error(exc, phase=phase, write=write) from exc
+        try:
             if _peer_hung_up(conn):
                 conn.disconnect()
                 conn.connect()
-        except (RedisError, OSError) as exc:
-            raise map_redis_error(exc, phase=phase, write=write) from exc
+        except BaseException as exc:
+            self.pool.release(conn)  # a failed reconnect must not strand it "in use"
+            if isinstance(exc, RedisError | OSError):
+                raise map_redis_error(exc, phase=phase, write=write) from exc
+            raise
         try:
             phase = "send"
             conn.send_command(*command)
@@ -249,11 +255,17 @@ class AsyncRedisStorage(AsyncClosing):
         phase: Phase = "connect"
         try:
             conn: Any = await self.pool.get_connection()  # type: ignore[no-untyped-call]
+        except (RedisError, OSError) as exc:
+            raise map_redis_error(exc, phase=phase, write=write) from exc
+        try:
             if _peer_hung_up(conn):
                 await conn.disconnect()
                 await conn.connect()
-        except (RedisError, OSError) as exc:
-            raise map_redis_error(exc, phase=phase, write=write) from exc
+        except BaseException as exc:
+            await self.pool.release(conn)
+            if isinstance(exc, RedisError | OSError):
+                raise map_redis_error(exc, phase=phase, write=write) from exc
+            raise
         try:
             # Unlike a blocking sendall, asyncio hands the command to the transport's buffer,
             # and closing the transport after a send timeout still flushes that buffer: the
