@@ -10,7 +10,7 @@ untouched, because only the plan knows which record they leave behind.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -60,6 +60,31 @@ def _memory(ports: Ports) -> Any:
     return ports.memory
 
 
+def _notify(ports: Ports, emit: Emit) -> list[Awaitable[object]]:
+    """Call every observer; a raising one is logged and ignored. Returns what they awaited."""
+    pending: list[Awaitable[object]] = []
+    for observer in ports.observers:
+        try:
+            result = observer(emit.event)
+        except Exception:
+            log.exception("session observer raised; ignored")
+            continue
+        if inspect.isawaitable(result):
+            pending.append(result)
+    return pending
+
+
+def _advance(plan: Plan[Any], value: Any, error: Exception | None) -> tuple[bool, Any]:
+    """Send the last effect's result (or throw its error) into ``plan``.
+
+    Returns ``(False, next_effect)`` or ``(True, plan_result)``.
+    """
+    try:
+        return False, plan.send(value) if error is None else plan.throw(error)
+    except StopIteration as stop:
+        return True, stop.value
+
+
 def _execute_sync(effect: Effect, ports: Ports) -> Any:
     if isinstance(effect, Load | Save):
         try:
@@ -78,26 +103,19 @@ def _execute_sync(effect: Effect, ports: Ports) -> Any:
         return _upstream(ports).deny(effect.tool_call_id, effect.reason)
     if isinstance(effect, ReadMemory):
         return _memory(ports).load()
-    for observer in ports.observers:
-        try:
-            result = observer(effect.event)
-            if inspect.isawaitable(result):
-                # A coroutine observer on a sync session cannot be awaited; close it cleanly.
-                close = getattr(result, "close", None)
-                if close is not None:
-                    close()
-        except Exception:
-            log.exception("session observer raised; ignored")
+    for pending in _notify(ports, effect):
+        # A coroutine observer on a sync session cannot be awaited; close it cleanly.
+        close = getattr(pending, "close", None)
+        if close is not None:
+            close()
     return None
 
 
 async def _execute_async(effect: Effect, ports: Ports) -> Any:
     if isinstance(effect, Emit):
-        for observer in ports.observers:
+        for pending in _notify(ports, effect):
             try:
-                result = observer(effect.event)
-                if inspect.isawaitable(result):
-                    await result
+                await pending
             except Exception:
                 log.exception("session observer raised; ignored")
         return None
@@ -121,31 +139,25 @@ async def _execute_async(effect: Effect, ports: Ports) -> Any:
 
 def run_sync(plan: Plan[T], ports: Ports) -> T:
     """Run ``plan`` to completion, executing its effects synchronously."""
-    value: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            effect = plan.send(value) if error is None else plan.throw(error)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+    done, out = _advance(plan, None, None)
+    while not done:
         value, error = None, None
         try:
-            value = _execute_sync(effect, ports)
-        except Exception as exc:
+            value = _execute_sync(out, ports)
+        except Exception as exc:  # the plan decides what a failed effect means
             error = exc
+        done, out = _advance(plan, value, error)
+    return out  # type: ignore[no-any-return]
 
 
 async def run_async(plan: Plan[T], ports: Ports) -> T:
     """Run ``plan`` to completion, awaiting its effects (asyncio storage/upstream/memory)."""
-    value: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            effect = plan.send(value) if error is None else plan.throw(error)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+    done, out = _advance(plan, None, None)
+    while not done:
         value, error = None, None
         try:
-            value = await _execute_async(effect, ports)
-        except Exception as exc:
+            value = await _execute_async(out, ports)
+        except Exception as exc:  # the plan decides what a failed effect means
             error = exc
+        done, out = _advance(plan, value, error)
+    return out  # type: ignore[no-any-return]

@@ -11,7 +11,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .. import core
 from ..errors import ConfigError
@@ -53,7 +53,7 @@ def default_confirmation_id() -> str:
 
 
 class _SessionBase:
-    """What both flavours share: the state, the ports and the read-only views."""
+    """What both flavours share: the state, the ports, the read-only views and plan builders."""
 
     def __init__(self, holder: SessionHolder, ports: Ports) -> None:
         self._holder = holder
@@ -105,8 +105,23 @@ class _SessionBase:
         self._holder.observed = True
 
     # -- plans (shared by both flavours) -------------------------------------------------
-    def _persist(self, attempts: int) -> Plan[int]:
-        return _ops.plan_persist(self._holder, attempts)
+    def _decision(
+        self, message_id: str, route_id: str, input: str, content: str, kind: DecisionKind | str
+    ) -> Plan[RouteDecision]:
+        return _ops.plan_record_decision(
+            self._holder,
+            message_id=message_id,
+            route_id=route_id,
+            input=input,
+            content=content,
+            kind=kind,
+        )
+
+    def _reconcile(
+        self, memory: Any, upstream: Any, release_untouched: bool
+    ) -> tuple[Plan[tuple[ReconcileOutcome, ...]], Ports]:
+        plan = _confirm.plan_reconcile(self._holder, release_untouched=release_untouched)
+        return plan, self._ports_with(upstream, memory)
 
     def _ports_with(self, upstream: Any = None, memory: Any = None) -> Ports:
         return Ports(
@@ -115,6 +130,59 @@ class _SessionBase:
             memory if memory is not None else self._ports.memory,
             self._ports.observers,
         )
+
+
+SessionT = TypeVar("SessionT", bound=_SessionBase)
+
+
+class _CoordinatorBase(Generic[SessionT]):
+    """What both coordinator flavours share: options, plan builders and read-only views."""
+
+    def __init__(
+        self,
+        session: SessionT,
+        upstream: Any,
+        *,
+        ttl_ms: int = core.DEFAULT_TTL_MS,
+        create_id: Callable[[], str] = default_confirmation_id,
+        keep_terminal: int = core.KEEP_TERMINAL,
+    ) -> None:
+        self.session = session
+        self._upstream = upstream
+        self._ttl_ms = ttl_ms
+        self._create_id = create_id
+        self._keep_terminal = keep_terminal
+
+    def _ports(self) -> Ports:
+        # Rebuilt per call so observers added to the session later are seen too.
+        return self.session._ports_with(self._upstream)
+
+    def _propose(self, name: str, input: Mapping[str, Any]) -> Plan[ConfirmationBinding]:
+        return _confirm.plan_propose(
+            self.session._holder,
+            name,
+            input,
+            suffix=self._create_id(),
+            ttl_ms=self._ttl_ms,
+            keep_terminal=self._keep_terminal,
+        )
+
+    def _resolve(
+        self,
+        token: str,
+        intent: ConfirmationEvent,
+        session_id: str | None = None,
+        reason: str | None = None,
+    ) -> Plan[ConfirmationBinding]:
+        return _confirm.plan_resolve(
+            self.session._holder, token, intent, reason=reason, session_id=session_id
+        )
+
+    def get_by_tool_call(self, tool_call_id: str) -> ConfirmationBinding | None:
+        return self.session.get_by_tool_call(tool_call_id)
+
+    def get_snapshot(self) -> tuple[ConfirmationBinding, ...]:
+        return self.session.confirmations
 
 
 class ChatSession(_SessionBase):
@@ -139,7 +207,7 @@ class ChatSession(_SessionBase):
 
     def persist(self, *, attempts: int = 1) -> int:
         """One CAS save of the current envelope; returns the new cursor."""
-        return self._run(self._persist(attempts))
+        return self._run(_ops.plan_persist(self._holder, attempts))
 
     def claim_turn(self, turn_id: str, lease_ms: int) -> bool:
         """Take the turn lease; ``False`` when busy or a replayed turn (REFERENCE §9)."""
@@ -161,16 +229,7 @@ class ChatSession(_SessionBase):
         kind: DecisionKind | str = DecisionKind.DETERMINISTIC,
     ) -> RouteDecision:
         """Record a route decision through the host flow (never the message) and save it."""
-        return self._run(
-            _ops.plan_record_decision(
-                self._holder,
-                message_id=message_id,
-                route_id=route_id,
-                input=input,
-                content=content,
-                kind=kind,
-            )
-        )
+        return self._run(self._decision(message_id, route_id, input, content, kind))
 
     def confirmations_for(
         self,
@@ -194,88 +253,41 @@ class ChatSession(_SessionBase):
         self, memory: Any, *, upstream: Any = None, release_untouched: bool = False
     ) -> tuple[ReconcileOutcome, ...]:
         """Settle processing records from ``memory`` (see :func:`reconcile`)."""
-        plan = _confirm.plan_reconcile(self._holder, release_untouched=release_untouched)
-        return self._run(plan, self._ports_with(upstream, memory))
+        return self._run(*self._reconcile(memory, upstream, release_untouched))
 
 
-class ConfirmationCoordinator:
+class ConfirmationCoordinator(_CoordinatorBase[ChatSession]):
     """Propose, approve, reject and expire tool calls for one :class:`ChatSession`.
 
     All coordinators of a session share its one binding list (no clobbering, REFERENCE §7.5).
     A token is a correlation handle bound to this session, not authentication.
     """
 
-    def __init__(
-        self,
-        session: ChatSession,
-        upstream: Any,
-        *,
-        ttl_ms: int = core.DEFAULT_TTL_MS,
-        create_id: Callable[[], str] = default_confirmation_id,
-        keep_terminal: int = core.KEEP_TERMINAL,
-    ) -> None:
-        self.session = session
-        self._upstream = upstream
-        self._ttl_ms = ttl_ms
-        self._create_id = create_id
-        self._keep_terminal = keep_terminal
-
     def _run(self, plan: Plan[T]) -> T:
-        # Ports are rebuilt per call so observers added to the session later are seen too.
-        return self.session._run(plan, self.session._ports_with(self._upstream))
+        return self.session._run(plan, self._ports())
 
     def propose(self, name: str, input: Mapping[str, Any]) -> ConfirmationBinding:
         """Limits, then upstream ``propose_tool_call``, then one CAS save of the binding."""
-        state = self.session._holder
-        return self._run(
-            _confirm.plan_propose(
-                state,
-                name,
-                input,
-                suffix=self._create_id(),
-                ttl_ms=self._ttl_ms,
-                keep_terminal=self._keep_terminal,
-            )
-        )
+        return self._run(self._propose(name, input))
 
     def approve(self, token: str, session_id: str | None = None) -> ConfirmationBinding:
         """Claim, call upstream ``approve`` once, record ``approved`` (``expired`` if due)."""
-        return self._run(
-            _confirm.plan_resolve(
-                self.session._holder, token, ConfirmationEvent.APPROVE, session_id=session_id
-            )
-        )
+        return self._run(self._resolve(token, ConfirmationEvent.APPROVE, session_id))
 
     def reject(
         self, token: str, session_id: str | None = None, reason: str | None = None
     ) -> ConfirmationBinding:
         """Claim, call upstream ``deny`` once, record ``rejected`` (``expired`` if due)."""
-        return self._run(
-            _confirm.plan_resolve(
-                self.session._holder,
-                token,
-                ConfirmationEvent.REJECT,
-                reason=reason,
-                session_id=session_id,
-            )
-        )
+        return self._run(self._resolve(token, ConfirmationEvent.REJECT, session_id, reason))
 
     def expire(self, token: str) -> ConfirmationBinding:
         """Resolve a pending record whose expiry passed: deny upstream, record ``expired``."""
-        return self._run(
-            _confirm.plan_resolve(self.session._holder, token, ConfirmationEvent.EXPIRE)
-        )
+        return self._run(self._resolve(token, ConfirmationEvent.EXPIRE))
 
     def expire_due(self) -> tuple[ConfirmationBinding, ...]:
         """Expire every pending record due on the session clock (re-read first); returns those
         this call expired. Records resolved or claimed elsewhere meanwhile are skipped."""
         return self._run(_confirm.plan_expire_due(self.session._holder))
-
-    def get_by_tool_call(self, tool_call_id: str) -> ConfirmationBinding | None:
-        return self.session.get_by_tool_call(tool_call_id)
-
-    def get_snapshot(self) -> tuple[ConfirmationBinding, ...]:
-        return self.session.confirmations
 
 
 class AsyncChatSession(_SessionBase):
@@ -293,7 +305,7 @@ class AsyncChatSession(_SessionBase):
         await self._run(reload(self._holder))
 
     async def persist(self, *, attempts: int = 1) -> int:
-        return await self._run(self._persist(attempts))
+        return await self._run(_ops.plan_persist(self._holder, attempts))
 
     async def claim_turn(self, turn_id: str, lease_ms: int) -> bool:
         return await self._run(_ops.plan_claim_turn(self._holder, turn_id, lease_ms))
@@ -312,16 +324,7 @@ class AsyncChatSession(_SessionBase):
         content: str = "",
         kind: DecisionKind | str = DecisionKind.DETERMINISTIC,
     ) -> RouteDecision:
-        return await self._run(
-            _ops.plan_record_decision(
-                self._holder,
-                message_id=message_id,
-                route_id=route_id,
-                input=input,
-                content=content,
-                kind=kind,
-            )
-        )
+        return await self._run(self._decision(message_id, route_id, input, content, kind))
 
     def confirmations_for(
         self,
@@ -339,77 +342,31 @@ class AsyncChatSession(_SessionBase):
     async def reconcile(
         self, memory: Any, *, upstream: Any = None, release_untouched: bool = False
     ) -> tuple[ReconcileOutcome, ...]:
-        plan = _confirm.plan_reconcile(self._holder, release_untouched=release_untouched)
-        return await self._run(plan, self._ports_with(upstream, memory))
+        return await self._run(*self._reconcile(memory, upstream, release_untouched))
 
 
-class AsyncConfirmationCoordinator:
+class AsyncConfirmationCoordinator(_CoordinatorBase[AsyncChatSession]):
     """The asyncio twin of :class:`ConfirmationCoordinator`."""
 
-    def __init__(
-        self,
-        session: AsyncChatSession,
-        upstream: Any,
-        *,
-        ttl_ms: int = core.DEFAULT_TTL_MS,
-        create_id: Callable[[], str] = default_confirmation_id,
-        keep_terminal: int = core.KEEP_TERMINAL,
-    ) -> None:
-        self.session = session
-        self._upstream = upstream
-        self._ttl_ms = ttl_ms
-        self._create_id = create_id
-        self._keep_terminal = keep_terminal
-
     async def _run(self, plan: Plan[T]) -> T:
-        return await self.session._run(plan, self.session._ports_with(self._upstream))
+        return await self.session._run(plan, self._ports())
 
     async def propose(self, name: str, input: Mapping[str, Any]) -> ConfirmationBinding:
-        state = self.session._holder
-        return await self._run(
-            _confirm.plan_propose(
-                state,
-                name,
-                input,
-                suffix=self._create_id(),
-                ttl_ms=self._ttl_ms,
-                keep_terminal=self._keep_terminal,
-            )
-        )
+        return await self._run(self._propose(name, input))
 
     async def approve(self, token: str, session_id: str | None = None) -> ConfirmationBinding:
-        return await self._run(
-            _confirm.plan_resolve(
-                self.session._holder, token, ConfirmationEvent.APPROVE, session_id=session_id
-            )
-        )
+        return await self._run(self._resolve(token, ConfirmationEvent.APPROVE, session_id))
 
     async def reject(
         self, token: str, session_id: str | None = None, reason: str | None = None
     ) -> ConfirmationBinding:
-        return await self._run(
-            _confirm.plan_resolve(
-                self.session._holder,
-                token,
-                ConfirmationEvent.REJECT,
-                reason=reason,
-                session_id=session_id,
-            )
-        )
+        return await self._run(self._resolve(token, ConfirmationEvent.REJECT, session_id, reason))
 
     async def expire(self, token: str) -> ConfirmationBinding:
-        return await self._run(
-            _confirm.plan_resolve(self.session._holder, token, ConfirmationEvent.EXPIRE)
-        )
+        return await self._run(self._resolve(token, ConfirmationEvent.EXPIRE))
 
     async def expire_due(self) -> tuple[ConfirmationBinding, ...]:
         return await self._run(_confirm.plan_expire_due(self.session._holder))
-
-    def get_by_tool_call(self, tool_call_id: str) -> ConfirmationBinding | None:
-        return self.session.get_by_tool_call(tool_call_id)
-
-    def get_snapshot(self) -> tuple[ConfirmationBinding, ...]:
-        return self.session.confirmations
 
 
 # --------------------------------------------------------------------------- entry points
