@@ -17,7 +17,12 @@ from akchat_fsm.cli._demo_world import DemoUpstream
 def _assert_story(stdout: str) -> None:
     assert re.search(r"bob LOSER: ResolutionInProgress, confirm-\w+ is approving; no call", stdout)
     assert re.search(r"alice WINNER: upstream approve ran once; confirm-\w+ is approved", stdout)
-    assert "reject refused: AlreadyResolved" in stdout
+    # bob's stale read (alice's claim in progress) is answered with what storage holds
+    assert re.search(
+        r"bob still holds cursor \d+ \(alice's claim\), now taps reject\n"
+        r"\s+bob reject refused: AlreadyResolved, confirm-\w+ is approved; no call",
+        stdout,
+    )
     assert re.search(r"carol CRASHED .* is approving at cursor \d+", stdout)
     assert re.search(r"dave CRASHED .* is rejecting at cursor \d+", stdout)
     assert re.search(r"operator reconcile confirm-\w+: approving -> approved \(resumed\)", stdout)
@@ -75,6 +80,25 @@ def test_demo_exits_1_when_an_invariant_breaks(monkeypatch: pytest.MonkeyPatch) 
     assert result.exit_code == 1
     assert "INVARIANT FAILED: replay" in result.stdout
     assert "invariants hold" not in result.stdout
+
+
+def test_demo_exits_1_on_a_false_completion(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make upstream lose a deny it received: a rejected record without its call is caught."""
+
+    def deny_unrecorded(self: DemoUpstream, tool_call_id: str, reason: str) -> None:
+        return None
+
+    monkeypatch.setattr(DemoUpstream, "deny", deny_unrecorded)
+    result = run("demo")
+    assert result.exit_code == 1
+    assert "INVARIANT FAILED: false completion" in result.stdout
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+def test_demo_on_private_sqlite_memory_urls(url: str) -> None:
+    result = run("demo", "--store", url)
+    assert result.exit_code == 0, result.stderr
+    _assert_story(result.stdout)
 
 
 @pytest.mark.postgres

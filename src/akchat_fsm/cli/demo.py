@@ -5,7 +5,8 @@ store is shared), work on one session:
 
 1. alice resumes a new session and proposes tool calls; bob resumes it too;
 2. alice approves; while her upstream call runs, bob approves the same call and loses
-   (:class:`ResolutionInProgress`); afterwards his reject is refused (:class:`AlreadyResolved`);
+   (:class:`ResolutionInProgress`); afterwards his reject, from that stale read, is refused
+   with what storage holds (:class:`AlreadyResolved`, the approved record);
 3. carol claims a call and dies before calling upstream; dave claims another and dies after
    upstream acted but before recording it (simulated by :class:`ClientCrashed`, see
    :mod:`._demo_world`);
@@ -124,9 +125,9 @@ def play(story: Story) -> ChatSession:
     won = alice_confirm.approve(first.token)
     story.seen(alice)
     story.say("alice", f"WINNER: upstream approve ran once; {_status(won)} (cursor {alice.cursor})")
-    bob.reload()  # his last read showed alice's claim; a stale view would only say "in progress"
-    story.seen(bob)
-    story.say("bob", f"refreshes: cursor {bob.cursor}")
+    # Bob's last read still shows alice's claim in progress; the library re-reads storage
+    # before answering a loser, so he is told what storage holds, not what he last saw.
+    story.say("bob", f"still holds cursor {bob.cursor} (alice's claim), now taps reject")
     try:
         bob_confirm.reject(first.token, reason="changed my mind")
         story.say("bob", "unexpectedly rejected a settled call")
