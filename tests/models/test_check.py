@@ -94,6 +94,7 @@ def _require_spin() -> None:
         pytest.skip(f"SPIN model checks need {', '.join(missing)} (apt-get install spin gcc)")
 
 
+@pytest.mark.slow
 def test_quick_profile_proves_the_protocol_and_catches_the_seeded_bugs() -> None:
     _require_spin()
     before = set(MODELS.iterdir())
