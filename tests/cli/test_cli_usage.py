@@ -77,6 +77,9 @@ def test_reconcile_bad_inputs(tmp_path: Path) -> None:
 def test_other_verbs_bad_inputs() -> None:
     assert "cannot import" in _one_line_error(run("check-storage", "no_such_module:make"), 2)
     assert "scheme" in _one_line_error(run("check-storage", "bogus://x"), 2)
+    down = "postgresql://127.0.0.1:1/none?connect_timeout=1"
+    assert "cannot reach storage" in _one_line_error(run("check-storage", down), 2)
+    assert "cannot reach storage" in _one_line_error(run("check-storage", "redis://127.0.0.1:1"), 2)
     assert "machine" in _one_line_error(run("diagram", "nope"), 2).lower()
     assert "--format" in _one_line_error(run("diagram", "--format", "png"), 2)
     assert "--which" in _one_line_error(run("schema", "--which", "x"), 2)

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StorageError
 from ..testing import CHECKS, CheckOutcome, check_session_storage
 from ._common import (
     EXIT_INVALID,
@@ -104,8 +104,13 @@ def check_storage(
     """
     factory = resolve_target(target)
     if isinstance(factory, str):
-        with opened_storage(factory):
-            pass  # a bad URL or an unreachable store is a usage error, not 23 failed checks
+        # A bad URL or an unreachable store is a usage error, not 23 failed checks. Adapters
+        # connect lazily, so one read proves the store answers.
+        with opened_storage(factory) as probe:
+            try:
+                probe.load("akchat-check-storage-probe")
+            except StorageError as exc:
+                fail(f"cannot reach storage {factory!r}: {describe(exc)}", EXIT_USAGE)
     names = list(only) or list(CHECKS)
     profile: Literal["default", "deep"] = "deep" if deep else "default"
     console = stderr_console()
