@@ -148,6 +148,14 @@ class SqliteFactory:
 
 
 class LastWriteWins(DictStorage):
+    def load(self, session_id: str) -> dict[str, Any] | None:
+        stored = super().load(session_id)
+        # A read takes a moment, as it does over any driver: without this, a worker can run
+        # its whole read/save loop in one GIL slice and never race (the counter workload
+        # then cannot see the lost updates it is there to catch).
+        time.sleep(0.0002)
+        return stored
+
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         with self._lock:
             self._data[snapshot.session_id] = snapshot.to_wire()
