@@ -40,7 +40,7 @@ def definition_from_context(context: dict[str, Any]) -> ChatDefinition:
     )
 
 
-class SupportFlow(StateMachine):  # type: ignore[misc]
+class SupportFlow(StateMachine):
     """idle --start--> collecting --submit--> done; collecting --cancel--> idle."""
 
     idle = State(initial=True)

@@ -12,6 +12,7 @@ from akchat_fsm.errors import (
     ConfigError,
     IllegalTransition,
     LimitExceeded,
+    OutcomeUnknown,
     StorageUnavailable,
 )
 from akchat_fsm.session import (
@@ -127,7 +128,7 @@ def test_retention_prunes_old_terminal_records_so_proposals_keep_working() -> No
         DEFINITION, session_id="s", storage=storage, observers=[events.append]
     )
     record = session.confirmations_for(upstream).propose("email.send", {})
-    statuses = [b.status for b in session.confirmations]
+    statuses = [str(b.status) for b in session.confirmations]
     assert statuses.count("pending") == 5  # live records are never pruned
     assert statuses.count("approved") == 256  # the newest terminal records are kept
     assert session.confirmations[-1] == record
@@ -228,3 +229,80 @@ def test_observers_see_one_event_per_durable_transition_and_cannot_break_it() ->
     )
     assert resumed.confirmations_for(upstream).approve(token).status == "approved"
     assert seen == [("pending", "approving"), ("approving", "approved")]
+
+
+def test_default_ids_are_random_not_sequence_and_time() -> None:
+    """Two sessions proposing at the same instant get unrelated 128-bit tokens (REFERENCE §7)."""
+    upstream = Upstream()
+    tokens = []
+    for session_id in ("s1", "s2"):
+        session = resume_chat_session(
+            DEFINITION, session_id=session_id, storage=MemoryStorage(), clock=lambda: 5
+        )
+        coordinator = session.confirmations_for(upstream)
+        tokens += [coordinator.propose("email.send", {}).token for _ in range(2)]
+    suffixes = [token.removeprefix("confirm-") for token in tokens]
+    assert len(set(suffixes)) == 4
+    assert all(len(suffix) == 32 and int(suffix, 16) >= 0 for suffix in suffixes)
+    # the tool-call id carries the same random suffix, so it is no more guessable
+    assert sorted(upstream.proposed) == sorted(f"app-{suffix}" for suffix in suffixes)
+
+
+def test_a_save_left_unknown_is_reported_to_observers_once_a_reload_settles_it() -> None:
+    """The claim applied but its settling re-read failed: the next read settles it and the
+    observers still see pending -> approving, then approving -> approved, once each."""
+    inner = MemoryStorage()
+    storage, upstream = FaultyStorage(inner), Upstream()
+    seen: list[tuple[str | None, str]] = []
+
+    def record(event: SessionEvent) -> None:
+        assert event.record is not None
+        seen.append((event.previous_status, str(event.record.status)))
+
+    session = resume_chat_session(DEFINITION, session_id="s", storage=storage, observers=[record])
+    token = session.confirmations_for(upstream).propose("email.send", {}).token
+    storage.fail_next_save("unknown_after_apply")
+    storage.fail_next_load("unavailable")
+    with pytest.raises(OutcomeUnknown):
+        session.confirmations_for(upstream).approve(token)
+    assert seen == [(None, "pending")]  # not known yet: nothing reported
+    session.reconcile(Memory(upstream), upstream=upstream)
+    assert seen == [(None, "pending"), ("pending", "approving"), ("approving", "approved")]
+    session.reload()  # settled: a later read reports nothing again
+    assert len(seen) == 3
+
+
+class _LostSave:
+    """Sync storage whose armed save times out *without* applying, then whose re-read fails."""
+
+    def __init__(self, inner: MemoryStorage) -> None:
+        self.inner, self.armed = inner, 0
+
+    def load(self, session_id: str) -> object:
+        if self.armed == 1:
+            self.armed = 0
+            raise TimeoutError("re-read timed out")
+        return self.inner.load(session_id)
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        if self.armed == 2:
+            self.armed = 1
+            raise TimeoutError("send timed out")  # never reached the store
+        return self.inner.save(snapshot, expected_cursor)
+
+
+def test_a_save_left_unknown_that_did_not_apply_is_never_reported() -> None:
+    inner = MemoryStorage()
+    storage = _LostSave(inner)
+    seen: list[SessionEvent] = []
+    session = resume_chat_session(
+        DEFINITION, session_id="s", storage=storage, observers=[seen.append]
+    )
+    session.persist()
+    storage.armed = 2
+    with pytest.raises(OutcomeUnknown):
+        session.persist()
+    resume_chat_session(DEFINITION, session_id="s", storage=inner).persist()  # someone else
+    session.reload()  # cursor 2 is the other client's write, not ours
+    assert [event.cursor for event in seen] == [1]
+    assert session.cursor == 2

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from .. import core
+from ..core.effects import SaveSnapshot
 from ..errors import (
     CONVERSATION_HINT,
     ConfigError,
@@ -104,6 +105,9 @@ class SessionHolder:
     nonce: Callable[[], int] = field(default=_default_nonce)
     #: Whether anyone listens: observer events are only computed when someone does.
     observed: bool = True
+    #: A save whose outcome stayed unknown (its settling re-read failed): the envelope before
+    #: it and the save sent. The next reload settles it and, if it applied, emits its events.
+    unsettled: tuple[SessionSnapshot, SaveSnapshot] | None = None
 
     @property
     def snapshot(self) -> SessionSnapshot:
@@ -153,9 +157,25 @@ class SessionHolder:
 
 
 def reload(holder: SessionHolder) -> Plan[None]:
-    """Re-read storage into ``holder`` (validated exactly like resume)."""
+    """Re-read storage into ``holder`` (validated exactly like resume).
+
+    If an earlier save's outcome was left unknown, this read settles it by the core's rule
+    (stored is exactly what was sent); when it applied, its observer events are delivered now,
+    so observers still see one event per durable transition.
+    """
     raw = yield Load(holder.session_id)
-    holder.adopt_stored(decode_stored(raw, holder.definition, holder.session_id))
+    stored = decode_stored(raw, holder.definition, holder.session_id)
+    unsettled, holder.unsettled = holder.unsettled, None
+    applied = False
+    if unsettled is not None and holder.core.cursor.phase is CursorPhase.UNCERTAIN:
+        _, applied = core.settle_uncertain(
+            holder.core, unsettled[1], None if stored is None else stored[0]
+        )
+    holder.adopt_stored(stored)
+    if applied and unsettled is not None and holder.observed:
+        before, attempted = unsettled
+        for event in events_between(holder.session_id, before, attempted.snapshot):
+            yield Emit(event)
 
 
 def _save(holder: SessionHolder, step: core.Step, save: core.SaveSnapshot) -> Plan[bool]:
@@ -268,7 +288,13 @@ def apply(holder: SessionHolder, command: Command, attempts: int = 1) -> Plan[co
         save = next((e for e in step.effects if isinstance(e, core.SaveSnapshot)), None)
         if not step.accepted or save is None:
             return step
-        if (yield from _save(holder, step, save)):
+        try:
+            saved = yield from _save(holder, step, save)
+        except OutcomeUnknown:
+            # Left uncertain: remember what was sent, so the next reload can settle it.
+            holder.unsettled = (before, core.SaveSnapshot(holder.snapshot, save.expected_cursor))
+            raise
+        if saved:
             if holder.observed:
                 for event in events_between(holder.session_id, before, holder.snapshot):
                     yield Emit(event)
