@@ -379,3 +379,37 @@ def test_a_failed_reconnect_is_unavailable_and_strands_no_connection(
 
 def _pooled(adapter: Any) -> Any:
     return next(iter(adapter.pool._available_connections))
+
+
+@MODES
+def test_connection_dropped_while_waiting_for_the_reply_is_outcome_unknown(
+    redis_url: str, prefix: str, admin: redis.Redis, unique_id: str, mode: str
+) -> None:
+    """Our script is queued behind a busy one when the connection drops: never "nothing applied".
+
+    (``False`` or ``StorageUnavailable`` here would invite a blind retry of a write that may
+    have run.)
+    """
+    parts = urlsplit(redis_url)
+    proxy = _Proxy((parts.hostname or "127.0.0.1", parts.port or 6379))
+    c = _open(mode, f"redis://127.0.0.1:{proxy.port}{parts.path}", prefix)
+    admin.ping()
+    busy = threading.Thread(target=lambda: admin.eval(_BUSY, 0, 500))
+    try:
+        assert c.save(snap(unique_id, 1), None)
+        busy.start()
+        time.sleep(0.05)  # ordering only: the busy script runs first
+        dropper = threading.Timer(0.2, proxy.shut)  # ordering only: drop while we wait
+        dropper.start()
+        with pytest.raises(OutcomeUnknown) as info:
+            c.save(snap(unique_id, 2), 1)
+        assert isinstance(info.value.__cause__, redis.ConnectionError)
+        dropper.join()
+        busy.join(timeout=10)
+        # Settle by re-reading (through the real server). Whether the script ran depends on
+        # whether the server read it before the reset: exactly what "unknown" means.
+        assert admin.hget(prefix + unique_id, "cursor") in (b"1", b"2")
+    finally:
+        busy.join(timeout=10)
+        proxy.shut()
+        c.close()
