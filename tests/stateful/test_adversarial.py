@@ -15,6 +15,7 @@ import pytest
 from akchat_fsm.errors import (
     AkchatError,
     AlreadyResolved,
+    ConfirmationError,
     OutcomeUnknown,
     ResolutionInProgress,
     StorageUnavailable,
@@ -263,4 +264,30 @@ def test_unavailable_claim_save_changes_nothing_and_the_retry_calls_once() -> No
         coordinator.approve(world.token)
     assert (world.status(), dict(world.upstream.calls)) == ("pending", {})
     assert coordinator.approve(world.token).status == "approved"
+    assert world.upstream.calls == {world.call: 1}
+
+
+def test_a_claim_released_under_a_live_claimant_is_never_completed_by_it() -> None:
+    """Misuse (release with a live claimant, ADR-0051): the claimant's terminal save must not
+    complete a record that is no longer its claim, least of all another client's opposite one."""
+    world = World()
+    live = world.claimed(ConfirmationEvent.APPROVE)
+    world.session().reconcile(world.memory, release_untouched=True)
+    other = world.claimed(ConfirmationEvent.REJECT)  # re-claimed the other way, before deny
+    world.step(live)  # the live claimant's approve reaches upstream and acts
+    world.finish(live)
+    assert isinstance(live.error, ConfirmationError), live.error
+    assert live.error.record is not None and live.error.record.status == "rejecting"
+    assert world.status() == "rejecting"  # not "rejected": it never recorded the other claim
+    other.crash()
+
+
+def test_a_claim_released_to_pending_under_a_live_claimant_is_reported_typed() -> None:
+    world = World()
+    live = world.claimed()
+    world.session().reconcile(world.memory, release_untouched=True)
+    world.finish(live)
+    assert isinstance(live.error, ConfirmationError)
+    assert "released by reconcile" in str(live.error)
+    assert world.status() == "pending"
     assert world.upstream.calls == {world.call: 1}

@@ -23,6 +23,7 @@ from ..errors import (
     AkchatError,
     AlreadyResolved,
     ConfigError,
+    ConfirmationError,
     InvalidConfirmationToken,
     ResolutionInProgress,
     StorageUnavailable,
@@ -139,11 +140,27 @@ def settled_for(intent: ConfirmationEvent, status: ConfirmationStatus) -> bool:
     }
 
 
-def _complete(token: str) -> Any:
+CLAIM_RELEASED = (
+    "Upstream acted, but this claim was released by reconcile meanwhile; the record was not "
+    "completed. Release only when no claimant is alive (docs/reconciliation.md)."
+)
+
+
+def _complete(token: str, claimed: ConfirmationStatus | None = None) -> Any:
+    """CAS#2's command: record the final status of *our* claim (``claimed``), nothing else.
+
+    If the record is no longer in the status we claimed, a reconcile released it while our
+    upstream call ran (the documented misuse of ``release_untouched`` with a live claimant):
+    completing whatever is stored now could record the opposite of what upstream did, so
+    nothing is written and :class:`ConfirmationError` (``.record``: the stored one) is raised.
+    """
+
     def command(state: core.SessionState, now_ms: int) -> core.Step:
         binding = core.find_binding(state, token)
         if binding is not None and binding.status.is_terminal:
             return core.Step(state, accepted=False)  # recorded meanwhile (by a reconcile)
+        if claimed is not None and (binding is None or binding.status is not claimed):
+            raise ConfirmationError(CLAIM_RELEASED, record=binding)
         return core.complete_resolution(state, token, now_ms)
 
     return command
@@ -153,6 +170,8 @@ def _call_upstream(
     holder: SessionHolder, token: str, effect: CallApprove | CallDeny
 ) -> Plan[ConfirmationBinding]:
     """Perform a won claim's upstream call, then record the matching final status (CAS#2)."""
+    claim = core.find_binding(holder.core, token)
+    claimed = claim.status if claim is not None else None
     try:
         yield effect
     except AkchatError:
@@ -163,7 +182,7 @@ def _call_upstream(
             "Upstream failed; the confirmation stays in its processing status.",
             record=core.find_binding(holder.core, token),
         ) from exc
-    step = yield from apply(holder, _complete(token), COMPLETE_ATTEMPTS)
+    step = yield from apply(holder, _complete(token, claimed), COMPLETE_ATTEMPTS)
     binding = core.find_binding(step.state, token)
     if binding is None:  # pragma: no cover - terminal records are pruned only on a propose
         raise InvalidConfirmationToken()
