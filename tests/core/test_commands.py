@@ -471,3 +471,19 @@ def test_keep_terminal_must_be_a_non_negative_int(keep: object) -> None:
     call = UpstreamCall(plan.effect.tool_call_id, plan.name, plan.args, UpstreamToolStatus.COMPLETE)
     with pytest.raises(ConfigError):
         record_proposal(state, plan, call, T0, keep_terminal=keep)  # type: ignore[arg-type]
+
+
+def test_writes_omit_an_empty_terminal_turns_list_like_the_reference_writer() -> None:
+    from akchat_fsm import core
+    from akchat_fsm.wire.session import SessionSnapshot
+
+    state = core.new_session("s-1", "d", now_ms=1_000)
+    step = core.claim_turn(state, "turn-1", 5_000, 1_000)
+    saved = next(e for e in step.effects if isinstance(e, core.SaveSnapshot)).snapshot
+    assert "terminalTurns" not in saved.to_wire()
+    assert saved.active_turn is not None
+    # An explicit [] read from storage is accepted, but not written back.
+    wire = {**saved.to_wire(), "terminalTurns": []}
+    read = SessionSnapshot.from_wire(wire)
+    assert read.to_wire()["terminalTurns"] == []
+    assert "terminalTurns" not in core.next_snapshot(read, 2_000).to_wire()

@@ -99,7 +99,14 @@ def next_snapshot(snapshot: SessionSnapshot, now_ms: int) -> SessionSnapshot:
     """The snapshot a save writes: ``cursor + 1`` and ``updatedAt`` = ``now_ms`` as ISO ms Z."""
     if snapshot.cursor >= MAX_SAFE_INTEGER:
         raise IllegalTransition("session_cursor", "in_sync", "save", "cursor would overflow")
-    return snapshot.model_copy(update={"cursor": snapshot.cursor + 1, "updated_at": iso_ms(now_ms)})
+    written = snapshot.model_copy(
+        update={"cursor": snapshot.cursor + 1, "updated_at": iso_ms(now_ms)}
+    )
+    if not written.terminal_turns:
+        # The reference writer omits an empty ``terminalTurns``; an explicit ``[]`` read from
+        # storage (or set by a turn command) must not be written back.
+        written.__pydantic_fields_set__.discard("terminal_turns")
+    return written
 
 
 def new_session(
