@@ -13,6 +13,7 @@ cannot vouch that the text has none (the decoder vouches via the validation cont
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import (
@@ -307,10 +308,10 @@ class SessionSnapshot(_Wire):
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON-ready wire object; optional keys are omitted when absent."""
-        out = self.model_dump(mode="python", by_alias=True, exclude_none=True)
+        out: dict[str, Any] = self.model_dump(mode="json", by_alias=True, exclude_none=True)
         if not self.terminal_turns and "terminal_turns" not in self.model_fields_set:
             del out["terminalTurns"]
-        return _plain(out)  # type: ignore[no-any-return]
+        return out
 
     def to_json(self) -> str:
         """Compact JSON text, byte-equal to ``JSON.stringify`` of the reference's object.
@@ -318,7 +319,13 @@ class SessionSnapshot(_Wire):
         Keys keep the reference schema order (the order of :meth:`to_wire`); numbers inside
         confirmation inputs are written the way JavaScript prints them.
         """
-        return _encode(self.to_wire())
+        wire = self.to_wire()
+        if all(_prints_like_javascript(binding.input) for binding in self.confirmations):
+            # Every number outside confirmation inputs is a safe integer, which Python and
+            # JavaScript print alike, and the string escaping is the same: the C encoder is
+            # exact, and ~15x faster than walking the value in Python.
+            return json.dumps(wire, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return _encode(wire)
 
     @classmethod
     def from_wire(cls, obj: Any) -> SessionSnapshot:
@@ -335,15 +342,30 @@ class SessionSnapshot(_Wire):
         return parse_session_snapshot(text)
 
 
-def _plain(value: Any) -> Any:
-    # Enums to their string values; everything else is already JSON-shaped.
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    if isinstance(value, ConfirmationStatus | DecisionKind | TurnOutcome):
-        return value.value
-    return value
+def _prints_like_javascript(value: Any) -> bool:
+    """True when ``json.dumps`` prints every number in ``value`` exactly as JavaScript does.
+
+    Python's ``repr`` and JavaScript print the same shortest round-trip digits; they lay them out
+    alike for safe integers and for non-integral floats with ``1e-4 <= |x| < 1e16`` (Python
+    switches to exponent notation outside that range, JavaScript outside ``[1e-6, 1e21)``, and
+    Python writes ``1.0`` where JavaScript writes ``1``). Anything else takes the slow encoder.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) or item is None or isinstance(item, bool):
+            continue
+        if isinstance(item, int):
+            if abs(item) > MAX_SAFE_INTEGER:
+                return False
+        elif isinstance(item, float):
+            if item.is_integer() or not 1e-4 <= abs(item) < 1e16:
+                return False
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        else:
+            stack.extend(item)
+    return True
 
 
 _encode_str = json.encoder.encode_basestring
