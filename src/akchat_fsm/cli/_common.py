@@ -114,11 +114,14 @@ def _console(file: Any, tty: bool, width: int | None = None) -> Console:
     )
 
 
-def stdout_console() -> tuple[Console, io.StringIO, bool]:
-    """A console writing to a buffer: colour on a TTY, plain fixed-width text otherwise."""
+def stdout_console(width: int | None = None) -> tuple[Console, io.StringIO, bool]:
+    """A console writing to a buffer: colour on a TTY, plain fixed-width text otherwise.
+
+    ``width``: columns (default: the terminal's, or 100 off a TTY). Pair with :func:`flush`.
+    """
     tty = sys.stdout.isatty()
     buffer = io.StringIO()
-    return _console(buffer, tty), buffer, tty
+    return _console(buffer, tty, width), buffer, tty
 
 
 def flush(buffer: io.StringIO, tty: bool) -> None:
