@@ -1,0 +1,135 @@
+"""Run every benchmark and print one table of ratios (not a test: nothing is asserted).
+
+Each ratio is measured against a raw baseline in the same run, so it means something on any
+machine; absolute times do not. The scripts stay runnable on their own (``--help`` on each);
+this runner calls them with short settings (``--full`` for the long ones) and reads the lines
+they print.
+
+    python benchmarks/run_all.py            # ~2-4 minutes on 2 cores
+    python benchmarks/run_all.py --full     # 100,000-confirmation flatness run (~6+ minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    value: float
+    target: str
+
+    def verdict(self) -> str:
+        match = re.fullmatch(r"<= ([\d.]+)", self.target)
+        if match is None:
+            return ""
+        return "ok" if self.value <= float(match.group(1)) else "OVER"
+
+
+def run(script: str, *args: str) -> str:
+    command = [sys.executable, str(HERE / script), *args]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return f"FAILED ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}"
+    return done.stdout
+
+
+def decode_rows(out: str) -> list[Row]:
+    found = re.search(r"^ratio:\s+([\d.]+)x", out, flags=re.M)
+    return (
+        [Row("decode_session_snapshot / json.loads", float(found.group(1)), "<= 4")]
+        if found
+        else []
+    )
+
+
+def storage_rows(out: str) -> list[Row]:
+    rows = []
+    for backend, ratio in re.findall(
+        r"^(sqlite|postgres|redis)\s+[\d.]+\s+[\d.]+\s+([\d.]+)", out, re.M
+    ):
+        rows.append(Row(f"{backend} CAS save / raw driver", float(ratio), "<= 1.25"))
+    return rows
+
+
+def core_rows(out: str) -> list[Row]:
+    found = re.search(r"ratio machine/table\s+(\d+)x", out)
+    return (
+        [Row("psm machine / derived table (per move)", float(found.group(1)), "why tables")]
+        if found
+        else []
+    )
+
+
+def resolution_rows(out: str) -> list[Row]:
+    rows = []
+    found = re.search(r"^\s+ratio\s+([\d.]+)x", out, flags=re.M)
+    if found:
+        rows.append(Row("one resolution / one raw CAS (SQLite)", float(found.group(1)), "<= 2.3"))
+    blocks = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s*$", out, flags=re.M)
+    if len(blocks) >= 2:
+        first, last = blocks[0], blocks[-1]
+        rows.append(
+            Row(
+                f"envelope bytes at {last[0]} / at {first[0]}",
+                int(last[2]) / int(first[2]),
+                "flat (~1)",
+            )
+        )
+        rows.append(
+            Row(
+                f"ms per resolution at {last[0]} / at {first[0]}",
+                float(last[3]) / float(first[3]),
+                "flat (~1)",
+            )
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="the 100,000-confirmation run")
+    parser.add_argument("--verbose", action="store_true", help="also print each script's output")
+    args = parser.parse_args()
+    long = (
+        ["--confirmations", "100000", "--every", "20000"]
+        if args.full
+        else ["--confirmations", "20000", "--every", "5000"]
+    )
+    outputs = {
+        "bench_decode.py": (run("bench_decode.py", "--repeat", "9", "--number", "20"), decode_rows),
+        "bench_storage.py": (
+            run("bench_storage.py", "--saves", "200", "--rounds", "3", "--seconds", "1"),
+            storage_rows,
+        ),
+        "bench_core.py": (run("bench_core.py"), core_rows),
+        "bench_resolution.py": (
+            run("bench_resolution.py", "--resolutions", "200", *long),
+            resolution_rows,
+        ),
+    }
+    rows: list[Row] = []
+    for script, (out, parse) in outputs.items():
+        if args.verbose or out.startswith("FAILED"):
+            print(f"== {script}\n{out}")
+        rows.extend(parse(out))
+    width = max(len(r.name) for r in rows) if rows else 10
+    print(f"{'measure':<{width}}  {'ratio':>8}  {'target':<10} verdict")
+    for r in rows:
+        print(f"{r.name:<{width}}  {r.value:>8.2f}  {r.target:<10} {r.verdict()}")
+    hot = re.search(r"Part 2:.*?\(c = share", outputs["bench_storage.py"][0], flags=re.S)
+    if hot:
+        print("\ncommitted saves/s on one hot session (from bench_storage.py):")
+        print(hot.group(0).rsplit("\n", 1)[0])
+
+
+if __name__ == "__main__":
+    main()
