@@ -16,6 +16,7 @@ Catch the narrowest class that matches what you can do about it::
     │   └── LimitExceeded          a documented bound would be crossed (before any side effect)
     ├── IllegalTransition          a machine refused (state, event); names both; unchanged
     ├── ConfirmationError          the resolution did not run here; .record is the stored one
+    │   │                          (raised as such when reconcile released our claim meanwhile)
     │   ├── AlreadyResolved        terminal already; nothing was called
     │   ├── ResolutionInProgress   another client holds the claim (approving/rejecting/expiring)
     │   └── UpstreamFailed         (akchat_fsm.session) upstream raised; the record stays
