@@ -21,13 +21,14 @@ from akchat_fsm.wire.schema import (
 )
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
+REPO = Path(__file__).resolve().parents[2]
 CONTROLLED = Path(__file__).resolve().parents[1] / "controlled" / "vectors"
 SESSION = Draft202012Validator(session_json_schema())
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_checked_in_schema_has_not_drifted(name: str) -> None:
-    path = SCHEMA_DIR / name
+    path = REPO / SCHEMA_DIR / name
     assert path.read_text(encoding="utf-8") == render(SCHEMAS[name]()), (
         f"{name} drifted: run python -m akchat_fsm.wire.schema --write"
     )

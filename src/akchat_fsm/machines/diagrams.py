@@ -20,7 +20,8 @@ from .tables import MACHINES, MachineSpec
 __all__ = ["FORMATS", "diagram", "edges", "markdown_page"]
 
 FORMATS = ("mermaid", "dot")
-_DOCS = Path(__file__).resolve().parents[3] / "docs" / "machines"
+# Relative to the repository root (the working directory of ``--write`` / ``--check``).
+_DOCS = Path("docs") / "machines"
 
 
 def edges(spec: MachineSpec[Any, Any]) -> Iterator[tuple[str, str, str, str]]:

@@ -34,7 +34,9 @@ __all__ = [
 ]
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
-SCHEMA_DIR = Path(__file__).resolve().parents[3] / "models" / "schema"
+#: Where the checked-in schema files live, relative to the repository root (the working
+#: directory of ``python -m akchat_fsm.wire.schema``); an installed package has no such folder.
+SCHEMA_DIR = Path("models") / "schema"
 
 _UTF16 = "Lengths count UTF-16 code units, as JavaScript does."
 _UNIQUE = "Each {key} must be unique within this array."
