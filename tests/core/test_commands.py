@@ -345,8 +345,15 @@ def test_reconcile_untouched_resumes_the_claimed_call_or_releases() -> None:
     processing = saved(claim_resolution(state, token, APPROVE, T0))
     untouched = UpstreamToolStatus.REQUIRES_CONFIRMATION
     resume = reconcile(processing, token, untouched, T0)
-    assert resume.state == processing
-    assert resume.effects == (CallApprove(find_binding(state, token).tool_call_id),)  # type: ignore[union-attr]
+    # The unchanged claim is saved first (a fence that moves the cursor, ADR-0054), then the
+    # claimed call is re-issued.
+    fence, call = resume.effects
+    assert isinstance(fence, SaveSnapshot)
+    assert fence.expected_cursor == processing.snapshot.cursor
+    assert fence.snapshot.cursor == processing.snapshot.cursor + 1
+    assert fence.snapshot.confirmations == processing.snapshot.confirmations
+    assert call == CallApprove(find_binding(state, token).tool_call_id)  # type: ignore[union-attr]
+    assert find_binding(resume.state, token).status is ConfirmationStatus.APPROVING  # type: ignore[union-attr]
     release = reconcile(processing, token, untouched, T0, release_untouched=True)
     assert find_binding(release.state, token).status is ConfirmationStatus.PENDING  # type: ignore[union-attr]
     assert [type(e) for e in release.effects] == [SaveSnapshot]

@@ -314,7 +314,8 @@ def reconcile(
     - upstream left ``requires_confirmation`` (running / complete / error / pending): it acted,
       so save the claim's matching final state (no upstream call);
     - upstream still ``requires_confirmation`` and ``release_untouched`` is false (default):
-      re-issue the claimed call (no save now; call :func:`complete_resolution` after it);
+      save the unchanged claim (a fence: cursor + 1), then re-issue the claimed call; call
+      :func:`complete_resolution` after it;
     - ... and ``release_untouched`` is true (the host knows no claimant is alive): save the
       record back to ``pending``.
     """
@@ -328,7 +329,12 @@ def reconcile(
         token, binding.action, binding.tool_call_id, binding.expires_at, binding.status
     )
     if decision is Reconciliation.RESUME:
-        return Step(state, (_upstream_effect(current, reason),))
+        # Re-save the claim before re-issuing its call. The save moves the cursor, which fences
+        # every older write still in flight (a release whose outcome was unknown could otherwise
+        # land after upstream acted and reopen the record: ADR-0054, found by the SPIN model).
+        check_can_save(state)
+        fence = _saving(state, state.snapshot, now_ms)
+        return Step(fence.state, (*fence.effects, _upstream_effect(current, reason)))
     if decision is Reconciliation.COMPLETE:
         return complete_resolution(state, token, now_ms)
     check_can_save(state)
