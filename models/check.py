@@ -240,6 +240,8 @@ class Runner:
         gcc = ["gcc", self.cc_opt, "-w", f"-DMEMLIM={self.memlim_mb}", "-DCOLLAPSE"]
         if asserts:
             gcc += ["-DNOCLAIM", "-DSAFETY"]
+        else:
+            gcc.append("-DNFAIR=4")  # weak fairness over more than 6 processes (-DINFLIGHT)
         _run([*gcc, "-o", "pan", "pan.c"], build, self.timeout_s)
         self._built[key] = build
         return build
