@@ -7,8 +7,9 @@ Exit codes (docs/cli.md): 0 success; 1 invalid input, not conformant, or an inva
 from __future__ import annotations
 
 import io
+import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any, NoReturn
 
@@ -18,9 +19,9 @@ from rich.console import Console, RenderableType
 from ..errors import AkchatError, ConfigError, StorageError
 from ..storage import open_storage
 from ..storage.port import ManagedSessionStorage
-from .show import DEFAULT_WIDTH, _inert
 
 __all__ = [
+    "DEFAULT_WIDTH",
     "EXIT_INVALID",
     "EXIT_USAGE",
     "CliFailure",
@@ -37,8 +38,17 @@ __all__ = [
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 
-#: Untrusted text made inert for a terminal (the ``show`` command's rule, shared).
-inert: Callable[[str], str] = _inert
+#: Columns when stdout is not a terminal (stable files and diffs).
+DEFAULT_WIDTH = 100
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def inert(text: str) -> str:
+    """Untrusted text made safe for a terminal: control characters escaped, lone surrogates
+    replaced (a snapshot or an envelope must never drive the user's terminal)."""
+    text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 class CliFailure(click.ClickException):

@@ -12,7 +12,6 @@ terminal.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import sys
@@ -20,7 +19,7 @@ from typing import Any, NoReturn
 
 import click
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -28,24 +27,17 @@ from rich.text import Text
 from ..errors import InvalidControlledSnapshot
 from ..wire.controlled import ControlledSnapshot, parse_controlled_snapshot
 from ..wire.memory import Message, ToolCallStatus, thaw_json
+from ._common import DEFAULT_WIDTH, flush, inert, stdout_console
 
 __all__ = ["show"]
 
-DEFAULT_WIDTH = 100
 MAX_SHOWN_UNITS = 1_000  # longer contents are cut for display only
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _inert(text: str) -> str:
-    """Escape control characters and replace lone surrogates: untrusted text, shown safely."""
-    text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _cut(text: str) -> str:
     if len(text) <= MAX_SHOWN_UNITS:
-        return _inert(text)
-    return f"{_inert(text[:MAX_SHOWN_UNITS])}… (+{len(text) - MAX_SHOWN_UNITS} chars)"
+        return inert(text)
+    return f"{inert(text[:MAX_SHOWN_UNITS])}… (+{len(text) - MAX_SHOWN_UNITS} chars)"
 
 
 def _json(value: Any) -> str:
@@ -55,7 +47,7 @@ def _json(value: Any) -> str:
 def _header(snap: ControlledSnapshot) -> Text:
     text = Text()
     text.append("Controlled chat ", style="bold")
-    text.append(_inert(snap.session_id), style="bold cyan")
+    text.append(inert(snap.session_id), style="bold cyan")
     text.append(f"  status: {snap.status.value}  messages: {len(snap.messages)}")
     return text
 
@@ -68,7 +60,7 @@ def _message_table(messages: tuple[Message, ...]) -> Table:
     table.add_column("created (UTC)", no_wrap=True)
     table.add_column("id / content", ratio=1, overflow="fold")
     for index, message in enumerate(messages, start=1):
-        body = Text(_inert(message.id), style="dim")
+        body = Text(inert(message.id), style="dim")
         body.append("\n")
         body.append(_cut(message.content) if message.content else "(empty)")
         for part in message.parts or ():
@@ -105,7 +97,7 @@ def _tool_table(messages: tuple[Message, ...]) -> Table | None:
             detail.append(f"\nresult: {_cut(call.result)}")
         if call.error is not None:
             detail.append(f"\nerror: {_cut(call.error)}", style="red")
-        table.add_row(_inert(message.id), _inert(call.id), _inert(call.name), status, detail)
+        table.add_row(inert(message.id), inert(call.id), inert(call.name), status, detail)
     return table
 
 
@@ -113,7 +105,7 @@ def render(snap: ControlledSnapshot) -> RenderableType:
     """The whole view of one snapshot, as one rich renderable."""
     parts: list[RenderableType] = [_header(snap)]
     if snap.error is not None:
-        banner = Text(f"{_inert(snap.error.name)}: {_cut(snap.error.message)}")
+        banner = Text(f"{inert(snap.error.name)}: {_cut(snap.error.message)}")
         parts.append(Panel(banner, title="error", title_align="left", style="bold red"))
     parts.append(_message_table(snap.messages))
     tools = _tool_table(snap.messages)
@@ -126,7 +118,7 @@ def render(snap: ControlledSnapshot) -> RenderableType:
         if c.status.value == "requires_confirmation"
     ]
     if awaiting:
-        parts.append(Text(f"Awaiting confirmation: {', '.join(_inert(i) for i in awaiting)}"))
+        parts.append(Text(f"Awaiting confirmation: {', '.join(inert(i) for i in awaiting)}"))
     parts.append(Text(f"Draft input: {json.dumps(_cut(snap.input), ensure_ascii=False)}"))
     usage = snap.usage
     parts.append(
@@ -143,7 +135,7 @@ _LINE_BREAKS = re.compile("[\t\n\u2028\u2029]")
 
 def _fail(message: str, code: int) -> NoReturn:
     # One line whatever the reason quotes: line breaks are escaped like other controls.
-    line = _LINE_BREAKS.sub(lambda m: ascii(m.group())[1:-1], _inert(message))
+    line = _LINE_BREAKS.sub(lambda m: ascii(m.group())[1:-1], inert(message))
     click.echo(f"error: {line}", err=True)
     sys.exit(code)
 
@@ -177,20 +169,6 @@ def show(snapshot: str, width: int | None) -> None:
         if notes:
             reason = f"{reason.rstrip('.')}: {notes[0]}"
         _fail(f"{exc.layer}: {reason}", 1)
-    tty = sys.stdout.isatty()
-    buffer = io.StringIO()
-    console = Console(
-        file=buffer,
-        width=width or (None if tty else DEFAULT_WIDTH),
-        force_terminal=tty,
-        color_system="auto" if tty else None,
-        highlight=False,
-        markup=False,
-        emoji=False,
-        legacy_windows=False,
-    )
+    console, buffer, tty = stdout_console(width)
     console.print(render(parsed))
-    text = buffer.getvalue()
-    if not tty:  # rich pads every line to the width; padding is noise in files and diffs
-        text = "".join(line.rstrip() + "\n" for line in text.splitlines())
-    click.echo(text, nl=False)
+    flush(buffer, tty)
