@@ -275,7 +275,7 @@ class _BigSnapshot:
 def test_send_timeout_on_a_write_is_never_reported_as_nothing_applied(
     redis_url: str, prefix: str, admin: redis.Redis, unique_id: str, mode: str
 ) -> None:
-    """A busy server stops reading; our 64 MB write times out while being sent.
+    """The server stops reading (a relay we pause); our 64 MB write times out while being sent.
 
     Sync: the unsent bytes never reach the kernel, the command is incomplete, nothing runs,
     and ``StorageUnavailable`` is the truth. Async: the rest of the command sits in asyncio's
@@ -283,34 +283,30 @@ def test_send_timeout_on_a_write_is_never_reported_as_nothing_applied(
     anything but ``OutcomeUnknown`` would be a lie. (Regression: async said "nothing applied"
     and the write applied.)
     """
-    c = _open(mode, redis_url, prefix, socket_timeout=0.2)
-    admin.ping()  # connected already, so the busy script starts as soon as its thread runs
+    parts = urlsplit(redis_url)
+    proxy = _Proxy((parts.hostname or "127.0.0.1", parts.port or 6379))
+    url = f"redis://127.0.0.1:{proxy.port}{parts.path}"
+    c = _open(mode, url, prefix, socket_timeout=0.2)
     try:
-        # The premise is that the *send* times out (the server stopped reading first). If the
-        # busy script started late and the server swallowed the whole command, the reply
-        # times out instead; that attempt proves nothing here, so try again on a new session.
-        for attempt in range(5):
-            sid = f"{unique_id}-{attempt}"
-            assert c.save(snap(sid, 1), None)
-            busy = threading.Thread(target=lambda: admin.eval(_BUSY, 0, 800))
-            busy.start()
-            time.sleep(0.05)  # let the busy script start first (ordering only, nothing timed)
-            with pytest.raises(StorageError) as info:
-                c.save(_BigSnapshot(sid, 2, 64_000_000), 1)  # type: ignore[arg-type]
-            busy.join(timeout=10)
-            if "writing" in str(info.value.__cause__):
-                break
-        else:
-            pytest.fail("the server never stopped reading before the send")
+        assert c.save(snap(unique_id, 1), None)
+        proxy.reading.clear()  # the "server" stops reading: the next send fills the buffers
+        with pytest.raises(StorageError) as info:
+            c.save(_BigSnapshot(unique_id, 2, 64_000_000), 1)  # type: ignore[arg-type]
+        assert "writing" in str(info.value.__cause__), info.value.__cause__  # the premise
         if mode == "sync":
             assert isinstance(info.value, StorageUnavailable)
-            # Give a (wrongly) complete command every chance to arrive, then check it did not.
-            for _ in range(20):
-                time.sleep(0.05)
-            assert admin.hget(prefix + sid, "cursor") == b"1"
         else:
             assert isinstance(info.value, OutcomeUnknown)
+        c.close()
+        proxy.reading.set()  # whatever was sent now reaches the real server
+        if mode == "sync":
+            # The relay forwards everything it got, then the hang-up: an incomplete command.
+            for _ in range(40):
+                time.sleep(0.05)
+            assert admin.hget(prefix + unique_id, "cursor") == b"1"
     finally:
+        proxy.reading.set()
+        proxy.shut()
         c.close()
 
 
@@ -322,6 +318,9 @@ class _Proxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.sockets: list[socket.socket] = [self.listener]
+        #: Cleared: the relay stops reading what the client sends (a server that stopped reading).
+        self.reading = threading.Event()
+        self.reading.set()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -332,13 +331,18 @@ class _Proxy:
                 return
             upstream = socket.create_connection(self.target)
             self.sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            for a, b, gate in ((client, upstream, self.reading), (upstream, client, None)):
+                threading.Thread(target=self._pipe, args=(a, b, gate), daemon=True).start()
 
     @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(src: socket.socket, dst: socket.socket, gate: threading.Event | None) -> None:
         try:
-            while data := src.recv(65536):
+            while True:
+                if gate is not None:
+                    gate.wait()
+                data = src.recv(65536)
+                if not data:
+                    break
                 dst.sendall(data)
         except OSError:
             pass
