@@ -45,6 +45,10 @@ SEEDED_BUGS = {
     "BUG_RELEASE_LIVE": "no_replay",
     "BUG_NO_NONCE": "no_replay",
 }
+#: Seeded bugs that only show when an unknown write can land late (-DINFLIGHT, both strategies).
+INFLIGHT_BUGS = {
+    "BUG_NO_FENCE": "no_replay",  # resume without re-saving the claim first: ADR-0054
+}
 
 _TRUNCATED = (
     "search not completed",
@@ -140,9 +144,14 @@ INFLIGHT_RELEASE = _config(
     NO_RESUME=None,
     **_FAULTS,
 )
-#: ... but not when a late release lands after a resume made upstream act (finding, ADR-0054)
+#: ... and with both, since a resume fences older writes before calling upstream (ADR-0054:
+#: without the fence a late release landed after the resume made upstream act)
 INFLIGHT_MIXED = _config(
     "3c-1r-inflight", NCLIENTS=3, NCONF=1, MAXOPS=1, MAXCRASH=2, INFLIGHT=None, **_FAULTS
+)
+#: 2 clients (one rejects, one approves), 1 crash: enough for the unfenced resume to fail
+QUICK_INFLIGHT = _config(
+    "quick-inflight", NCLIENTS=2, NCONF=1, MAXOPS=1, MAXCRASH=1, INFLIGHT=None, **_FAULTS
 )
 DEEP_RESUME = _config("3c-1r-deep", NCLIENTS=3, NCONF=1, MAXOPS=2, MAXCRASH=2, **_FAULTS)
 DEEP_ANY = _config(
@@ -167,12 +176,14 @@ def _resume_finding(config: Config) -> Check:
     return Check(config, SINGLE_CALL, documented="resume re-calls, no-op")
 
 
-def _late_release_finding() -> Check:
-    return Check(INFLIGHT_MIXED, "no_replay", documented="late release after resume")
+def _late_release_fixed(config: Config = INFLIGHT_MIXED) -> Check:
+    """ADR-0054's finding, now a proof: the resume fence keeps a late release from landing."""
+    return Check(config, "no_replay")
 
 
-def _seeded(config: Config) -> list[Check]:
-    return [Check(config, prop, bug) for bug, prop in SEEDED_BUGS.items()]
+def _seeded(config: Config, inflight: Config = QUICK_INFLIGHT) -> list[Check]:
+    checks = [Check(config, prop, bug) for bug, prop in SEEDED_BUGS.items()]
+    return [*checks, *(Check(inflight, prop, bug) for bug, prop in INFLIGHT_BUGS.items())]
 
 
 PROFILES: dict[str, list[Check]] = {
@@ -180,7 +191,7 @@ PROFILES: dict[str, list[Check]] = {
         *_props(QUICK_RELEASE),
         *_props(QUICK_RELEASE, SINGLE_CALL),
         _resume_finding(QUICK),
-        _late_release_finding(),
+        _late_release_fixed(QUICK_INFLIGHT),
         *_seeded(QUICK),
     ],
     "default": [
@@ -189,9 +200,10 @@ PROFILES: dict[str, list[Check]] = {
         *_props(RESUME_RETRY, ASSERTIONS),
         *_props(RELEASE, ASSERTIONS, SINGLE_CALL),
         *_props(TWO_RELEASE, ASSERTIONS),
-        *_props(INFLIGHT_RESUME, ASSERTIONS, "no_replay"),
-        *_props(INFLIGHT_RELEASE, ASSERTIONS),
-        _late_release_finding(),
+        # both strategies: every run of a resume-only or release-only reconciler is one of its
+        # runs, so 3c-1r-inflight-resume / -release are left to the deep profile
+        *_props(INFLIGHT_MIXED, ASSERTIONS),
+        _late_release_fixed(),
         *_seeded(QUICK),
     ],
     "deep": [
@@ -203,8 +215,8 @@ PROFILES: dict[str, list[Check]] = {
         *_props(DEEP_FOUR, ASSERTIONS, "processing_resolves"),
         *_props(INFLIGHT_RESUME),
         *_props(INFLIGHT_RELEASE),
-        _late_release_finding(),
-        *_seeded(RESUME),
+        *_props(INFLIGHT_MIXED),
+        *_seeded(RESUME, INFLIGHT_MIXED),
     ],
 }
 

@@ -9,7 +9,8 @@
  * upstream may fail without acting, or act and lose its reply; the clock may pass expiresAt; a
  * reconciler settles processing records from the upstream tool-call status (ADR-0012): complete
  * when upstream acted, otherwise resume (re-issue the claimed call; safe with a live claimant)
- * or, only when the host knows the claimant is gone, release back to pending.
+ * or, only when the host knows the claimant is gone, release back to pending; a resume
+ * first re-saves the unchanged claim (a fence, ADR-0054) and calls upstream only if it applied.
  *
  * The lifecycle itself (which event moves which status where) is NOT written here: it comes
  * from confirmation_table.pml, generated from the python-statemachine class.
@@ -24,6 +25,8 @@
  *   -DBUG_LWW              the register ignores the expected cursor (last write wins)
  *   -DBUG_RELEASE_LIVE     the reconciler releases a claim whose claimant is still alive
  *   -DBUG_NO_NONCE         an unknown save is settled by comparing snapshots without a nonce
+ *   -DBUG_NO_FENCE         a resume calls upstream without first re-saving the claim (the
+ *                          protocol before ADR-0054's fix; needs -DINFLIGHT to show)
  */
 
 #include "confirmation_table.pml"
@@ -46,6 +49,9 @@
 #ifndef MAXUPFAULT
 #define MAXUPFAULT 1     /* upstream calls that fail or lose their reply, in total */
 #endif
+
+/* The nonce of the reconciler's resume fence: no client writes with it. */
+#define RFENCE (NCLIENTS + 1)
 
 #define CURSOR0 1        /* the stored envelope the run starts from (proposed, cursor 1) */
 
@@ -166,15 +172,17 @@ end_net:
 }
 #endif
 
-/* Register write, atomic with the compare.  writer: client id, 0 for the reconciler. */
-inline cas_save(i, expect, newst, writer, res) {
+/* Register write, atomic with the compare.  writer: the write's nonce (client id; 0 for the
+ * reconciler's release/complete, RFENCE for its resume fence).  claimant: who becomes the live
+ * owner of a processing status it writes (the writer for a client claim, 0 for a fence). */
+inline cas_save_as(i, expect, newst, writer, claimant, res) {
   atomic {
     if
 #ifdef INFLIGHT
     :: unknowns < MAXUNKNOWN ->           /* the request is still on its way: unknown now */
        unknowns++; res = SAVE_UNKNOWN;
        fly = true; fly_i = i; fly_expect = expect; fly_st = newst; fly_writer = writer;
-       fly_claimant = writer
+       fly_claimant = claimant
 #endif
     :: true ->
        if
@@ -183,7 +191,7 @@ inline cas_save(i, expect, newst, writer, res) {
 #else
        :: reg_cursor == expect ->
 #endif
-          apply_write(i, expect, newst, writer, writer);
+          apply_write(i, expect, newst, writer, claimant);
           res = SAVE_OK
        :: else -> res = SAVE_CONFLICT
        fi;
@@ -194,6 +202,8 @@ inline cas_save(i, expect, newst, writer, res) {
     fi
   }
 }
+
+#define cas_save(i, expect, newst, writer, res) cas_save_as(i, expect, newst, writer, writer, res)
 
 /* Upstream approve/deny for tool call i, claimed as st; by a client (me > 0) or a resume (0).
  * Upstream acts only while the call requires confirmation; otherwise the call is a no-op. */
@@ -254,10 +264,11 @@ inline upstream_call(i, st, who, res) {
 
 /* An unknown save applied iff the stored snapshot is exactly ours (ADR-0062/0066). */
 #ifdef BUG_NO_NONCE
-#define OURS(i, cur, st) (reg_cursor == (cur) + 1 && reg_st[i] == (st))
+#define OURS_AS(i, cur, st, w) (reg_cursor == (cur) + 1 && reg_st[i] == (st))
 #else
-#define OURS(i, cur, st) (reg_cursor == (cur) + 1 && reg_writer == me)
+#define OURS_AS(i, cur, st, w) (reg_cursor == (cur) + 1 && reg_writer == (w))
 #endif
+#define OURS(i, cur, st) OURS_AS(i, cur, st, me)
 
 /* CAS#2: save the terminal status, re-reading and rebasing on conflict or unknown outcome. */
 inline finish() {
@@ -377,8 +388,11 @@ restart:
 }
 
 /* The host's reconciler (ADR-0012): settles processing records from the upstream tool-call
- * status, with CAS.  Upstream acted -> complete.  Not acted -> resume (re-issue the claimed
- * call, then complete) or, when the host knows the claimant is gone, release to pending. */
+ * status, with CAS.  Upstream acted -> complete.  Not acted -> resume or, when the host knows
+ * the claimant is gone, release to pending.  A resume first re-saves the unchanged claim (a
+ * fence: cursor + 1, its own nonce) and calls upstream only if that save applied, so no write
+ * issued before it (a release still in flight, ADR-0054) can land after upstream acted; then it
+ * saves the final status on the fenced cursor. */
 active proctype Reconciler() {
   byte i, cur, st, fin, res, up;
 end_idle:
@@ -397,18 +411,40 @@ end_idle:
 #endif
     fi
   };
+#ifndef NO_RESUME
   if
   :: fin == ST_NONE ->
+#ifdef BUG_NO_FENCE
+     res = SAVE_OK;                       /* call upstream unfenced (the protocol before 0054) */
+#else
+     /* the fence: the unchanged claim, saved with CAS (claimant 0: it takes over no ghost) */
+     cas_save_as(i, cur, st, RFENCE, 0, res);
      atomic {
-       upstream_call(i, st, 0, up);
        if
-       :: up == UP_OK -> fsm_next(st, EV_COMPLETE, false, fin)
-       :: else -> skip                    /* stays processing: decide again later */
+       :: res == SAVE_UNKNOWN && OURS_AS(i, cur, st, RFENCE) -> res = SAVE_OK   /* re-read */
+       :: else -> skip                    /* conflict, not applied, or another write won */
        fi;
-       up = 0
-     }
+       if
+       :: res == SAVE_OK -> cur = cur + 1 /* the final status goes on the fenced cursor */
+       :: else -> skip
+       fi
+     };
+#endif
+     if
+     :: res == SAVE_OK ->                 /* fenced: only now re-issue the claimed call */
+        atomic {
+          upstream_call(i, st, 0, up);
+          if
+          :: up == UP_OK -> fsm_next(st, EV_COMPLETE, false, fin)
+          :: else -> skip                 /* stays processing: decide again later */
+          fi;
+          up = 0; res = 0
+        }
+     :: else -> res = 0                   /* conflict / not applied: reload, decide again */
+     fi
   :: else -> skip
   fi;
+#endif
   atomic {                                /* whatever the outcome: re-read, decide again */
     if
     :: fin != ST_NONE -> cas_save(i, cur, fin, 0, res)
