@@ -43,6 +43,7 @@ __all__ = [
     "FrozenDict",
     "freeze_bounded_object",
     "is_bounded_json_value",
+    "prints_like_javascript",
     "thaw",
 ]
 
@@ -62,11 +63,12 @@ class BoundedJsonError(ValueError):
 class FrozenDict(Mapping[str, Any]):
     """An immutable, hashable JSON object. Compares equal to a ``dict`` with the same items."""
 
-    __slots__ = ("_data", "_hash")
+    __slots__ = ("_data", "_hash", "_js_plain")
 
     def __init__(self, data: Mapping[str, Any] = ()) -> None:  # type: ignore[assignment]
         self._data: dict[str, Any] = dict(data)
         self._hash: int | None = None
+        self._js_plain: bool | None = None
 
     @classmethod
     def _wrap(cls, data: dict[str, Any]) -> FrozenDict:
@@ -74,6 +76,7 @@ class FrozenDict(Mapping[str, Any]):
         out = cls.__new__(cls)
         out._data = data
         out._hash = None
+        out._js_plain = None
         return out
 
     def __getitem__(self, key: str) -> Any:
@@ -92,6 +95,12 @@ class FrozenDict(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"FrozenDict({self._data!r})"
+
+    def prints_like_javascript(self) -> bool:
+        """:func:`prints_like_javascript` of this value, computed once (the value is frozen)."""
+        if self._js_plain is None:
+            self._js_plain = prints_like_javascript(self)
+        return self._js_plain
 
 
 def _is_index_key(key: str) -> bool:
@@ -215,6 +224,32 @@ def is_bounded_json_value(value: Any) -> bool:
         _walk(value, root_object=False)
     except BoundedJsonError:
         return False
+    return True
+
+
+def prints_like_javascript(value: Any) -> bool:
+    """True when ``json.dumps`` prints every number in ``value`` exactly as JavaScript does.
+
+    Python's ``repr`` and JavaScript print the same shortest round-trip digits; they lay them out
+    alike for safe integers and for non-integral floats with ``1e-4 <= |x| < 1e16`` (Python
+    switches to exponent notation outside that range, JavaScript outside ``[1e-6, 1e21)``, and
+    Python writes ``1.0`` where JavaScript writes ``1``). Anything else takes the slow encoder.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) or item is None or isinstance(item, bool):
+            continue
+        if isinstance(item, int):
+            if abs(item) > MAX_SAFE_INTEGER:
+                return False
+        elif isinstance(item, float):
+            if item.is_integer() or not 1e-4 <= abs(item) < 1e16:
+                return False
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        else:
+            stack.extend(item)
     return True
 
 

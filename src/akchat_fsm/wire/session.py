@@ -13,7 +13,6 @@ cannot vouch that the text has none (the decoder vouches via the validation cont
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import (
@@ -40,6 +39,7 @@ from ._js import (
     utf16_len,
 )
 from .bounded import FrozenDict, freeze_bounded_object, thaw
+from .bounded import prints_like_javascript as _prints_like_javascript
 from .enums import ConfirmationStatus, DecisionKind, TurnOutcome
 
 __all__ = [
@@ -320,7 +320,7 @@ class SessionSnapshot(_Wire):
         confirmation inputs are written the way JavaScript prints them.
         """
         wire = self.to_wire()
-        if all(_prints_like_javascript(binding.input) for binding in self.confirmations):
+        if all(_input_prints_like_javascript(binding.input) for binding in self.confirmations):
             # Every number outside confirmation inputs is a safe integer, which Python and
             # JavaScript print alike, and the string escaping is the same: the C encoder is
             # exact, and ~15x faster than walking the value in Python.
@@ -342,30 +342,11 @@ class SessionSnapshot(_Wire):
         return parse_session_snapshot(text)
 
 
-def _prints_like_javascript(value: Any) -> bool:
-    """True when ``json.dumps`` prints every number in ``value`` exactly as JavaScript does.
-
-    Python's ``repr`` and JavaScript print the same shortest round-trip digits; they lay them out
-    alike for safe integers and for non-integral floats with ``1e-4 <= |x| < 1e16`` (Python
-    switches to exponent notation outside that range, JavaScript outside ``[1e-6, 1e21)``, and
-    Python writes ``1.0`` where JavaScript writes ``1``). Anything else takes the slow encoder.
-    """
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str) or item is None or isinstance(item, bool):
-            continue
-        if isinstance(item, int):
-            if abs(item) > MAX_SAFE_INTEGER:
-                return False
-        elif isinstance(item, float):
-            if item.is_integer() or not 1e-4 <= abs(item) < 1e16:
-                return False
-        elif isinstance(item, Mapping):
-            stack.extend(item.values())
-        else:
-            stack.extend(item)
-    return True
+def _input_prints_like_javascript(value: Any) -> bool:
+    # Inputs are FrozenDicts, which remember the answer: a save re-encodes every binding.
+    if isinstance(value, FrozenDict):
+        return value.prints_like_javascript()
+    return _prints_like_javascript(value)
 
 
 _encode_str = json.encoder.encode_basestring
