@@ -292,10 +292,12 @@ def test_send_timeout_on_a_write_is_never_reported_as_nothing_applied(
         proxy.reading.clear()  # the "server" stops reading: the next send fills the buffers
         with pytest.raises(StorageError) as info:
             c.save(_BigSnapshot(unique_id, 2, 64_000_000), 1)  # type: ignore[arg-type]
-        assert "writing" in str(info.value.__cause__), info.value.__cause__  # the premise
         if mode == "sync":
+            assert "writing" in str(info.value.__cause__), info.value.__cause__  # the premise
             assert isinstance(info.value, StorageUnavailable)
         else:
+            # asyncio may buffer the whole command and time out reading instead (Python 3.12+
+            # does): whichever phase timed out, the write may still land.
             assert isinstance(info.value, OutcomeUnknown)
         c.close()
         proxy.reading.set()  # whatever was sent now reaches the real server
