@@ -27,7 +27,7 @@ caller built in Python; they are detected by object identity.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ._js import MAX_SAFE_INTEGER
@@ -63,12 +63,13 @@ class BoundedJsonError(ValueError):
 class FrozenDict(Mapping[str, Any]):
     """An immutable, hashable JSON object. Compares equal to a ``dict`` with the same items."""
 
-    __slots__ = ("_data", "_hash", "_js_plain")
+    __slots__ = ("_data", "_hash", "_js_plain", "_json")
 
     def __init__(self, data: Mapping[str, Any] = ()) -> None:  # type: ignore[assignment]
         self._data: dict[str, Any] = dict(data)
         self._hash: int | None = None
         self._js_plain: bool | None = None
+        self._json: str | None = None
 
     @classmethod
     def _wrap(cls, data: dict[str, Any]) -> FrozenDict:
@@ -77,6 +78,7 @@ class FrozenDict(Mapping[str, Any]):
         out._data = data
         out._hash = None
         out._js_plain = None
+        out._json = None
         return out
 
     def __getitem__(self, key: str) -> Any:
@@ -95,6 +97,12 @@ class FrozenDict(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"FrozenDict({self._data!r})"
+
+    def json_text(self, encode: Callable[[Any], str]) -> str:
+        """``encode(self)``, computed once: the value is frozen, and every save re-encodes it."""
+        if self._json is None:
+            self._json = encode(self)
+        return self._json
 
     def prints_like_javascript(self) -> bool:
         """:func:`prints_like_javascript` of this value, computed once (the value is frozen)."""

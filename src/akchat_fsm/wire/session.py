@@ -319,13 +319,19 @@ class SessionSnapshot(_Wire):
         Keys keep the reference schema order (the order of :meth:`to_wire`); numbers inside
         confirmation inputs are written the way JavaScript prints them.
         """
-        wire = self.to_wire()
-        if all(_input_prints_like_javascript(binding.input) for binding in self.confirmations):
-            # Every number outside confirmation inputs is a safe integer, which Python and
-            # JavaScript print alike, and the string escaping is the same: the C encoder is
-            # exact, and ~15x faster than walking the value in Python.
-            return json.dumps(wire, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        return _encode(wire)
+        # Every number outside confirmation inputs is a safe integer, which Python and
+        # JavaScript print alike, and the string escaping is the same, so the C encoder is exact
+        # for everything but the inputs. Each binding's text is assembled from its frozen input's
+        # text, computed once per input: a save re-encodes every binding of the envelope.
+        head = self.model_dump(
+            mode="json", by_alias=True, exclude_none=True, exclude={"confirmations"}
+        )
+        if not self.terminal_turns and "terminal_turns" not in self.model_fields_set:
+            head.pop("terminalTurns", None)
+        text = json.dumps(head, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        bindings = ",".join(_binding_json(binding) for binding in self.confirmations)
+        # `confirmations` is the last wire key (pinned against the JS-exact encoder by tests).
+        return f'{text[:-1]},"confirmations":[{bindings}]}}'
 
     @classmethod
     def from_wire(cls, obj: Any) -> SessionSnapshot:
@@ -342,11 +348,20 @@ class SessionSnapshot(_Wire):
         return parse_session_snapshot(text)
 
 
-def _input_prints_like_javascript(value: Any) -> bool:
-    # Inputs are FrozenDicts, which remember the answer: a save re-encodes every binding.
-    if isinstance(value, FrozenDict):
-        return value.prints_like_javascript()
-    return _prints_like_javascript(value)
+def _input_json(value: Any) -> str:
+    if _prints_like_javascript(value):
+        return json.dumps(thaw(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _encode(thaw(value))
+
+
+def _binding_json(binding: ConfirmationBinding) -> str:
+    value = binding.input
+    text = value.json_text(_input_json) if isinstance(value, FrozenDict) else _input_json(value)
+    return (
+        f'{{"token":{_encode_str(binding.token)},"action":{_encode_str(binding.action)},'
+        f'"input":{text},"toolCallId":{_encode_str(binding.tool_call_id)},'
+        f'"expiresAt":{binding.expires_at},"status":"{binding.status.value}"}}'
+    )
 
 
 _encode_str = json.encoder.encode_basestring
