@@ -63,12 +63,11 @@ class BoundedJsonError(ValueError):
 class FrozenDict(Mapping[str, Any]):
     """An immutable, hashable JSON object. Compares equal to a ``dict`` with the same items."""
 
-    __slots__ = ("_data", "_hash", "_js_plain", "_json")
+    __slots__ = ("_data", "_hash", "_json")
 
     def __init__(self, data: Mapping[str, Any] = ()) -> None:  # type: ignore[assignment]
         self._data: dict[str, Any] = dict(data)
         self._hash: int | None = None
-        self._js_plain: bool | None = None
         self._json: str | None = None
 
     @classmethod
@@ -77,7 +76,6 @@ class FrozenDict(Mapping[str, Any]):
         out = cls.__new__(cls)
         out._data = data
         out._hash = None
-        out._js_plain = None
         out._json = None
         return out
 
@@ -103,12 +101,6 @@ class FrozenDict(Mapping[str, Any]):
         if self._json is None:
             self._json = encode(self)
         return self._json
-
-    def prints_like_javascript(self) -> bool:
-        """:func:`prints_like_javascript` of this value, computed once (the value is frozen)."""
-        if self._js_plain is None:
-            self._js_plain = prints_like_javascript(self)
-        return self._js_plain
 
 
 def _is_index_key(key: str) -> bool:
