@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +18,18 @@ from ..errors import ConfigError
 from ..wire._js import MAX_SAFE_INTEGER, is_identifier
 
 __all__ = [
+    "MAX_RECORD_CHARS",
+    "RECORD_HINT",
     "STORAGE_HINT",
+    "PreparedRecordSave",
     "PreparedSave",
     "cas_allows",
+    "check_record_key",
     "check_session_id",
     "check_sql_identifier",
+    "holds_processing",
+    "now_ms",
+    "prepare_record_save",
     "prepare_save",
     "snapshot_text",
 ]
@@ -89,6 +97,10 @@ class PreparedSave:
     expected: int | None
     #: The canonical JSON text stored verbatim and returned by ``load``.
     text: str
+    #: Whether the envelope holds a processing confirmation record (the processing index).
+    processing: bool = False
+    #: When the adapter makes this write, epoch ms (the processing index's "last write").
+    written_ms: int = 0
 
 
 def prepare_save(snapshot: Any, expected_cursor: object) -> PreparedSave:
@@ -107,7 +119,28 @@ def prepare_save(snapshot: Any, expected_cursor: object) -> PreparedSave:
             f"snapshot.cursor must be expected_cursor + 1 ({expected + 1}), got {cursor}.",
             hint=STORAGE_HINT,
         )
-    return PreparedSave(session_id, cursor, expected, snapshot_text(snapshot))
+    return PreparedSave(
+        session_id,
+        cursor,
+        expected,
+        snapshot_text(snapshot),
+        holds_processing(snapshot),
+        now_ms(),
+    )
+
+
+def holds_processing(snapshot: Any) -> bool:
+    """Whether any confirmation record of ``snapshot`` is processing (claimed, unsettled)."""
+    for binding in getattr(snapshot, "confirmations", ()):
+        status = getattr(binding, "status", None)
+        if getattr(status, "is_processing", False):
+            return True
+    return False
+
+
+def now_ms() -> int:
+    """The adapter's wall clock in epoch ms, stamped on every write for the processing index."""
+    return time.time_ns() // 1_000_000
 
 
 def cas_allows(stored_cursor: int | None, expected: int | None) -> bool:
@@ -117,3 +150,59 @@ def cas_allows(stored_cursor: int | None, expected: int | None) -> bool:
     compare inside the database (SQL ``WHERE``, Lua) implement exactly this predicate.
     """
     return stored_cursor == expected
+
+
+# --------------------------------------------------------------------------- records
+
+RECORD_HINT = (
+    "Pass a valid session id, a record key of letters, digits and '._:-' (max 200), "
+    "JSON text, and expected_version None or int."
+)
+
+#: The largest record text an adapter accepts (characters), checked before any I/O.
+MAX_RECORD_CHARS = 4 * 1024 * 1024
+
+_RECORD_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}", re.ASCII)
+
+
+def check_record_key(key: object) -> str:
+    """Return ``key`` if it is a valid record key, else raise ``ConfigError``."""
+    if not isinstance(key, str) or _RECORD_KEY.fullmatch(key) is None:
+        raise ConfigError(f"Invalid record key {key!r}.", hint=RECORD_HINT)
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRecordSave:
+    """What one compare-and-set of a record writes, and the condition under which it may."""
+
+    session_id: str
+    key: str
+    #: The version stored after the write: 1 for a create, ``expected + 1`` for an update.
+    version: int
+    #: ``None``: only if nothing is stored under the key; an int: only if the stored version is it.
+    expected: int | None
+    text: str
+    #: Whether the record holds work a crash may have left unsettled (the processing index).
+    processing: bool
+    written_ms: int
+
+
+def prepare_record_save(
+    session_id: object, key: object, text: object, expected_version: object, processing: object
+) -> PreparedRecordSave:
+    """Validate a ``save_record`` call and decide what to write (same rule as the cursor)."""
+    sid = check_session_id(session_id)
+    k = check_record_key(key)
+    if not isinstance(text, str):
+        raise ConfigError("save_record() needs the record as JSON text (str).", hint=RECORD_HINT)
+    if len(text) > MAX_RECORD_CHARS:
+        raise ConfigError(
+            f"A record holds at most {MAX_RECORD_CHARS} characters, got {len(text)}.",
+            hint=RECORD_HINT,
+        )
+    expected = None if expected_version is None else _cursor(expected_version, "expected_version")
+    if not isinstance(processing, bool):
+        raise ConfigError("processing must be a bool.", hint=RECORD_HINT)
+    version = 1 if expected is None else expected + 1
+    return PreparedRecordSave(sid, k, version, expected, text, processing, now_ms())

@@ -10,8 +10,15 @@ from __future__ import annotations
 import threading
 
 from ..wire.session import SessionSnapshot
-from ._cas import cas_allows, check_session_id, prepare_save
+from ._cas import (
+    cas_allows,
+    check_record_key,
+    check_session_id,
+    prepare_record_save,
+    prepare_save,
+)
 from ._closing import AsyncClosing, Closing
+from .port import ProcessingSession, StoredRecord
 
 __all__ = ["AsyncMemoryStorage", "MemoryStorage"]
 
@@ -26,6 +33,11 @@ class MemoryStorage(Closing):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rows: dict[str, tuple[int, str]] = {}
+        # session id -> record key -> (version, text, processing)
+        self._records: dict[str, dict[str, tuple[int, str, bool]]] = {}
+        # The processing index, written under the same lock as the state it describes:
+        # session id -> (envelope processing, records processing, last write ms).
+        self._index: dict[str, tuple[bool, frozenset[str], int]] = {}
 
     def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
@@ -42,13 +54,76 @@ class MemoryStorage(Closing):
             if not cas_allows(None if row is None else row[0], prepared.expected):
                 return False
             self._rows[prepared.session_id] = (prepared.cursor, prepared.text)
+            _, busy, _ = self._index.get(prepared.session_id, (False, frozenset(), 0))
+            self._index[prepared.session_id] = (prepared.processing, busy, prepared.written_ms)
         return True
 
     def delete(self, session_id: str) -> None:
-        """Forget ``session_id``; a missing session is not an error."""
+        """Forget ``session_id`` and its records; a missing session is not an error."""
         key = check_session_id(session_id)
         with self._lock:
             self._rows.pop(key, None)
+            self._records.pop(key, None)
+            self._index.pop(key, None)
+
+    # ------------------------------------------------------------------ records capability
+    def load_record(self, session_id: str, key: str) -> StoredRecord | None:
+        """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
+        sid, k = check_session_id(session_id), check_record_key(key)
+        with self._lock:
+            row = self._records.get(sid, {}).get(k)
+        return None if row is None else (row[0], row[1])
+
+    def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        """Store the record iff its stored version equals ``expected_version`` (see the port)."""
+        p = prepare_record_save(session_id, key, text, expected_version, processing)
+        with self._lock:
+            records = self._records.setdefault(p.session_id, {})
+            row = records.get(p.key)
+            if not cas_allows(None if row is None else row[0], p.expected):
+                return False
+            records[p.key] = (p.version, p.text, p.processing)
+            envelope, busy, _ = self._index.get(p.session_id, (False, frozenset(), 0))
+            busy = busy | {p.key} if p.processing else busy - {p.key}
+            self._index[p.session_id] = (envelope, busy, p.written_ms)
+        return True
+
+    def list_records(self, session_id: str, prefix: str = "") -> list[str]:
+        """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
+        sid = check_session_id(session_id)
+        with self._lock:
+            return sorted(k for k in self._records.get(sid, {}) if k.startswith(prefix))
+
+    def delete_record(self, session_id: str, key: str) -> None:
+        """Forget one record; a missing record is not an error."""
+        sid, k = check_session_id(session_id), check_record_key(key)
+        with self._lock:
+            self._records.get(sid, {}).pop(k, None)
+            if sid in self._index:
+                envelope, busy, written = self._index[sid]
+                self._index[sid] = (envelope, busy - {k}, written)
+
+    # ------------------------------------------------------------------ processing index
+    def list_processing(
+        self, *, written_before_ms: int | None = None, limit: int = 1000
+    ) -> list[ProcessingSession]:
+        """Sessions holding processing work, oldest last write first (see the port)."""
+        with self._lock:
+            found = [
+                ProcessingSession(sid, written)
+                for sid, (envelope, busy, written) in self._index.items()
+                if (envelope or busy) and (written_before_ms is None or written < written_before_ms)
+            ]
+        found.sort(key=lambda row: (row.last_write_ms, row.session_id))
+        return found[: max(0, limit)]
 
     def open_connections(self) -> int:
         """Always 0: nothing to leak (the leak-check capability of the conformance kit)."""
@@ -78,8 +153,33 @@ class AsyncMemoryStorage(AsyncClosing):
         return self.sync.save(snapshot, expected_cursor)
 
     async def delete(self, session_id: str) -> None:
-        """Forget ``session_id``; a missing session is not an error."""
+        """Forget ``session_id`` and its records; a missing session is not an error."""
         self.sync.delete(session_id)
+
+    async def load_record(self, session_id: str, key: str) -> StoredRecord | None:
+        return self.sync.load_record(session_id, key)
+
+    async def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        return self.sync.save_record(session_id, key, text, expected_version, processing=processing)
+
+    async def list_records(self, session_id: str, prefix: str = "") -> list[str]:
+        return self.sync.list_records(session_id, prefix)
+
+    async def delete_record(self, session_id: str, key: str) -> None:
+        self.sync.delete_record(session_id, key)
+
+    async def list_processing(
+        self, *, written_before_ms: int | None = None, limit: int = 1000
+    ) -> list[ProcessingSession]:
+        return self.sync.list_processing(written_before_ms=written_before_ms, limit=limit)
 
     def open_connections(self) -> int:
         """Always 0: nothing to leak."""

@@ -26,6 +26,7 @@ manager whose exit closes its connections. See ``docs/adapters.md``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -35,10 +36,16 @@ from ._cas import check_session_id
 __all__ = [
     "AsyncDeletableSessionStorage",
     "AsyncManagedSessionStorage",
+    "AsyncProcessingIndex",
+    "AsyncRecordStorage",
     "AsyncSessionStorage",
     "DeletableSessionStorage",
     "ManagedSessionStorage",
+    "ProcessingIndex",
+    "ProcessingSession",
+    "RecordStorage",
     "SessionStorage",
+    "StoredRecord",
     "StoredValue",
     "check_session_id",
 ]
@@ -109,3 +116,99 @@ class AsyncManagedSessionStorage(AsyncDeletableSessionStorage, Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+
+# --------------------------------------------------------------------------- capabilities
+#
+# Optional: a third-party adapter may leave them out (``isinstance(storage, RecordStorage)``
+# tells); every shipped adapter has both, sync and async, and the conformance kit checks them
+# where present.
+
+#: A record as stored: its version (1 after the create, ``+1`` per update) and its JSON text.
+StoredRecord = tuple[int, str]
+
+
+@runtime_checkable
+class RecordStorage(Protocol):
+    """Small JSON records kept beside a session's envelope, each under its own CAS.
+
+    The envelope stays byte-compatible with the reference; state it has no field for (the
+    tool-execution ledger, an agent run's saved state) lives here, keyed by
+    ``(session_id, key)``. ``save_record`` follows the envelope's rule with a version in
+    place of the cursor: ``expected_version=None`` creates (stored version 1) only if nothing
+    is stored under the key; an int updates only if the stored version equals it, storing
+    ``expected_version + 1``; otherwise ``False`` and nothing is written. ``processing=True``
+    marks the record as holding work a crash may leave unsettled, for the processing index.
+    ``delete(session_id)`` of the session also removes its records. Errors are the port's:
+    ``StorageUnavailable`` (nothing applied) or ``OutcomeUnknown`` (may have applied).
+    """
+
+    def load_record(self, session_id: str, key: str) -> StoredRecord | None: ...
+
+    def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool: ...
+
+    def list_records(self, session_id: str, prefix: str = "") -> list[str]: ...
+
+    def delete_record(self, session_id: str, key: str) -> None: ...
+
+
+@runtime_checkable
+class AsyncRecordStorage(Protocol):
+    """The asyncio twin of :class:`RecordStorage`."""
+
+    async def load_record(self, session_id: str, key: str) -> StoredRecord | None: ...
+
+    async def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool: ...
+
+    async def list_records(self, session_id: str, prefix: str = "") -> list[str]: ...
+
+    async def delete_record(self, session_id: str, key: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessingSession:
+    """A session that holds unsettled work, and when it was last written (epoch ms)."""
+
+    session_id: str
+    last_write_ms: int
+
+
+@runtime_checkable
+class ProcessingIndex(Protocol):
+    """Lists the sessions whose stored state holds processing work, without loading envelopes.
+
+    A session is listed when its envelope holds a processing confirmation record
+    (``approving``/``rejecting``/``expiring``) or one of its records was saved with
+    ``processing=True``. The index is maintained inside the same atomic write as the state
+    it describes (never a scan). ``written_before_ms`` keeps only sessions whose last write
+    is older than that epoch-ms instant; results are oldest first, at most ``limit``.
+    """
+
+    def list_processing(
+        self, *, written_before_ms: int | None = None, limit: int = 1000
+    ) -> list[ProcessingSession]: ...
+
+
+@runtime_checkable
+class AsyncProcessingIndex(Protocol):
+    """The asyncio twin of :class:`ProcessingIndex`."""
+
+    async def list_processing(
+        self, *, written_before_ms: int | None = None, limit: int = 1000
+    ) -> list[ProcessingSession]: ...
