@@ -27,7 +27,7 @@ from rich.text import Text
 from ..errors import InvalidControlledSnapshot
 from ..wire.controlled import ControlledSnapshot, parse_controlled_snapshot
 from ..wire.memory import Message, ToolCallStatus, thaw_json
-from ._common import DEFAULT_WIDTH, flush, inert, stdout_console
+from ._common import DEFAULT_WIDTH, flush, inert, read_source, stdout_console
 
 __all__ = ["show"]
 
@@ -140,13 +140,6 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
-def _read(source: str) -> bytes:
-    if source == "-":
-        return sys.stdin.buffer.read()
-    with open(source, "rb") as handle:
-        return handle.read()
-
-
 @click.command("show")
 @click.argument("snapshot", metavar="SNAPSHOT")
 @click.option(
@@ -157,10 +150,7 @@ def _read(source: str) -> bytes:
 )
 def show(snapshot: str, width: int | None) -> None:
     """Render a controlled-chat SNAPSHOT file (``-`` for stdin) after validating it."""
-    try:
-        data = _read(snapshot)
-    except OSError as exc:
-        _fail(f"cannot read {snapshot}: {exc.strerror or exc}", 2)
+    data = read_source(snapshot)  # at most MAX_INPUT_BYTES; an unreadable file exits 2
     try:
         parsed = parse_controlled_snapshot(data)
     except InvalidControlledSnapshot as exc:
