@@ -127,7 +127,7 @@ def postgres_pair() -> Pair:
         )
 
     def cleanup() -> None:
-        raw.execute(f"DROP TABLE IF EXISTS {table}")
+        raw.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
         raw.close()
         adapter.close()
 
@@ -286,7 +286,7 @@ def _drop_hot(only: set[str], table: str, prefix: str) -> None:
             import psycopg
 
             with psycopg.connect(PG_URL, autocommit=True) as conn:
-                conn.execute(f"DROP TABLE IF EXISTS {table}")
+                conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
         except Exception:
             pass
     if "redis" in only:
