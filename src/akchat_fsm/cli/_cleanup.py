@@ -27,15 +27,19 @@ class _Noting:
         self._written: set[str] = set()
 
     def __getattr__(self, name: str) -> Any:  # everything else is the adapter's own
-        return getattr(self._inner, name)
+        found = getattr(self._inner, name)  # absent stays absent (optional capabilities)
+        if name != "save_record":
+            return found
+
+        def save_record(session_id: str, *args: Any, **kwargs: Any) -> Any:
+            self._written.add(str(session_id))
+            return found(session_id, *args, **kwargs)
+
+        return save_record
 
     def save(self, snapshot: Any, expected_cursor: int | None) -> Any:
         self._written.add(str(getattr(snapshot, "session_id", "")))
         return self._inner.save(snapshot, expected_cursor)
-
-    def save_record(self, session_id: str, *args: Any, **kwargs: Any) -> Any:
-        self._written.add(str(session_id))
-        return self._inner.save_record(session_id, *args, **kwargs)
 
     def _flush(self) -> None:
         if self._written:

@@ -78,7 +78,9 @@ class SweptSession:
     """What the sweep did for one listed session.
 
     ``outcomes``: one :class:`ReconcileOutcome` per processing record (empty when the session
-    was settled by someone else before the sweep reached it). ``error``: the typed error that
+    was settled by someone else before the sweep reached it, or when what keeps it listed is a
+    processing record of the tool-execution ledger, ADR-0100, which ``reconcile`` does not
+    settle). ``error``: the typed error that
     stopped this session (nothing after it was done for it). ``skipped``: the host's
     ``ports_for`` returned ``None`` (not its session).
     """
