@@ -365,6 +365,28 @@ def test_bad_arguments_are_config_errors(older_than_ms: Any, limit: Any) -> None
         reconcile_all(MemoryStorage(), _never, older_than_ms=older_than_ms, limit=limit)
 
 
+def test_ports_of_the_wrong_flavour_fail_that_session_only() -> None:
+    storage = MemoryStorage()
+    host = crashed(storage, "s-wrong", ("before",))
+    report = reconcile_all(
+        storage,
+        lambda sid: AsyncSweepPorts(DEFINITION, AsyncHost(host), AsyncHost(host)),  # type: ignore[arg-type,return-value]
+        older_than_ms=FIVE_MINUTES,
+        clock=later(10),
+    )
+    (swept,) = report.sessions
+    assert isinstance(swept.error, ConfigError)
+    assert "returned AsyncSweepPorts; this sweep needs SweepPorts" in str(swept.error)
+    assert statuses(storage, "s-wrong") == ["approving", "pending"] and host.approve_calls == {}
+    report = reconcile_all(
+        storage,
+        lambda sid: {"definition": DEFINITION},
+        older_than_ms=FIVE_MINUTES,
+        clock=later(10),  # type: ignore[arg-type,return-value]
+    )
+    assert "returned dict" in str(report.sessions[0].error)
+
+
 def test_an_index_that_fails_to_answer_is_storage_unavailable() -> None:
     class Down(MemoryStorage):
         def list_processing(self, **kwargs: Any) -> Any:

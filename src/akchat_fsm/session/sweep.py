@@ -197,7 +197,11 @@ def _typed(exc: Exception, what: str) -> AkchatError:
 
 
 def _plan_sweep(
-    cutoff_ms: int, limit: int, release_untouched: bool, clock: Callable[[], int]
+    cutoff_ms: int,
+    limit: int,
+    release_untouched: bool,
+    clock: Callable[[], int],
+    expected: type[SweepPorts | AsyncSweepPorts],
 ) -> _Sweep:
     try:
         listed: Sequence[ProcessingSession] = yield _List(cutoff_ms, limit)
@@ -215,6 +219,12 @@ def _plan_sweep(
         else:
             if ports is None:
                 result = SweptSession(sid, last, skipped=True)
+            elif not isinstance(ports, expected):  # the other flavour, or not ports at all
+                wrong = ConfigError(
+                    f"ports_for({sid!r}) returned {type(ports).__name__}; this sweep needs "
+                    f"{expected.__name__} (or None to skip the session)."
+                )
+                result = SweptSession(sid, last, error=wrong)
             else:
                 plan = _session_plan(ports.definition, sid, clock, release_untouched)
                 try:
@@ -289,7 +299,8 @@ def reconcile_all(
     session's failure (see :class:`SweptSession`); raises only if the index cannot be read.
     """
     _flavour(storage, want_async=False)
-    plan = _plan_sweep(_cutoff(older_than_ms, limit, clock), limit, release_untouched, clock)
+    cutoff = _cutoff(older_than_ms, limit, clock)
+    plan = _plan_sweep(cutoff, limit, release_untouched, clock, SweepPorts)
     done, step = _advance(plan, None, None)
     while not done:
         value, error = None, None
@@ -301,7 +312,8 @@ def reconcile_all(
             elif isinstance(step, _AskHost):
                 value = ports_for(step.session_id)
             elif isinstance(step, _Reconcile):
-                value = run_sync(step.plan, Ports(storage, step.upstream, step.memory))
+                ports = Ports(storage=storage, upstream=step.upstream, memory=step.memory)
+                value = run_sync(step.plan, ports)
             elif progress is not None:
                 progress(step.session, step.done, step.total)
         except Exception as exc:  # the plan decides what a failed step means
@@ -323,7 +335,8 @@ async def reconcile_all_async(
     """The asyncio twin of :func:`reconcile_all` (an asyncio adapter, :class:`AsyncSweepPorts`;
     ``ports_for`` may be a plain or an ``async`` function)."""
     _flavour(storage, want_async=True)
-    plan = _plan_sweep(_cutoff(older_than_ms, limit, clock), limit, release_untouched, clock)
+    cutoff = _cutoff(older_than_ms, limit, clock)
+    plan = _plan_sweep(cutoff, limit, release_untouched, clock, AsyncSweepPorts)
     done, step = _advance(plan, None, None)
     while not done:
         value, error = None, None
@@ -337,7 +350,8 @@ async def reconcile_all_async(
                 if inspect.isawaitable(value):
                     value = await value
             elif isinstance(step, _Reconcile):
-                value = await run_async(step.plan, Ports(storage, step.upstream, step.memory))
+                ports = Ports(storage=storage, upstream=step.upstream, memory=step.memory)
+                value = await run_async(step.plan, ports)
             elif progress is not None:
                 progress(step.session, step.done, step.total)
         except Exception as exc:  # the plan decides what a failed step means
