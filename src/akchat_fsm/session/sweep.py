@@ -196,6 +196,38 @@ def _typed(exc: Exception, what: str) -> AkchatError:
     return error
 
 
+def _sweep_one(
+    row: ProcessingSession,
+    release_untouched: bool,
+    clock: Callable[[], int],
+    expected: type[SweepPorts | AsyncSweepPorts],
+) -> Generator[_Step, Any, SweptSession]:
+    """One listed session: ask the host, then resume and reconcile it. Every failure is this
+    session's own (typed, in the result); nothing here stops the sweep."""
+    sid, last = row.session_id, row.last_write_ms
+    try:
+        ports = yield _AskHost(sid)
+    except Exception as exc:
+        return SweptSession(sid, last, error=_typed(exc, f"ports_for({sid!r})"))
+    if ports is None:
+        return SweptSession(sid, last, skipped=True)
+    if not isinstance(ports, expected):  # the other flavour, or not ports at all
+        return SweptSession(
+            sid,
+            last,
+            error=ConfigError(
+                f"ports_for({sid!r}) returned {type(ports).__name__}; this sweep needs "
+                f"{expected.__name__} (or None to skip the session)."
+            ),
+        )
+    plan = _session_plan(ports.definition, sid, clock, release_untouched)
+    try:
+        outcomes = yield _Reconcile(plan, ports.memory, ports.upstream)
+    except AkchatError as exc:
+        return SweptSession(sid, last, error=exc)
+    return SweptSession(sid, last, outcomes=outcomes)
+
+
 def _plan_sweep(
     cutoff_ms: int,
     limit: int,
@@ -203,6 +235,7 @@ def _plan_sweep(
     clock: Callable[[], int],
     expected: type[SweepPorts | AsyncSweepPorts],
 ) -> _Sweep:
+    """List the stuck sessions once, then settle each in turn, reporting progress."""
     try:
         listed: Sequence[ProcessingSession] = yield _List(cutoff_ms, limit)
     except AkchatError:
@@ -211,30 +244,8 @@ def _plan_sweep(
         raise StorageUnavailable(f"list_processing failed: {exc!r}") from exc
     swept: list[SweptSession] = []
     for row in listed:
-        sid, last = row.session_id, row.last_write_ms
-        try:
-            ports = yield _AskHost(sid)
-        except Exception as exc:
-            result = SweptSession(sid, last, error=_typed(exc, f"ports_for({sid!r})"))
-        else:
-            if ports is None:
-                result = SweptSession(sid, last, skipped=True)
-            elif not isinstance(ports, expected):  # the other flavour, or not ports at all
-                wrong = ConfigError(
-                    f"ports_for({sid!r}) returned {type(ports).__name__}; this sweep needs "
-                    f"{expected.__name__} (or None to skip the session)."
-                )
-                result = SweptSession(sid, last, error=wrong)
-            else:
-                plan = _session_plan(ports.definition, sid, clock, release_untouched)
-                try:
-                    outcomes = yield _Reconcile(plan, ports.memory, ports.upstream)
-                except AkchatError as exc:  # this session's failure; the others go on
-                    result = SweptSession(sid, last, error=exc)
-                else:
-                    result = SweptSession(sid, last, outcomes=outcomes)
-        swept.append(result)
-        yield _Progress(result, len(swept), len(listed))
+        swept.append((yield from _sweep_one(row, release_untouched, clock, expected)))
+        yield _Progress(swept[-1], len(swept), len(listed))
     return SweepReport(cutoff_ms, limit, tuple(swept))
 
 
