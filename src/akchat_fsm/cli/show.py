@@ -2,7 +2,8 @@
 
 The snapshot is validated exactly as the driver validates it (strict shell, then canonical
 messages). On invalid input one line goes to stderr, ``error: <layer>: <reason>``, and the exit
-status is 1; an unreadable file exits 2. Nothing else is printed in either case.
+status is 1; an unreadable file exits 2. Nothing else is printed in either case. Input is read up
+to 64 MiB (``_common.MAX_INPUT_BYTES``); a longer one stops there with one line (exit 1).
 
 Output is deterministic when stdout is not a terminal: fixed width (100 columns unless
 ``--width``), no colour, no markup interpretation. Untrusted text is shown inert: terminal
