@@ -11,7 +11,9 @@ settles its records. One session failing does not stop the others: its typed err
 
 The sweep is written once, as a plan of :class:`_Step` requests (list, ask the host, reconcile
 one session, report progress); :func:`reconcile_all` and :func:`reconcile_all_async` only
-pick the driver, as every session operation does (ADR-0060, ADR-0094).
+execute them, as every session operation's plan is run by a sync or an async driver (ADR-0060,
+ADR-0094). Reconciling one session is the public ``resume_chat_session`` + ``reconcile`` pair
+(or their asyncio twins), so its checks and rules are exactly those of a hand-written loop.
 """
 
 from __future__ import annotations
@@ -24,13 +26,10 @@ from typing import Any, Literal, TypeAlias
 
 from ..errors import AkchatError, ConfigError, StorageUnavailable
 from ..storage.port import AsyncSessionStorage, ProcessingSession, SessionStorage
-from . import _confirm, _ops
 from ._confirm import ReconcileOutcome
 from .definition import ChatDefinition
-from .drivers import Ports, run_async, run_sync
-from .effects import Plan
 from .ports import AsyncChatMemory, AsyncUpstreamChat, ChatMemory, UpstreamChat
-from .session import default_clock
+from .session import default_clock, resume_chat_session, resume_chat_session_async
 
 __all__ = [
     "DEFAULT_SWEEP_LIMIT",
@@ -156,11 +155,13 @@ class _AskHost:
 
 @dataclass(frozen=True)
 class _Reconcile:
-    """Run one session's plan with the host's memory and upstream."""
+    """Resume the session with the host's definition, then ``reconcile`` it with the host's
+    memory and upstream: the public calls, so every check they make applies here too."""
 
-    plan: Plan[tuple[ReconcileOutcome, ...]]
-    memory: Any
-    upstream: Any
+    session_id: str
+    ports: SweepPorts | AsyncSweepPorts
+    release_untouched: bool
+    clock: Callable[[], int]
 
 
 @dataclass(frozen=True)
@@ -174,17 +175,6 @@ class _Progress:
 
 _Step: TypeAlias = _List | _AskHost | _Reconcile | _Progress
 _Sweep: TypeAlias = Generator[_Step, Any, SweepReport]
-
-
-def _session_plan(
-    definition: ChatDefinition,
-    session_id: str,
-    clock: Callable[[], int],
-    release_untouched: bool,
-) -> Plan[tuple[ReconcileOutcome, ...]]:
-    """Resume ``session_id`` (validated like any resume), then reconcile it."""
-    holder = yield from _ops.plan_resume(definition, session_id, clock)
-    return (yield from _confirm.plan_reconcile(holder, release_untouched=release_untouched))
 
 
 def _typed(exc: Exception, what: str) -> AkchatError:
@@ -220,9 +210,8 @@ def _sweep_one(
                 f"{expected.__name__} (or None to skip the session)."
             ),
         )
-    plan = _session_plan(ports.definition, sid, clock, release_untouched)
     try:
-        outcomes = yield _Reconcile(plan, ports.memory, ports.upstream)
+        outcomes = yield _Reconcile(sid, ports, release_untouched, clock)
     except AkchatError as exc:
         return SweptSession(sid, last, error=exc)
     return SweptSession(sid, last, outcomes=outcomes)
@@ -323,8 +312,13 @@ def reconcile_all(
             elif isinstance(step, _AskHost):
                 value = ports_for(step.session_id)
             elif isinstance(step, _Reconcile):
-                ports = Ports(storage=storage, upstream=step.upstream, memory=step.memory)
-                value = run_sync(step.plan, ports)
+                ports: Any = step.ports
+                session = resume_chat_session(
+                    ports.definition, session_id=step.session_id, storage=storage, clock=step.clock
+                )
+                value = session.reconcile(
+                    ports.memory, upstream=ports.upstream, release_untouched=step.release_untouched
+                )
             elif progress is not None:
                 progress(step.session, step.done, step.total)
         except Exception as exc:  # the plan decides what a failed step means
@@ -361,8 +355,13 @@ async def reconcile_all_async(
                 if inspect.isawaitable(value):
                     value = await value
             elif isinstance(step, _Reconcile):
-                ports = Ports(storage=storage, upstream=step.upstream, memory=step.memory)
-                value = await run_async(step.plan, ports)
+                ports: Any = step.ports
+                session = await resume_chat_session_async(
+                    ports.definition, session_id=step.session_id, storage=storage, clock=step.clock
+                )
+                value = await session.reconcile(
+                    ports.memory, upstream=ports.upstream, release_untouched=step.release_untouched
+                )
             elif progress is not None:
                 progress(step.session, step.done, step.total)
         except Exception as exc:  # the plan decides what a failed step means
