@@ -57,6 +57,7 @@ def test_postgresql_is_conformant(pg_url: str) -> None:
     result = run("check-storage", pg_url, "--no-processes", *_only(FAST))
     assert result.exit_code == 0, result.stdout
     assert f"CONFORMANT: {len(FAST)} checks, 0 failed" in result.stdout
+    assert re.search(r"cleanup: removed the [1-9]\d* session\(s\) the checks wrote", result.stdout)
 
 
 @pytest.mark.redis
@@ -64,3 +65,4 @@ def test_redis_is_conformant(redis_url: str) -> None:
     result = run("check-storage", redis_url, "--no-processes", *_only(FAST))
     assert result.exit_code == 0, result.stdout
     assert f"CONFORMANT: {len(FAST)} checks, 0 failed" in result.stdout
+    assert re.search(r"cleanup: removed the [1-9]\d* session\(s\) the checks wrote", result.stdout)

@@ -1,8 +1,10 @@
-"""``reconcile URL --all --older-than AGE``: the sweep from the command line, on SQLite files."""
+"""``reconcile URL --all --older-than AGE``: the sweep from the command line, on SQLite files and
+the real PostgreSQL and Redis servers."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,50 @@ def _statuses(url: str, session_id: str) -> list[str]:
     return [b.status.value for b in snapshot.confirmations]
 
 
-@pytest.fixture
-def crashed(tmp_path: Path) -> tuple[str, Path]:
+def _sqlite_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+def _postgres_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    import psycopg
+
+    pg_url, table = request.getfixturevalue("pg_url"), f"ra_{uuid.uuid4().hex[:12]}"
+
+    def drop() -> None:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            for (name,) in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE tablename LIKE %s", (f"{table}%",)
+            ).fetchall():
+                conn.execute(f"DROP TABLE IF EXISTS {name}")
+
+    request.addfinalizer(drop)
+    return f"{pg_url}?table={table}"
+
+
+def _redis_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    import redis
+
+    redis_url, prefix = request.getfixturevalue("redis_url"), f"akra:{uuid.uuid4().hex[:12]}:"
+
+    def drop() -> None:
+        with redis.Redis.from_url(redis_url) as client:
+            for key in client.scan_iter(f"{prefix}*"):
+                client.delete(key)
+
+    request.addfinalizer(drop)
+    return f"{redis_url}?prefix={prefix}"
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(_sqlite_url, id="sqlite"),
+        pytest.param(_postgres_url, id="postgres"),
+        pytest.param(_redis_url, id="redis"),
+    ]
+)
+def crashed(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, Path]:
     """Three sessions with stuck claims; memories for two of them (one of those invalid)."""
-    url = f"sqlite:///{tmp_path / 'store.db'}"
+    url: str = request.param(tmp_path, request)
     memories = tmp_path / "memories"
     memories.mkdir()
     for sid in ("alpha", "beta", "gamma"):
