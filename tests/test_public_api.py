@@ -24,8 +24,9 @@ EXPECTED = [
     "TerminalTurn", "ToolCall", "ToolCallProposal", "ToolCallStatus", "TurnOutcome",
     "UpstreamChat", "UpstreamFailed", "__version__", "create_controlled_chat",
     "decode_session_snapshot", "open_async_storage", "open_storage", "parse_controlled_snapshot",
-    "parse_session_snapshot", "reconcile", "reconcile_async", "resolve_chat_session",
-    "resume_chat_session", "resume_chat_session_async", "validate_memory_record",
+    "parse_session_snapshot", "reconcile", "reconcile_all", "reconcile_all_async",
+    "reconcile_async", "resolve_chat_session", "resume_chat_session", "resume_chat_session_async",
+    "validate_memory_record",
 ]  # fmt: skip
 
 

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
         resume_chat_session_async,
     )
     from .session.reconcile import ReconcileOutcome, reconcile, reconcile_async
+    from .session.sweep import reconcile_all, reconcile_all_async
     from .storage import (
         AsyncMemoryStorage,
         AsyncSessionStorage,
@@ -153,6 +154,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "UpstreamChat",
         "UpstreamFailed",
         "reconcile",
+        "reconcile_all",
+        "reconcile_all_async",
         "reconcile_async",
         "resolve_chat_session",
         "resume_chat_session",
@@ -276,6 +279,8 @@ __all__ = [
     "parse_controlled_snapshot",
     "parse_session_snapshot",
     "reconcile",
+    "reconcile_all",
+    "reconcile_all_async",
     "reconcile_async",
     "resolve_chat_session",
     "resume_chat_session",

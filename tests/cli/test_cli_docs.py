@@ -35,6 +35,8 @@ def test_every_example_runs_as_shown(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.chdir(tmp_path)
     memory = stuck_session("sqlite:///sessions.db", "support-42")
     (tmp_path / "memory.json").write_text(json.dumps(memory), encoding="utf-8")
+    (tmp_path / "memories").mkdir()
+    (tmp_path / "memories" / "support-42.json").write_text(json.dumps(memory), encoding="utf-8")
     shutil.copy(DATA / "v0.json", tmp_path / "snapshot-v0.json")
     ran = 0
     for command, shown in examples():

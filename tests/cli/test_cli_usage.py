@@ -56,8 +56,10 @@ def test_inspect_bad_inputs(tmp_path: Path) -> None:
     assert "SESSION_UNSUPPORTED_VERSION" in _one_line_error(run("inspect", str(bad)), 1)
     assert "needs a SESSION_ID" in _one_line_error(run("inspect", "memory://"), 2)
     assert "scheme" in _one_line_error(run("inspect", "nosuch://x", "s1"), 2)
-    url = f"sqlite:///{tmp_path / 'empty.db'}"
-    assert "no session 's1'" in _one_line_error(run("inspect", url, "s1"), 1)
+    url = f"sqlite:///{tmp_path / 'typo.db'}"
+    line = _one_line_error(run("inspect", url, "s1"), 2)
+    assert line.endswith("typo.db does not exist (read-only commands never create one)")
+    assert not (tmp_path / "typo.db").exists()
     assert "not valid JSON" in _one_line_error(run("inspect", "-", input="\x00"), 1)
 
 
@@ -71,7 +73,10 @@ def test_reconcile_bad_inputs(tmp_path: Path) -> None:
     memory.write_text("[1,", encoding="utf-8")
     _one_line_error(run("reconcile", url, "s1", "--memory", str(memory)), 1)
     memory.write_text(json.dumps({"version": 1, "messages": []}), encoding="utf-8")
-    assert "no session" in _one_line_error(run("reconcile", url, "s1", "--memory", str(memory)), 1)
+    assert "does not exist" in _one_line_error(
+        run("reconcile", url, "s1", "--memory", str(memory)), 2
+    )
+    assert not (tmp_path / "s.db").exists()
 
 
 def test_other_verbs_bad_inputs() -> None:

@@ -9,27 +9,35 @@ from __future__ import annotations
 import io
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, NoReturn
 
 import click
+from rich.cells import cell_len
 from rich.console import Console, RenderableType
+from rich.measure import Measurement
+from rich.table import Table
 
 from ..errors import AkchatError, ConfigError, StorageError
 from ..storage import open_storage
 from ..storage.port import ManagedSessionStorage
+from ._existing import MissingStore, check_exists
 
 __all__ = [
     "DEFAULT_WIDTH",
     "EXIT_INVALID",
     "EXIT_USAGE",
+    "MAX_INPUT_BYTES",
     "CliFailure",
     "CliUsageFailure",
+    "InputTooLarge",
     "describe",
     "fail",
     "inert",
+    "inert_json",
     "opened_storage",
+    "pinned_rows",
     "print_renderable",
     "read_source",
     "stdout_console",
@@ -41,7 +49,15 @@ EXIT_USAGE = 2
 #: Columns when stdout is not a terminal (stable files and diffs).
 DEFAULT_WIDTH = 100
 
+#: The most a verb reads from a file or stdin (64 MiB): an endless or huge input (``/dev/zero``)
+#: ends with :class:`InputTooLarge` after that much, never by exhausting memory.
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# What json.dumps(ensure_ascii=False) leaves raw but a terminal must never receive: DEL and
+# the C1 controls (U+009B is a CSI), the line/paragraph separators, and lone surrogates
+# (escaped as JSON.stringify does). C0 controls are always escaped by json.dumps itself.
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 def inert(text: str) -> str:
@@ -49,6 +65,12 @@ def inert(text: str) -> str:
     replaced (a snapshot or an envelope must never drive the user's terminal)."""
     text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def inert_json(text: str) -> str:
+    """JSON text with every control character escaped as ``\\uXXXX``: still the same JSON
+    value, and nothing in it can drive a terminal."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 class CliFailure(click.ClickException):
@@ -86,24 +108,48 @@ def describe(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
+class InputTooLarge(CliFailure):
+    """A file or stdin holds more than :data:`MAX_INPUT_BYTES`; reading stopped there."""
+
+
 def read_source(source: str) -> bytes:
-    """The bytes of a file, or of stdin for ``-``; an unreadable file exits 2."""
+    """The bytes of a file, or of stdin for ``-``, at most :data:`MAX_INPUT_BYTES` of them.
+
+    An unreadable file exits 2; a longer input exits 1 with :class:`InputTooLarge` after
+    reading one byte past the limit (so memory stays bounded whatever the input is).
+    """
+    limit = MAX_INPUT_BYTES
     try:
         if source == "-":
-            return sys.stdin.buffer.read()
-        with open(source, "rb") as handle:
-            return handle.read()
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(source, "rb") as handle:
+                data = handle.read(limit + 1)
     except OSError as exc:
         fail(f"cannot read {source}: {exc.strerror or exc}", EXIT_USAGE)
+    if len(data) > limit:
+        raise InputTooLarge(f"{source}: input larger than {limit} bytes; stopped reading there")
+    return data
 
 
 @contextmanager
-def opened_storage(url: str) -> Iterator[ManagedSessionStorage]:
-    """``open_storage(url)``, closed afterwards; a bad URL or an unreachable store exits 2."""
+def opened_storage(url: str, *, create: bool = True) -> Iterator[ManagedSessionStorage]:
+    """``open_storage(url)``, closed afterwards; a bad URL or an unreachable store exits 2.
+
+    ``create=False`` (read-only verbs): a store that does not exist exits 2 and is not
+    created (see :mod:`._existing`).
+    """
     try:
         storage = open_storage(url)
     except (ConfigError, StorageError) as exc:
         fail(f"cannot open storage {url!r}: {describe(exc)}", EXIT_USAGE)
+    if not create:
+        try:
+            check_exists(url, storage)
+        except (MissingStore, StorageError) as exc:
+            with suppress(Exception):
+                storage.close()
+            fail(f"no store at {url}: {describe(exc)}", EXIT_USAGE)
     try:
         yield storage
     finally:
@@ -142,9 +188,35 @@ def flush(buffer: io.StringIO, tty: bool) -> None:
     click.echo(text, nl=False)
 
 
-def print_renderable(renderable: RenderableType) -> None:
-    """Print one rich renderable to stdout, deterministically when stdout is not a TTY."""
-    console, buffer, tty = stdout_console()
+def pinned_rows(table: Table, rows: Iterable[Sequence[str]]) -> Table:
+    """Add ``rows`` to ``table`` and pin every ``no_wrap`` column at its widest cell, so rich
+    never shrinks (cuts) a token or an id; :func:`print_renderable` widens the line instead."""
+    rows = [tuple(row) for row in rows]
+    for index, column in enumerate(table.columns):
+        if column.no_wrap:
+            cells = [cell_len(str(column.header)), *(cell_len(row[index]) for row in rows)]
+            column.min_width = max(cells)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+#: Wider than any terminal: measuring at this width finds a renderable's natural minimum.
+_UNBOUNDED = 10_000
+
+
+def print_renderable(renderable: RenderableType, width: int | None = None) -> None:
+    """Print one rich renderable to stdout, deterministically when stdout is not a TTY.
+
+    Lines are made as wide as the renderable's minimum needs, even past ``width`` (the
+    terminal's, or 100): a column that must not wrap (tokens, ids) is never broken or cut,
+    so a copied token works; the terminal folds the long line instead. Tables that should
+    behave so are built with ``expand=False`` and ``no_wrap`` id columns.
+    """
+    console, buffer, tty = stdout_console(width)
+    needed = Measurement.get(console, console.options.update_width(_UNBOUNDED), renderable)
+    if console.width < needed.minimum < _UNBOUNDED:
+        console, buffer, tty = stdout_console(needed.minimum)
     console.print(renderable)
     flush(buffer, tty)
 

@@ -24,7 +24,7 @@ from ..wire.decode import decode_session_snapshot
 from ..wire.enums import ConfirmationStatus
 from ..wire.jsontext import InvalidJsonText, parse_json_text
 from ..wire.session import ConfirmationBinding, SessionSnapshot
-from ._common import EXIT_INVALID, EXIT_USAGE, describe, fail, inert
+from ._common import EXIT_INVALID, EXIT_USAGE, describe, fail, inert, inert_json, pinned_rows
 
 __all__ = ["Decoded", "decode_or_fail", "load_or_fail", "render_snapshot"]
 
@@ -103,21 +103,25 @@ def _confirmation_tables(snapshot: SessionSnapshot) -> list[RenderableType]:
             continue
         kind = "processing" if status.is_processing else "terminal" if status.is_terminal else ""
         title = f"Confirmations {status.value} ({len(group)})" + (f" — {kind}" if kind else "")
-        table = Table(box=box.SIMPLE_HEAD, expand=True, title=title, title_justify="left")
-        table.add_column("token", ratio=3, overflow="fold")
-        table.add_column("action", ratio=2, overflow="fold")
-        table.add_column("tool call", ratio=3, overflow="fold")
-        table.add_column("expires (UTC)", ratio=3, overflow="fold")
-        table.add_column("input", ratio=3, min_width=12, overflow="fold")
-        for binding in group:
-            table.add_row(
+        # Tokens and ids never wrap (a copied token must work): print_renderable widens the
+        # output instead; the free text columns fold.
+        table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left")
+        table.add_column("token", no_wrap=True)
+        table.add_column("action", overflow="fold")
+        table.add_column("tool call", no_wrap=True)
+        table.add_column("expires (UTC)", overflow="fold")
+        table.add_column("input", min_width=12, overflow="fold")
+        rows = [
+            (
                 inert(binding.token),
                 inert(binding.action),
                 inert(binding.tool_call_id),
                 _when(binding.expires_at),
                 _input_text(binding),
             )
-        parts.append(table)
+            for binding in group
+        ]
+        parts.append(pinned_rows(table, rows))
     return parts
 
 
@@ -136,11 +140,10 @@ def _turns(snapshot: SessionSnapshot) -> list[RenderableType]:
             title=f"Terminal turns ({len(snapshot.terminal_turns)}, oldest first)",
             title_justify="left",
         )
-        table.add_column("turn", overflow="fold")
+        table.add_column("turn", no_wrap=True)
         table.add_column("outcome")
-        for turn in snapshot.terminal_turns:
-            table.add_row(inert(turn.turn_id), turn.outcome.value)
-        parts.append(table)
+        rows = [(inert(turn.turn_id), turn.outcome.value) for turn in snapshot.terminal_turns]
+        parts.append(pinned_rows(table, rows))
     else:
         parts.append(Text("Terminal turns: none"))
     return parts
@@ -193,6 +196,7 @@ def render_snapshot(decoded: Decoded) -> RenderableType:
 
 
 def wire_json(snapshot: SessionSnapshot) -> str:
-    """The canonical wire form: ``to_wire()`` as compact JSON, key order as the writer's."""
+    """The canonical wire form: ``to_wire()`` as compact JSON, key order as the writer's,
+    with every control character escaped (:func:`inert_json`)."""
     wire: Any = snapshot.to_wire()
-    return json.dumps(wire, ensure_ascii=False, separators=(",", ":"))
+    return inert_json(json.dumps(wire, ensure_ascii=False, separators=(",", ":")))

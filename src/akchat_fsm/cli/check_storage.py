@@ -9,7 +9,9 @@ naming a zero-argument callable that returns an adapter (for adapter authors).
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import tempfile
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -21,7 +23,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import ConfigError, StorageError
-from ..testing import CHECKS, CheckOutcome, check_session_storage
+from ..testing import CHECKS, CheckOutcome, ConformanceReport, check_session_storage
+from ..testing.conformance import _process_factory
+from ._cleanup import NotingFactory, clean_up
 from ._common import (
     EXIT_INVALID,
     EXIT_USAGE,
@@ -54,7 +58,7 @@ def resolve_target(target: str) -> Callable[[], Any] | str:
     return found  # type: ignore[no-any-return]
 
 
-def _report(outcomes: list[CheckOutcome], ok: bool, seed: int, profile: str) -> Group:
+def _report(outcomes: list[CheckOutcome], ok: bool, seed: int, profile: str, cleanup: str) -> Group:
     table = Table(box=box.SIMPLE_HEAD, expand=True, title="Conformance", title_justify="left")
     table.add_column("check", no_wrap=True)
     table.add_column("result", no_wrap=True)
@@ -70,7 +74,7 @@ def _report(outcomes: list[CheckOutcome], ok: bool, seed: int, profile: str) -> 
         f"{skipped} skipped (profile {profile}, seed {seed})",
         style="bold green" if ok else "bold red",
     )
-    return Group(table, verdict)
+    return Group(table, verdict, Text(cleanup))
 
 
 @click.command("check-storage")
@@ -113,6 +117,25 @@ def check_storage(
                 fail(f"cannot reach storage {factory!r}: {describe(exc)}", EXIT_USAGE)
     names = list(only) or list(CHECKS)
     profile: Literal["default", "deep"] = "deep" if deep else "default"
+    # The kit decides when processes race (a URL others can open); that decision is kept,
+    # and the kit gets the noting factory (picklable) in place of the target.
+    shared = _process_factory(factory, processes) is not None
+    with tempfile.TemporaryDirectory(prefix="akchat-check-") as scratch:
+        journal = os.path.join(scratch, "written")
+        report = _run_kit(NotingFactory(target, journal), names, profile, shared, seed)
+        cleanup = clean_up(target, journal)
+    print_renderable(_report(report.results, report.ok, report.seed, profile, cleanup))
+    if not report.ok:
+        raise SystemExit(EXIT_INVALID)
+
+
+def _run_kit(
+    factory: NotingFactory,
+    names: list[str],
+    profile: Literal["default", "deep"],
+    processes: bool,
+    seed: int | None,
+) -> ConformanceReport:
     console = stderr_console()
     outcomes: list[CheckOutcome] = []
     with Progress(
@@ -130,7 +153,7 @@ def check_storage(
             progress.update(task, advance=1, description=outcome.name)
 
         try:
-            report = check_session_storage(
+            return check_session_storage(
                 factory,
                 profile=profile,
                 processes=processes,
@@ -140,6 +163,3 @@ def check_storage(
             )
         except ConfigError as exc:
             fail(describe(exc), EXIT_USAGE)
-    print_renderable(_report(report.results, report.ok, report.seed, profile))
-    if not report.ok:
-        raise SystemExit(EXIT_INVALID)

@@ -2,7 +2,8 @@
 
 The snapshot is validated exactly as the driver validates it (strict shell, then canonical
 messages). On invalid input one line goes to stderr, ``error: <layer>: <reason>``, and the exit
-status is 1; an unreadable file exits 2. Nothing else is printed in either case.
+status is 1; an unreadable file exits 2. Nothing else is printed in either case. Input is read up
+to 64 MiB (``_common.MAX_INPUT_BYTES``); a longer one stops there with one line (exit 1).
 
 Output is deterministic when stdout is not a terminal: fixed width (100 columns unless
 ``--width``), no colour, no markup interpretation. Untrusted text is shown inert: terminal
@@ -27,7 +28,7 @@ from rich.text import Text
 from ..errors import InvalidControlledSnapshot
 from ..wire.controlled import ControlledSnapshot, parse_controlled_snapshot
 from ..wire.memory import Message, ToolCallStatus, thaw_json
-from ._common import DEFAULT_WIDTH, flush, inert, stdout_console
+from ._common import DEFAULT_WIDTH, flush, inert, read_source, stdout_console
 
 __all__ = ["show"]
 
@@ -140,13 +141,6 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
-def _read(source: str) -> bytes:
-    if source == "-":
-        return sys.stdin.buffer.read()
-    with open(source, "rb") as handle:
-        return handle.read()
-
-
 @click.command("show")
 @click.argument("snapshot", metavar="SNAPSHOT")
 @click.option(
@@ -157,10 +151,7 @@ def _read(source: str) -> bytes:
 )
 def show(snapshot: str, width: int | None) -> None:
     """Render a controlled-chat SNAPSHOT file (``-`` for stdin) after validating it."""
-    try:
-        data = _read(snapshot)
-    except OSError as exc:
-        _fail(f"cannot read {snapshot}: {exc.strerror or exc}", 2)
+    data = read_source(snapshot)  # at most MAX_INPUT_BYTES; an unreadable file exits 2
     try:
         parsed = parse_controlled_snapshot(data)
     except InvalidControlledSnapshot as exc:

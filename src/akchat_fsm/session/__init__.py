@@ -26,6 +26,7 @@ from .session import (
     resume_chat_session,
     resume_chat_session_async,
 )
+from .sweep import reconcile_all, reconcile_all_async
 
 __all__ = [
     "AsyncChatMemory",
@@ -46,6 +47,8 @@ __all__ = [
     "UpstreamChat",
     "UpstreamFailed",
     "reconcile",
+    "reconcile_all",
+    "reconcile_all_async",
     "reconcile_async",
     "resolve_chat_session",
     "resume_chat_session",

@@ -1,0 +1,370 @@
+"""``reconcile_all``: find the sessions a crash left holding claims, and reconcile each one.
+
+After a crash nobody knows which sessions hold ``approving`` / ``rejecting`` / ``expiring``
+records. A storage with the :class:`~akchat_fsm.storage.port.ProcessingIndex` capability lists
+them (with the time of their last write) from an index kept in the same compare-and-set write
+as the envelope, so the sweep never loads every envelope. For each session older than the
+threshold, the host says what to reconcile it with (:class:`SweepPorts`: its definition, its
+chat memory, its upstream); the session is resumed and :func:`~akchat_fsm.session.reconcile`
+settles its records. One session failing does not stop the others: its typed error is in the
+:class:`SweepReport`.
+
+The sweep is written once, as a plan of :class:`_Step` requests (list, ask the host, reconcile
+one session, report progress); :func:`reconcile_all` and :func:`reconcile_all_async` only
+execute them, as every session operation's plan is run by a sync or an async driver (ADR-0060,
+ADR-0094). Reconciling one session is the public ``resume_chat_session`` + ``reconcile`` pair
+(or their asyncio twins), so its checks and rules are exactly those of a hand-written loop.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+from ..errors import AkchatError, ConfigError, StorageUnavailable
+from ..storage.port import AsyncSessionStorage, ProcessingSession, SessionStorage
+from ._confirm import ReconcileOutcome
+from .definition import ChatDefinition
+from .ports import AsyncChatMemory, AsyncUpstreamChat, ChatMemory, UpstreamChat
+from .session import default_clock, resume_chat_session, resume_chat_session_async
+
+__all__ = [
+    "DEFAULT_SWEEP_LIMIT",
+    "AsyncSweepPorts",
+    "SweepPorts",
+    "SweepReport",
+    "SweptSession",
+    "reconcile_all",
+    "reconcile_all_async",
+]
+
+#: Sessions one sweep handles at most (the index lists the oldest first).
+DEFAULT_SWEEP_LIMIT = 1000
+
+NO_INDEX = (
+    "reconcile_all needs a storage with the ProcessingIndex capability (list_processing); "
+    "{kind} has none."
+)
+WRONG_FLAVOUR = "{kind}.list_processing is {what}: use {right} for this storage."
+SweepStatus = Literal["settled", "unsettled", "failed", "skipped"]
+
+
+@dataclass(frozen=True)
+class SweepPorts:
+    """What the host reconciles one session with (sync): the definition it was resumed with,
+    its chat memory, and its upstream (``None``: untouched claims are left as they are, or
+    released with ``release_untouched=True``; nothing can be re-issued)."""
+
+    definition: ChatDefinition
+    memory: ChatMemory
+    upstream: UpstreamChat | None = None
+
+
+@dataclass(frozen=True)
+class AsyncSweepPorts:
+    """The asyncio twin of :class:`SweepPorts`."""
+
+    definition: ChatDefinition
+    memory: AsyncChatMemory
+    upstream: AsyncUpstreamChat | None = None
+
+
+@dataclass(frozen=True)
+class SweptSession:
+    """What the sweep did for one listed session.
+
+    ``outcomes``: one :class:`ReconcileOutcome` per processing record (empty when the session
+    was settled by someone else before the sweep reached it, or when what keeps it listed is a
+    processing record of the tool-execution ledger, ADR-0100, which ``reconcile`` does not
+    settle). ``error``: the typed error that
+    stopped this session (nothing after it was done for it). ``skipped``: the host's
+    ``ports_for`` returned ``None`` (not its session).
+    """
+
+    session_id: str
+    last_write_ms: int
+    outcomes: tuple[ReconcileOutcome, ...] = ()
+    error: AkchatError | None = None
+    skipped: bool = False
+
+    @property
+    def status(self) -> SweepStatus:
+        """``failed``, ``skipped``, ``unsettled`` (some record left as it is: its tool call is
+        not in memory) or ``settled``."""
+        if self.error is not None:
+            return "failed"
+        if self.skipped:
+            return "skipped"
+        if any(o.action == "unknown" for o in self.outcomes):
+            return "unsettled"
+        return "settled"
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """Everything one sweep did, oldest session first.
+
+    ``written_before_ms``: the cut-off (sessions last written before it were listed).
+    ``truncated``: the index returned ``limit`` sessions, so more may be waiting; sweep again
+    (settled sessions leave the index) or raise ``limit``.
+    """
+
+    written_before_ms: int
+    limit: int
+    sessions: tuple[SweptSession, ...]
+
+    @property
+    def truncated(self) -> bool:
+        return len(self.sessions) >= self.limit
+
+    @property
+    def counts(self) -> dict[SweepStatus, int]:
+        """Sessions per :attr:`SweptSession.status` (only statuses that occurred)."""
+        return dict(Counter(s.status for s in self.sessions))
+
+    @property
+    def failed(self) -> tuple[SweptSession, ...]:
+        return tuple(s for s in self.sessions if s.error is not None)
+
+    @property
+    def ok(self) -> bool:
+        """Every listed session was reconciled without an error (skips allowed)."""
+        return not self.failed
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class _List:
+    """``storage.list_processing(written_before_ms=..., limit=...)``."""
+
+    written_before_ms: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class _AskHost:
+    """``ports_for(session_id)``: what to reconcile this session with, or ``None``."""
+
+    session_id: str
+
+
+@dataclass(frozen=True)
+class _Reconcile:
+    """Resume the session with the host's definition, then ``reconcile`` it with the host's
+    memory and upstream: the public calls, so every check they make applies here too."""
+
+    session_id: str
+    ports: SweepPorts | AsyncSweepPorts
+    release_untouched: bool
+    clock: Callable[[], int]
+
+
+@dataclass(frozen=True)
+class _Progress:
+    """``progress(session, done, total)``: tell the caller (a progress bar) one is done."""
+
+    session: SweptSession
+    done: int
+    total: int
+
+
+_Step: TypeAlias = _List | _AskHost | _Reconcile | _Progress
+_Sweep: TypeAlias = Generator[_Step, Any, SweepReport]
+
+
+def _typed(exc: Exception, what: str) -> AkchatError:
+    """A host callback's or adapter's untyped exception, as one of ours (mapped once, here)."""
+    if isinstance(exc, AkchatError):
+        return exc
+    error = ConfigError(f"{what} raised {exc!r}")
+    error.__cause__ = exc
+    return error
+
+
+def _sweep_one(
+    row: ProcessingSession,
+    release_untouched: bool,
+    clock: Callable[[], int],
+    expected: type[SweepPorts | AsyncSweepPorts],
+) -> Generator[_Step, Any, SweptSession]:
+    """One listed session: ask the host, then resume and reconcile it. Every failure is this
+    session's own (typed, in the result); nothing here stops the sweep."""
+    sid, last = row.session_id, row.last_write_ms
+    try:
+        ports = yield _AskHost(sid)
+    except Exception as exc:
+        return SweptSession(sid, last, error=_typed(exc, f"ports_for({sid!r})"))
+    if ports is None:
+        return SweptSession(sid, last, skipped=True)
+    if not isinstance(ports, expected):  # the other flavour, or not ports at all
+        return SweptSession(
+            sid,
+            last,
+            error=ConfigError(
+                f"ports_for({sid!r}) returned {type(ports).__name__}; this sweep needs "
+                f"{expected.__name__} (or None to skip the session)."
+            ),
+        )
+    try:
+        outcomes = yield _Reconcile(sid, ports, release_untouched, clock)
+    except AkchatError as exc:
+        return SweptSession(sid, last, error=exc)
+    return SweptSession(sid, last, outcomes=outcomes)
+
+
+def _plan_sweep(
+    cutoff_ms: int,
+    limit: int,
+    release_untouched: bool,
+    clock: Callable[[], int],
+    expected: type[SweepPorts | AsyncSweepPorts],
+) -> _Sweep:
+    """List the stuck sessions once, then settle each in turn, reporting progress."""
+    try:
+        listed: Sequence[ProcessingSession] = yield _List(cutoff_ms, limit)
+    except AkchatError:
+        raise
+    except Exception as exc:  # a failed read changed nothing: safe to retry
+        raise StorageUnavailable(f"list_processing failed: {exc!r}") from exc
+    swept: list[SweptSession] = []
+    for row in listed:
+        swept.append((yield from _sweep_one(row, release_untouched, clock, expected)))
+        yield _Progress(swept[-1], len(swept), len(listed))
+    return SweepReport(cutoff_ms, limit, tuple(swept))
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _flavour(storage: object, *, want_async: bool) -> None:
+    """Refuse a storage without the index, or of the other flavour, before any I/O."""
+    kind = type(storage).__name__
+    method = getattr(storage, "list_processing", None)
+    if not callable(method):
+        raise ConfigError(NO_INDEX.format(kind=kind))
+    is_async = inspect.iscoroutinefunction(method)
+    if is_async and not want_async:
+        raise ConfigError(
+            WRONG_FLAVOUR.format(kind=kind, what="async", right="reconcile_all_async")
+        )
+    if want_async and not is_async:
+        raise ConfigError(WRONG_FLAVOUR.format(kind=kind, what="sync", right="reconcile_all"))
+
+
+def _cutoff(older_than_ms: object, limit: object, clock: Callable[[], int]) -> int:
+    for name, value, least in (("older_than_ms", older_than_ms, 0), ("limit", limit, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"{name} must be an int >= {least}, got {value!r}.")
+    assert isinstance(older_than_ms, int)
+    return clock() - older_than_ms
+
+
+# --------------------------------------------------------------------------- drivers
+
+PortsFor = Callable[[str], SweepPorts | None]
+AsyncPortsFor = Callable[[str], AsyncSweepPorts | Awaitable[AsyncSweepPorts | None] | None]
+ProgressFn = Callable[[SweptSession, int, int], None]
+
+
+def _advance(plan: _Sweep, value: Any, error: Exception | None) -> tuple[bool, Any]:
+    try:
+        return False, plan.send(value) if error is None else plan.throw(error)
+    except StopIteration as stop:
+        return True, stop.value
+
+
+def reconcile_all(
+    storage: SessionStorage,
+    ports_for: PortsFor,
+    *,
+    older_than_ms: int,
+    limit: int = DEFAULT_SWEEP_LIMIT,
+    release_untouched: bool = False,
+    clock: Callable[[], int] = default_clock,
+    progress: ProgressFn | None = None,
+) -> SweepReport:
+    """Reconcile every session whose processing records were last written ``older_than_ms``
+    ago or more (at most ``limit``, oldest first).
+
+    ``storage``: a sync adapter with the ``ProcessingIndex`` capability (``ConfigError``
+    naming it otherwise, before any I/O). ``ports_for(session_id)``: a :class:`SweepPorts`
+    for the session, or ``None`` to skip it. ``clock``: epoch ms; it sets the cut-off against
+    the adapter's wall-clock write stamps and is the resumed sessions' clock.
+    ``progress(session, done, total)`` is called after each session. Never raises for one
+    session's failure (see :class:`SweptSession`); raises only if the index cannot be read.
+    """
+    _flavour(storage, want_async=False)
+    cutoff = _cutoff(older_than_ms, limit, clock)
+    plan = _plan_sweep(cutoff, limit, release_untouched, clock, SweepPorts)
+    done, step = _advance(plan, None, None)
+    while not done:
+        value, error = None, None
+        try:
+            if isinstance(step, _List):
+                value = storage.list_processing(  # type: ignore[attr-defined]
+                    written_before_ms=step.written_before_ms, limit=step.limit
+                )
+            elif isinstance(step, _AskHost):
+                value = ports_for(step.session_id)
+            elif isinstance(step, _Reconcile):
+                ports: Any = step.ports
+                session = resume_chat_session(
+                    ports.definition, session_id=step.session_id, storage=storage, clock=step.clock
+                )
+                value = session.reconcile(
+                    ports.memory, upstream=ports.upstream, release_untouched=step.release_untouched
+                )
+            elif progress is not None:
+                progress(step.session, step.done, step.total)
+        except Exception as exc:  # the plan decides what a failed step means
+            error = exc
+        done, step = _advance(plan, value, error)
+    return step  # type: ignore[no-any-return]
+
+
+async def reconcile_all_async(
+    storage: AsyncSessionStorage,
+    ports_for: AsyncPortsFor,
+    *,
+    older_than_ms: int,
+    limit: int = DEFAULT_SWEEP_LIMIT,
+    release_untouched: bool = False,
+    clock: Callable[[], int] = default_clock,
+    progress: ProgressFn | None = None,
+) -> SweepReport:
+    """The asyncio twin of :func:`reconcile_all` (an asyncio adapter, :class:`AsyncSweepPorts`;
+    ``ports_for`` may be a plain or an ``async`` function)."""
+    _flavour(storage, want_async=True)
+    cutoff = _cutoff(older_than_ms, limit, clock)
+    plan = _plan_sweep(cutoff, limit, release_untouched, clock, AsyncSweepPorts)
+    done, step = _advance(plan, None, None)
+    while not done:
+        value, error = None, None
+        try:
+            if isinstance(step, _List):
+                value = await storage.list_processing(  # type: ignore[attr-defined]
+                    written_before_ms=step.written_before_ms, limit=step.limit
+                )
+            elif isinstance(step, _AskHost):
+                value = ports_for(step.session_id)
+                if inspect.isawaitable(value):
+                    value = await value
+            elif isinstance(step, _Reconcile):
+                ports: Any = step.ports
+                session = await resume_chat_session_async(
+                    ports.definition, session_id=step.session_id, storage=storage, clock=step.clock
+                )
+                value = await session.reconcile(
+                    ports.memory, upstream=ports.upstream, release_untouched=step.release_untouched
+                )
+            elif progress is not None:
+                progress(step.session, step.done, step.total)
+        except Exception as exc:  # the plan decides what a failed step means
+            error = exc
+        done, step = _advance(plan, value, error)
+    return step  # type: ignore[no-any-return]

@@ -1,0 +1,396 @@
+"""``reconcile_all``: the sweep over the processing index, sync and async, on every shipped
+adapter (memory, SQLite, PostgreSQL, Redis: the servers are real, and skip only outside CI)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from akchat_fsm import reconcile_all, reconcile_all_async
+from akchat_fsm.cli._demo_world import ClientCrashed, ClientUpstream, DemoClock, DemoUpstream
+from akchat_fsm.errors import ConfigError, IncompatibleSession, StorageUnavailable
+from akchat_fsm.session import ChatDefinition, ToolCallProposal, resume_chat_session
+from akchat_fsm.session.sweep import AsyncSweepPorts, SweepPorts, SweptSession
+from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
+from akchat_fsm.wire.session import SessionSnapshot
+
+DEFINITION = ChatDefinition("sweep-test")
+FIVE_MINUTES = 5 * 60_000
+
+
+def later(minutes: int) -> Callable[[], int]:
+    """A clock ``minutes`` ahead of the wall clock the adapters stamp their writes with."""
+    return lambda: time.time_ns() // 1_000_000 + minutes * 60_000
+
+
+# --------------------------------------------------------------------------- stores
+
+
+@dataclass
+class Store:
+    """One backing store: a sync adapter and its asyncio twin on the same data."""
+
+    sync: Any
+    make_async: Callable[[], Any]
+
+
+def _memory(tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    shared = MemoryStorage()
+    return Store(shared, lambda: AsyncMemoryStorage(shared))
+
+
+def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    from akchat_fsm.storage.sqlite import AsyncSQLiteStorage, SQLiteStorage
+
+    path = tmp_path / "sweep.db"
+    return Store(SQLiteStorage(path), lambda: AsyncSQLiteStorage(path))
+
+
+def _postgres(tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    from akchat_fsm.storage.postgres import AsyncPostgresStorage, PostgresStorage
+
+    url, table = request.getfixturevalue("pg_url"), f"sw_{uuid.uuid4().hex[:12]}"
+
+    def drop() -> None:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            for (name,) in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE tablename LIKE %s", (f"{table}%",)
+            ).fetchall():
+                conn.execute(f"DROP TABLE IF EXISTS {name}")
+
+    request.addfinalizer(drop)
+    return Store(PostgresStorage(url, table=table), lambda: AsyncPostgresStorage(url, table=table))
+
+
+def _redis(tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    from akchat_fsm.storage.redis import AsyncRedisStorage, RedisStorage
+
+    url, prefix = request.getfixturevalue("redis_url"), f"aksw:{uuid.uuid4().hex[:12]}:"
+
+    def drop() -> None:
+        import redis
+
+        with redis.Redis.from_url(url) as client:
+            for key in client.scan_iter(f"{prefix}*"):
+                client.delete(key)
+
+    request.addfinalizer(drop)
+    return Store(RedisStorage(url, prefix=prefix), lambda: AsyncRedisStorage(url, prefix=prefix))
+
+
+# Every shipped adapter has the processing index: each one is swept, none may be left out.
+BACKENDS = [
+    pytest.param(_memory, id="memory"),
+    pytest.param(_sqlite, id="sqlite"),
+    pytest.param(_postgres, id="postgres"),
+    pytest.param(_redis, id="redis"),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    made: Store = request.param(tmp_path, request)
+    yield made
+    made.sync.close()
+
+
+# --------------------------------------------------------------------------- a crash
+
+
+def crashed(storage: Any, session_id: str, crashes: tuple[str, ...]) -> DemoUpstream:
+    """Store ``session_id`` with one claim per crash, plus one pending record; returns the
+    session's upstream (its chat memory is ``upstream.load()``).
+
+    ``"before"``: the claimant died after its claim was saved, before calling upstream (the
+    tool call stays ``requires_confirmation``); ``"after"``: it died after upstream acted.
+    """
+    upstream = DemoUpstream(DemoClock())
+    for n, crash in enumerate(crashes):
+        session = resume_chat_session(
+            DEFINITION, session_id=session_id, storage=storage, clock=upstream.clock
+        )
+        client = ClientUpstream(
+            upstream, "before_upstream" if crash == "before" else "after_upstream"
+        )
+        coordinator = session.confirmations_for(client)  # type: ignore[arg-type]
+        binding = coordinator.propose(f"tool.{n}", {"n": n})
+        with pytest.raises(ClientCrashed):
+            coordinator.approve(binding.token)
+    session = resume_chat_session(
+        DEFINITION, session_id=session_id, storage=storage, clock=upstream.clock
+    )
+    session.confirmations_for(ClientUpstream(upstream)).propose("tool.later", {})
+    return upstream
+
+
+def statuses(storage: Any, session_id: str) -> list[str]:
+    stored = storage.load(session_id)
+    snapshot = SessionSnapshot.model_validate_json(stored)
+    return [b.status.value for b in snapshot.confirmations]
+
+
+def actions(swept: SweptSession) -> list[str]:
+    return [o.action for o in swept.outcomes]
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+def test_a_sweep_settles_every_stuck_session_and_only_those(store: Store) -> None:
+    hosts = {
+        "s-both": crashed(store.sync, "s-both", ("before", "after")),
+        "s-acted": crashed(store.sync, "s-acted", ("after",)),
+        "s-clean": crashed(store.sync, "s-clean", ()),
+    }
+    asked: list[str] = []
+
+    def ports_for(session_id: str) -> SweepPorts:
+        asked.append(session_id)
+        host = hosts[session_id]
+        return SweepPorts(DEFINITION, host, host)
+
+    report = reconcile_all(store.sync, ports_for, older_than_ms=FIVE_MINUTES, clock=later(10))
+    assert sorted(asked) == ["s-acted", "s-both"]  # the clean session is not in the index
+    by_id = {s.session_id: s for s in report.sessions}
+    assert actions(by_id["s-both"]) == ["resumed", "completed"]
+    assert actions(by_id["s-acted"]) == ["completed"]
+    assert report.counts == {"settled": 2} and report.ok and not report.truncated
+    assert statuses(store.sync, "s-both") == ["approved", "approved", "pending"]
+    assert statuses(store.sync, "s-acted") == ["approved", "pending"]
+    # upstream received exactly one approve per tool call: the untouched one was issued once
+    both = hosts["s-both"]
+    assert sorted(both.approve_calls.values()) == [1, 1]
+    assert all(both.tool_status(call) == "complete" for call in both.approve_calls)
+    # settled sessions leave the index: a second sweep finds nothing
+    again = reconcile_all(store.sync, ports_for, older_than_ms=FIVE_MINUTES, clock=later(10))
+    assert again.sessions == ()
+
+
+def test_sessions_written_more_recently_than_the_threshold_are_left_alone(store: Store) -> None:
+    host = crashed(store.sync, "s-young", ("before",))
+    report = reconcile_all(
+        store.sync,
+        lambda sid: SweepPorts(DEFINITION, host, host),
+        older_than_ms=FIVE_MINUTES,
+        clock=later(0),  # written just now: younger than five minutes
+    )
+    assert report.sessions == ()
+    assert statuses(store.sync, "s-young") == ["approving", "pending"]
+    assert host.approve_calls == {}
+
+
+def test_one_failing_session_does_not_stop_the_sweep(store: Store) -> None:
+    hosts = {sid: crashed(store.sync, sid, ("after",)) for sid in ("a", "b", "c", "d", "e")}
+
+    class BrokenMemory:
+        def load(self) -> object:
+            raise OSError("memory service down")
+
+    def ports_for(session_id: str) -> SweepPorts | None:
+        host = hosts[session_id]
+        if session_id == "a":
+            raise KeyError("no tenant for a")  # the host's own bug: typed, and the sweep goes on
+        if session_id == "b":
+            return SweepPorts(DEFINITION, BrokenMemory(), host)
+        if session_id == "c":
+            return SweepPorts(ChatDefinition("another-definition"), host, host)
+        if session_id == "d":
+            return None  # not this host's session
+        return SweepPorts(DEFINITION, host, host)
+
+    report = reconcile_all(store.sync, ports_for, older_than_ms=FIVE_MINUTES, clock=later(10))
+    by_id = {s.session_id: s for s in report.sessions}
+    assert sorted(by_id) == ["a", "b", "c", "d", "e"]
+    assert isinstance(by_id["a"].error, ConfigError)
+    assert isinstance(by_id["a"].error.__cause__, KeyError)
+    assert isinstance(by_id["b"].error, StorageUnavailable)
+    assert isinstance(by_id["c"].error, IncompatibleSession | ConfigError)
+    assert by_id["d"].skipped and by_id["d"].outcomes == ()
+    assert actions(by_id["e"]) == ["completed"]
+    assert report.counts == {"failed": 3, "skipped": 1, "settled": 1} and not report.ok
+    assert sorted(s.session_id for s in report.failed) == ["a", "b", "c"]
+    for sid in "abcd":
+        assert statuses(store.sync, sid) == ["approving", "pending"], sid
+    assert statuses(store.sync, "e") == ["approved", "pending"]
+
+
+def test_a_tool_call_missing_from_memory_leaves_the_session_unsettled(store: Store) -> None:
+    host = crashed(store.sync, "s-lost", ("before",))
+    empty = DemoUpstream(DemoClock())  # a memory that never saw the call
+    report = reconcile_all(
+        store.sync,
+        lambda sid: SweepPorts(DEFINITION, empty, host),
+        older_than_ms=FIVE_MINUTES,
+        clock=later(10),
+    )
+    (swept,) = report.sessions
+    assert swept.status == "unsettled" and actions(swept) == ["unknown"]
+    assert host.approve_calls == {}
+    assert [row.session_id for row in store.sync.list_processing()] == ["s-lost"]
+
+
+def test_the_limit_takes_the_oldest_first_and_says_more_may_wait(store: Store) -> None:
+    hosts = {}
+    for sid in ("first", "second", "third"):
+        hosts[sid] = crashed(store.sync, sid, ("after",))
+        written = store.sync.list_processing()[-1].last_write_ms
+        while time.time_ns() // 1_000_000 <= written:  # distinct write stamps, in order
+            time.sleep(0.001)
+    seen: list[tuple[str, int, int]] = []
+
+    def ports_for(sid: str) -> SweepPorts:
+        return SweepPorts(DEFINITION, hosts[sid], hosts[sid])
+
+    def progress(swept: SweptSession, done: int, total: int) -> None:
+        seen.append((swept.session_id, done, total))
+
+    first = reconcile_all(
+        store.sync,
+        ports_for,
+        older_than_ms=FIVE_MINUTES,
+        limit=2,
+        clock=later(10),
+        progress=progress,
+    )
+    assert [s.session_id for s in first.sessions] == ["first", "second"] and first.truncated
+    assert seen == [("first", 1, 2), ("second", 2, 2)]
+    rest = reconcile_all(
+        store.sync, ports_for, older_than_ms=FIVE_MINUTES, limit=2, clock=later(10)
+    )
+    assert [s.session_id for s in rest.sessions] == ["third"] and not rest.truncated
+
+
+class AsyncHost:
+    """The asyncio face of one :class:`DemoUpstream` (upstream and memory)."""
+
+    def __init__(self, inner: DemoUpstream) -> None:
+        self.inner = inner
+
+    async def propose_tool_call(
+        self, id: str, name: str, args: Mapping[str, Any]
+    ) -> ToolCallProposal:
+        return self.inner.propose_tool_call(id, name, args)
+
+    async def approve(self, tool_call_id: str) -> None:
+        self.inner.approve(tool_call_id)
+
+    async def deny(self, tool_call_id: str, reason: str) -> None:
+        self.inner.deny(tool_call_id, reason)
+
+    async def load(self) -> dict[str, Any]:
+        return self.inner.load()
+
+
+def test_the_async_sweep_runs_the_same_plan(store: Store) -> None:
+    hosts = {
+        "s-both": crashed(store.sync, "s-both", ("before", "after")),
+        "s-missing": crashed(store.sync, "s-missing", ("after",)),
+    }
+
+    async def ports_for(sid: str) -> AsyncSweepPorts | None:
+        if sid == "s-missing":
+            raise LookupError("unknown tenant")
+        host = AsyncHost(hosts[sid])
+        return AsyncSweepPorts(DEFINITION, host, host)
+
+    async def sweep() -> Any:
+        storage = store.make_async()
+        try:
+            return await reconcile_all_async(
+                storage, ports_for, older_than_ms=FIVE_MINUTES, clock=later(10)
+            )
+        finally:
+            await storage.aclose()
+
+    report = asyncio.run(sweep())
+    by_id = {s.session_id: s for s in report.sessions}
+    assert actions(by_id["s-both"]) == ["resumed", "completed"]
+    assert isinstance(by_id["s-missing"].error, ConfigError)
+    assert statuses(store.sync, "s-both") == ["approved", "approved", "pending"]
+    assert sorted(hosts["s-both"].approve_calls.values()) == [1, 1]
+
+
+# --------------------------------------------------------------------------- misuse
+
+
+class NoIndex:
+    """A third-party adapter without the optional capability (it records every call)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def load(self, session_id: str) -> None:
+        self.calls.append("load")
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        self.calls.append("save")
+        return False
+
+
+def _never(sid: str) -> SweepPorts:
+    raise AssertionError("the host was asked about a session")
+
+
+def test_a_storage_without_the_index_is_refused_by_name_before_any_io() -> None:
+    storage = NoIndex()
+    with pytest.raises(ConfigError, match="ProcessingIndex capability \\(list_processing\\)"):
+        reconcile_all(storage, _never, older_than_ms=0)
+    with pytest.raises(ConfigError, match="ProcessingIndex"):
+        asyncio.run(reconcile_all_async(storage, _never, older_than_ms=0))  # type: ignore[arg-type]
+    assert storage.calls == []
+
+
+def test_the_wrong_flavour_names_the_right_function() -> None:
+    shared = MemoryStorage()
+    with pytest.raises(ConfigError, match="use reconcile_all_async"):
+        reconcile_all(AsyncMemoryStorage(shared), _never, older_than_ms=0)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="use reconcile_all "):
+        asyncio.run(reconcile_all_async(shared, _never, older_than_ms=0))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("older_than_ms", "limit"), [(-1, 10), (True, 10), (1.5, 10), (0, 0), (0, "9")]
+)
+def test_bad_arguments_are_config_errors(older_than_ms: Any, limit: Any) -> None:
+    with pytest.raises(ConfigError):
+        reconcile_all(MemoryStorage(), _never, older_than_ms=older_than_ms, limit=limit)
+
+
+def test_ports_of_the_wrong_flavour_fail_that_session_only() -> None:
+    storage = MemoryStorage()
+    host = crashed(storage, "s-wrong", ("before",))
+    report = reconcile_all(
+        storage,
+        lambda sid: AsyncSweepPorts(DEFINITION, AsyncHost(host), AsyncHost(host)),  # type: ignore[arg-type,return-value]
+        older_than_ms=FIVE_MINUTES,
+        clock=later(10),
+    )
+    (swept,) = report.sessions
+    assert isinstance(swept.error, ConfigError)
+    assert "returned AsyncSweepPorts; this sweep needs SweepPorts" in str(swept.error)
+    assert statuses(storage, "s-wrong") == ["approving", "pending"] and host.approve_calls == {}
+    report = reconcile_all(
+        storage,
+        lambda sid: {"definition": DEFINITION},
+        older_than_ms=FIVE_MINUTES,
+        clock=later(10),  # type: ignore[arg-type,return-value]
+    )
+    assert "returned dict" in str(report.sessions[0].error)
+
+
+def test_an_index_that_fails_to_answer_is_storage_unavailable() -> None:
+    class Down(MemoryStorage):
+        def list_processing(self, **kwargs: Any) -> Any:
+            raise OSError("connection reset")
+
+    with pytest.raises(StorageUnavailable, match="list_processing failed"):
+        reconcile_all(Down(), _never, older_than_ms=0)
