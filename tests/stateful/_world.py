@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from akchat_fsm.errors import AkchatError
-from akchat_fsm.session.effects import Approve, Deny, Emit, Load, Plan, Propose, ReadMemory, Save
+from akchat_fsm.session.drivers import Ports, execute_sync
+from akchat_fsm.session.effects import Plan, Save
 from akchat_fsm.session.ports import ToolCallProposal
 from akchat_fsm.wire.session import SessionSnapshot
 
@@ -153,18 +154,5 @@ class Stepper:
 
 
 def perform(effect: Any, storage: Any, upstream: FakeUpstream, memory: FakeMemory) -> Any:
-    """Perform one effect for real (no fault)."""
-    if isinstance(effect, Load):
-        return storage.load(effect.session_id)
-    if isinstance(effect, Save):
-        return storage.save(effect.snapshot, effect.expected_cursor)
-    if isinstance(effect, Propose):
-        return upstream.propose_tool_call(effect.tool_call_id, effect.name, effect.args)
-    if isinstance(effect, Approve):
-        return upstream.approve(effect.tool_call_id)
-    if isinstance(effect, Deny):
-        return upstream.deny(effect.tool_call_id, effect.reason)
-    if isinstance(effect, ReadMemory):
-        return memory.load()
-    assert isinstance(effect, Emit)
-    return None
+    """Perform one effect for real (no fault), exactly as the sync driver does."""
+    return execute_sync(effect, Ports(storage, upstream, memory))

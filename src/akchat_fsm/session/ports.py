@@ -7,7 +7,7 @@ and it only *reads* memory (to reconcile processing records).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -15,9 +15,11 @@ from ..errors import ConfirmationError
 
 __all__ = [
     "AsyncChatMemory",
+    "AsyncToolCallStatusMemory",
     "AsyncUpstreamChat",
     "ChatMemory",
     "ToolCallProposal",
+    "ToolCallStatusMemory",
     "UpstreamChat",
     "UpstreamFailed",
 ]
@@ -79,6 +81,26 @@ class AsyncChatMemory(Protocol):
     """The asyncio twin of :class:`ChatMemory`."""
 
     async def load(self) -> object: ...
+
+
+@runtime_checkable
+class ToolCallStatusMemory(Protocol):
+    """A memory that answers "the status of these tool-call ids" directly (preferred by reconcile).
+
+    ``tool_call_statuses`` returns upstream's tool-call status (``"requires_confirmation"``,
+    ``"running"``, ``"complete"``, ``"error"``...) for each id it knows; an id it leaves out is
+    unknown (reconcile leaves that record as it is). Reconcile then never loads the whole chat,
+    so it works at any chat length. A memory without it is read through ``load`` instead.
+    """
+
+    def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class AsyncToolCallStatusMemory(Protocol):
+    """The asyncio twin of :class:`ToolCallStatusMemory`."""
+
+    async def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> Mapping[str, str]: ...
 
 
 class UpstreamFailed(ConfirmationError):
