@@ -22,12 +22,20 @@ from akchat_fsm.machines.confirmation import ConfirmationEvent
 from akchat_fsm.session import ChatDefinition, _confirm, _ops
 from akchat_fsm.session._state import SessionHolder
 from akchat_fsm.session.effects import Approve, Deny, Emit, Load, Plan, Save
+from akchat_fsm.testing.doubles import RecordingChatMemory
 from akchat_fsm.testing.faulty import FaultyStorage
 from akchat_fsm.wire.decode import decode_session_snapshot
 from akchat_fsm.wire.enums import ConfirmationStatus
 from akchat_fsm.wire.session import SessionSnapshot
 
-from ._world import FakeMemory, FakeUpstream, RecordingStorage, Stepper, UpstreamBoom, perform
+from ._world import (
+    RecordingStorage,
+    Stepper,
+    UpstreamBoom,
+    born_handled,
+    counting_upstream,
+    perform,
+)
 
 CLIENTS = 3
 #: What a step's ``fault`` draw (0-9) means for the effect the client is waiting on: most
@@ -101,8 +109,8 @@ class ResolutionProtocol(RuleBasedStateMachine):
         self.session_id = f"sf-{uuid.uuid4().hex[:20]}"
         self.recording = RecordingStorage(type(self).make_storage())
         self.storage = FaultyStorage(self.recording)
-        self.upstream = FakeUpstream()
-        self.memory = FakeMemory(self.upstream)
+        self.upstream = counting_upstream()
+        self.memory = RecordingChatMemory(self.upstream)
         self.now = 1_000
         self.clients = [_Client() for _ in range(CLIENTS)]
         self.terminal_seen: dict[str, ConfirmationStatus] = {}
@@ -309,13 +317,13 @@ class ResolutionProtocol(RuleBasedStateMachine):
         self.no_acknowledged_save_lost()
 
     def upstream_called_at_most_once_per_tool_call(self) -> None:
-        over = {call: n for call, n in self.upstream.calls.items() if n > 1}
+        over = {call: n for call, n in self.upstream.calls_per_tool_call.items() if n > 1}
         assert not over, f"upstream replayed: {over}"
 
     def terminal_only_after_upstream_succeeded(self) -> None:
         snapshot = self._snapshot
         for binding in () if snapshot is None else snapshot.confirmations:
-            if not binding.status.is_terminal or binding.tool_call_id in self.upstream.born_other:
+            if not binding.status.is_terminal or born_handled(self.upstream, binding.tool_call_id):
                 continue
             acted = self.upstream.acted.get(binding.tool_call_id)
             assert acted == EXPECTED_CALL[binding.status], (

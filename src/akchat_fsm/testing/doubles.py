@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..session.ports import ToolCallProposal
@@ -46,15 +46,18 @@ class UpstreamDown(ConnectionError):
 class RecordingUpstream:
     """A synchronous upstream chat controller that records every call (see the module doc).
 
-    ``proposed``: every proposed id, in order (a repeat too). ``calls``: every approve/deny,
-    ``("approve", id)`` or ``("deny", id, reason)``, acted or not. ``statuses``: each tool
-    call's upstream status. ``acted``: what each call did to its tool call (``"approve"`` or
-    ``"deny"``), at most one entry per call.
+    ``born``: the status of a new tool call, or a function of its id that returns it (e.g. to
+    have some proposals come back already handled). ``proposed``: every proposed id, in order
+    (a repeat too). ``created``: each tool call's status when it was created. ``calls``: every
+    approve/deny, ``("approve", id)`` or ``("deny", id, reason)``, acted or not. ``statuses``:
+    each tool call's upstream status now. ``acted``: what each call did to its tool call
+    (``"approve"`` or ``"deny"``), at most one entry per call.
     """
 
-    def __init__(self, born: str = REQUIRES_CONFIRMATION) -> None:
+    def __init__(self, born: str | Callable[[str], str] = REQUIRES_CONFIRMATION) -> None:
         self.born = born
         self.proposed: list[str] = []
+        self.created: dict[str, str] = {}
         self.names: dict[str, str] = {}
         self.calls: list[tuple[str, ...]] = []
         self.statuses: dict[str, str] = {}
@@ -64,8 +67,10 @@ class RecordingUpstream:
     # -- the port --------------------------------------------------------------------------
     def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> ToolCallProposal:
         self.proposed.append(id)
-        self.statuses.setdefault(id, self.born)
-        self.names.setdefault(id, name)
+        if id not in self.created:
+            self.created[id] = self.born if isinstance(self.born, str) else self.born(id)
+            self.statuses[id] = self.created[id]
+            self.names[id] = name
         return ToolCallProposal(id, self.names[id], dict(args), self.statuses[id])
 
     def approve(self, tool_call_id: str) -> None:
@@ -79,6 +84,16 @@ class RecordingUpstream:
     def executed(self) -> Counter[str]:
         """Approve calls per tool call, acted or not (a guarantee test expects at most 1)."""
         return Counter(call[1] for call in self.calls if call[0] == "approve")
+
+    @property
+    def calls_per_tool_call(self) -> Counter[str]:
+        """Approve and deny calls per tool call, acted or not (the guarantee: at most 1)."""
+        return Counter(call[1] for call in self.calls)
+
+    @property
+    def denied(self) -> list[tuple[str, str]]:
+        """Every deny call, ``(tool_call_id, reason)``, acted or not."""
+        return [(call[1], call[2]) for call in self.calls if call[0] == "deny"]
 
     def calls_for(self, tool_call_id: str) -> list[tuple[str, ...]]:
         """Every approve/deny call made for ``tool_call_id``."""
@@ -103,7 +118,10 @@ class AsyncRecordingUpstream:
     """
 
     def __init__(
-        self, born: str = REQUIRES_CONFIRMATION, *, sync: RecordingUpstream | None = None
+        self,
+        born: str | Callable[[str], str] = REQUIRES_CONFIRMATION,
+        *,
+        sync: RecordingUpstream | None = None,
     ) -> None:
         self.sync = sync if sync is not None else RecordingUpstream(born)
         self.gate: asyncio.Event | None = None
