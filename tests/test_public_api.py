@@ -11,7 +11,7 @@ import akchat_fsm
 EXPECTED = [
     "ActiveTurn", "AkchatError", "AlreadyResolved", "AsyncChatMemory", "AsyncChatSession",
     "AsyncConfirmationCoordinator", "AsyncMemoryStorage", "AsyncSQLiteStorage",
-    "AsyncSessionStorage", "AsyncUpstreamChat", "ChatDefinition", "ChatMemory", "ChatSession",
+    "AsyncSessionStorage", "AsyncToolCallStatusMemory", "AsyncUpstreamChat", "ChatDefinition", "ChatMemory", "ChatSession",
     "ConfigError", "ConfirmationBinding", "ConfirmationCoordinator", "ConfirmationError",
     "ConfirmationStatus", "ControlledActions", "ControlledChat", "ControlledConfirmations",
     "ControlledSnapshot", "Conversation", "ConversationFlow", "DecisionKind", "DecodeResult",
@@ -21,7 +21,7 @@ EXPECTED = [
     "ReconcileOutcome", "ResolutionInProgress", "Route", "RouteDecision", "SQLiteStorage",
     "SessionConflict", "SessionEvent", "SessionEventKind", "SessionSnapshot", "SessionStorage",
     "SnapshotSequence", "StaleControlledSnapshot", "StorageError", "StorageUnavailable",
-    "TerminalTurn", "ToolCall", "ToolCallProposal", "ToolCallStatus", "TurnOutcome",
+    "TerminalTurn", "ToolCall", "ToolCallProposal", "ToolCallStatus", "ToolCallStatusMemory", "TurnOutcome",
     "UpstreamChat", "UpstreamFailed", "__version__", "create_controlled_chat",
     "decode_session_snapshot", "open_async_storage", "open_storage", "parse_controlled_snapshot",
     "parse_session_snapshot", "reconcile", "reconcile_async", "resolve_chat_session",

@@ -10,9 +10,11 @@ from .definition import ChatDefinition, ConversationFlow, Route
 from .observers import Observer, SessionEvent, SessionEventKind
 from .ports import (
     AsyncChatMemory,
+    AsyncToolCallStatusMemory,
     AsyncUpstreamChat,
     ChatMemory,
     ToolCallProposal,
+    ToolCallStatusMemory,
     UpstreamChat,
     UpstreamFailed,
 )
@@ -31,6 +33,7 @@ __all__ = [
     "AsyncChatMemory",
     "AsyncChatSession",
     "AsyncConfirmationCoordinator",
+    "AsyncToolCallStatusMemory",
     "AsyncUpstreamChat",
     "ChatDefinition",
     "ChatMemory",
@@ -43,6 +46,7 @@ __all__ = [
     "SessionEvent",
     "SessionEventKind",
     "ToolCallProposal",
+    "ToolCallStatusMemory",
     "UpstreamChat",
     "UpstreamFailed",
     "reconcile",

@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfirmationError
+from ..wire.memory import MemoryRecord
 
 __all__ = [
     "AsyncChatMemory",
     "AsyncToolCallStatusMemory",
     "AsyncUpstreamChat",
     "ChatMemory",
+    "MemoryContent",
     "ToolCallProposal",
     "ToolCallStatusMemory",
     "UpstreamChat",
@@ -65,22 +67,28 @@ class AsyncUpstreamChat(Protocol):
     async def deny(self, tool_call_id: str, reason: str) -> object: ...
 
 
+#: What ``ChatMemory.load`` returns: the memory record (wire mapping or model) or its messages.
+MemoryContent = MemoryRecord | Mapping[str, Any] | Sequence[Mapping[str, Any]]
+
+
 @runtime_checkable
 class ChatMemory(Protocol):
     """The host's canonical message store (upstream ``ChatMemory``); only ``load`` is used.
 
     ``load`` returns a memory record ``{"version": 1, "messages": [...]}`` (or its
-    :class:`~akchat_fsm.wire.memory.MemoryRecord`) or the bare list of messages.
+    :class:`~akchat_fsm.wire.memory.MemoryRecord`) or the bare list of messages. Reconcile
+    reads only the tool calls' ids and statuses from it, so any chat length works; a memory
+    that can answer for a few ids directly should also be a :class:`ToolCallStatusMemory`.
     """
 
-    def load(self) -> object: ...
+    def load(self) -> MemoryContent: ...
 
 
 @runtime_checkable
 class AsyncChatMemory(Protocol):
     """The asyncio twin of :class:`ChatMemory`."""
 
-    async def load(self) -> object: ...
+    async def load(self) -> MemoryContent: ...
 
 
 @runtime_checkable
