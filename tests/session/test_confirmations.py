@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from akchat_fsm.session import (
     ChatDefinition,
     SessionEvent,
     SessionEventKind,
+    ToolCallProposal,
     reconcile,
     resume_chat_session,
 )
@@ -267,3 +269,73 @@ def test_a_save_left_unknown_that_did_not_apply_is_never_reported() -> None:
     session.reload()  # cursor 2 is the other client's write, not ours
     assert [event.cursor for event in seen] == [1]
     assert session.cursor == 2
+
+
+class _RacingUpstream(RecordingUpstream):
+    """Runs ``meanwhile`` inside its first proposal: another client saves while upstream works."""
+
+    def __init__(self, meanwhile: Any) -> None:
+        super().__init__()
+        self.meanwhile = meanwhile
+
+    def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> ToolCallProposal:
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
+            meanwhile()
+        return super().propose_tool_call(id, name, args)
+
+
+class _Contended:
+    """Storage for one client: before each of its first ``rounds`` saves, another client saves."""
+
+    def __init__(self, inner: MemoryStorage, rounds: int, other: Any) -> None:
+        self.inner, self.rounds, self.other = inner, rounds, other
+
+    def load(self, session_id: str) -> object:
+        return self.inner.load(session_id)
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        if self.rounds > 0:
+            self.rounds -= 1
+            self.other()
+        return self.inner.save(snapshot, expected_cursor)
+
+
+def test_a_propose_that_meets_concurrent_saves_rebases_without_proposing_again() -> None:
+    storage = MemoryStorage()
+    other = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    other.persist()
+    elsewhere = RecordingUpstream()
+
+    def propose_elsewhere() -> None:
+        other.confirmations_for(elsewhere).propose("a.b", {})
+
+    contended = _Contended(storage, rounds=6, other=propose_elsewhere)
+    mine = resume_chat_session(DEFINITION, session_id="s", storage=contended)
+    upstream = RecordingUpstream()
+    record = mine.confirmations_for(upstream).propose("email.send", {})  # lost six races
+    assert upstream.proposed == [record.tool_call_id]  # upstream was asked once
+    stored = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    assert [b.tool_call_id for b in stored.confirmations] == [
+        *elsewhere.proposed,
+        record.tool_call_id,
+    ]
+    assert len(elsewhere.proposed) == 6 and stored.cursor == 8 and upstream.calls == []
+
+
+def test_a_rebase_refused_on_the_fresh_envelope_denies_the_unbound_call_upstream() -> None:
+    """Limits are re-checked on the fresh envelope; a call that cannot be bound is denied."""
+    storage = MemoryStorage()
+    seeded(storage, ["pending"] * 999)
+    other = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    mine = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    upstream = _RacingUpstream(
+        lambda: other.confirmations_for(RecordingUpstream()).propose("a.b", {})
+    )
+    with pytest.raises(LimitExceeded) as refused:
+        mine.confirmations_for(upstream).propose("email.send", {})  # 999 live when it checked
+    (call,) = upstream.proposed
+    assert upstream.calls == [("deny", call, "proposal could not be recorded")]
+    assert any("denied upstream" in note for note in refused.value.__notes__)
+    stored = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    assert len(stored.confirmations) == 1000 and stored.get_by_tool_call(call) is None
