@@ -66,6 +66,25 @@ def test_a_turn_claim_that_meets_a_concurrent_save_re_decides_from_storage() -> 
     assert resume_chat_session(definition, session_id="s", storage=storage).cursor == 4
 
 
+def test_two_async_sessions_racing_for_one_turn_get_true_and_false() -> None:
+    """Both read the free lease, then both save: the loser re-decides on storage, not a 409 loop."""
+
+    async def main() -> list[bool]:
+        storage = AsyncMemoryStorage(MemoryStorage())
+        definition = ChatDefinition("d")
+        first = await resume_chat_session_async(definition, session_id="s", storage=storage)
+        await first.persist()
+        a, b = [
+            await resume_chat_session_async(definition, session_id="s", storage=storage)
+            for _ in range(2)
+        ]
+        return list(
+            await asyncio.gather(a.claim_turn("turn-a", 1_000), b.claim_turn("turn-b", 1_000))
+        )
+
+    assert sorted(asyncio.run(main())) == [False, True]
+
+
 class _SaysConflictForever(MemoryStorage):
     """A broken adapter: every update is a 'conflict', yet nothing ever moves."""
 
