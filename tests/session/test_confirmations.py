@@ -339,3 +339,22 @@ def test_a_rebase_refused_on_the_fresh_envelope_denies_the_unbound_call_upstream
     assert any("denied upstream" in note for note in refused.value.__notes__)
     stored = resume_chat_session(DEFINITION, session_id="s", storage=storage)
     assert len(stored.confirmations) == 1000 and stored.get_by_tool_call(call) is None
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{"id": 5, "name": "email.send"}, {"name": "email.send"}, "ok", {"id": "x", "status": "odd"}],
+)
+def test_an_invalid_proposal_from_upstream_is_refused_and_its_call_denied(answer: Any) -> None:
+    class Nonsense(RecordingUpstream):
+        def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> Any:
+            super().propose_tool_call(id, name, args)
+            return answer
+
+    upstream = Nonsense()
+    session = resume_chat_session(DEFINITION, session_id="s", storage=MemoryStorage())
+    with pytest.raises(ConfigError, match=r"Upstream (returned an invalid|tool call does not fit)"):
+        session.confirmations_for(upstream).propose("email.send", {})
+    (call,) = upstream.proposed
+    assert upstream.calls == [("deny", call, "proposal could not be recorded")]
+    assert session.confirmations == () and not session.exists

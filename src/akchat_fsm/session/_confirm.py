@@ -119,7 +119,11 @@ def plan_propose(
         raise
     except Exception as exc:
         raise UpstreamFailed("Upstream refused the tool-call proposal.") from exc
-    call = _upstream_call(raw)
+    try:
+        call = _upstream_call(raw)
+    except ConfigError as invalid:  # upstream acted on our id but answered nonsense
+        yield from _deny_unbound(proposal.effect.tool_call_id, invalid)
+        raise
     try:
         # Rebase on every concurrent save: reload, re-check on the fresh envelope, save again.
         step = yield from apply(
@@ -135,7 +139,10 @@ def plan_propose(
         # Definitely not bound (storage refused or failed before applying, or the fresh
         # envelope no longer admits it): nobody could ever approve this call, so settle it
         # upstream rather than leave it waiting for a confirmation that cannot come.
-        yield from _deny_unbound(call.id, refused)
+        # The call upstream holds: the id it answered with, unless that id is not even a
+        # string (then the one we asked for; the envelope refused the answer either way).
+        created = call.id if isinstance(call.id, str) else proposal.effect.tool_call_id
+        yield from _deny_unbound(created, refused)
         raise
     binding = core.find_binding(step.state, proposal.token) or core.by_tool_call(
         step.state, call.id
