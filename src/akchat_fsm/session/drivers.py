@@ -5,6 +5,11 @@ it; the plan decides what that means. Storage exceptions that are not already ou
 here, once: a failed ``load`` changed nothing (:class:`StorageUnavailable`), a failed ``save``
 may have applied (:class:`OutcomeUnknown`). Upstream and memory exceptions go to the plan
 untouched, because only the plan knows which record they leave behind.
+
+Every port call is made in one place (``_start``) for both drivers; a driver only awaits what
+the port returned, or refuses it: an awaitable from a port given to the sync API (closed, never
+run) or a plain value from one given to the asyncio API is a :class:`ConfigError` naming the
+right function (ADR-0091), never a result the plan could take for success.
 """
 
 from __future__ import annotations
