@@ -15,8 +15,11 @@ from akchat_fsm.session import (
     resume_chat_session_async,
 )
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
-
-from ._doubles import AsyncUpstream, Memory, Upstream
+from akchat_fsm.testing.doubles import (
+    AsyncRecordingUpstream,
+    RecordingChatMemory,
+    RecordingUpstream,
+)
 
 DEFINITION = ChatDefinition("support")
 
@@ -32,7 +35,7 @@ class Clock:
 def test_single_client_exactly_once() -> None:
     async def scenario() -> None:
         storage = AsyncMemoryStorage(MemoryStorage())
-        upstream = AsyncUpstream()
+        upstream = AsyncRecordingUpstream()
         session = await resume_chat_session_async(
             DEFINITION, session_id="shared", storage=storage, clock=Clock(100)
         )
@@ -55,7 +58,7 @@ def test_single_client_exactly_once() -> None:
 
 def test_expired_at_the_boundary() -> None:
     clock = Clock(10)
-    upstream = Upstream()
+    upstream = RecordingUpstream()
     session = resume_chat_session(
         DEFINITION, session_id="shared", storage=MemoryStorage(), clock=clock
     )
@@ -69,7 +72,7 @@ def test_expired_at_the_boundary() -> None:
 
 
 def test_a_token_from_another_session_is_inert() -> None:
-    storage, upstream = MemoryStorage(), Upstream()
+    storage, upstream = MemoryStorage(), RecordingUpstream()
     mine = resume_chat_session(DEFINITION, session_id="mine", storage=storage)
     record = mine.confirmations_for(upstream).propose("email.send", {})
     theirs = resume_chat_session(DEFINITION, session_id="theirs", storage=storage)
@@ -84,7 +87,7 @@ def test_a_token_from_another_session_is_inert() -> None:
 def test_two_clients_race_one_upstream_call() -> None:
     async def scenario() -> None:
         storage = AsyncMemoryStorage(MemoryStorage())
-        upstream = AsyncUpstream()
+        upstream = AsyncRecordingUpstream()
         first = await resume_chat_session_async(DEFINITION, session_id="s", storage=storage)
         token = (await first.confirmations_for(upstream).propose("email.send", {})).token
         a = await resume_chat_session_async(DEFINITION, session_id="s", storage=storage)
@@ -106,11 +109,11 @@ def test_two_clients_race_one_upstream_call() -> None:
 
 
 def test_upstream_failure_keeps_an_accurate_processing_claim() -> None:
-    storage, upstream = MemoryStorage(), Upstream()
+    storage, upstream = MemoryStorage(), RecordingUpstream()
     session = resume_chat_session(DEFINITION, session_id="s", storage=storage)
     coordinator = session.confirmations_for(upstream)
     token = coordinator.propose("email.send", {}).token
-    upstream.fail = True
+    upstream.fail_next = 1
     with pytest.raises(UpstreamFailed) as failed:
         coordinator.approve(token)
     assert failed.value.record.status == "approving"
@@ -120,13 +123,13 @@ def test_upstream_failure_keeps_an_accurate_processing_claim() -> None:
         resumed.confirmations_for(upstream).approve(token)
     assert not upstream.executed  # never retried behind the host's back
     # The gap the reference leaves (§7.2): reconcile settles it from memory, calling once.
-    (outcome,) = resumed.reconcile(Memory(upstream), upstream=upstream)
+    (outcome,) = resumed.reconcile(RecordingChatMemory(upstream), upstream=upstream)
     assert (outcome.action, outcome.record.status) == ("resumed", "approved")
     assert sum(upstream.executed.values()) == 1
 
 
 def test_terminal_records_stay_inert_across_three_sessions() -> None:
-    storage, upstream = MemoryStorage(), Upstream()
+    storage, upstream = MemoryStorage(), RecordingUpstream()
     token = (
         resume_chat_session(DEFINITION, session_id="s", storage=storage)
         .confirmations_for(upstream)

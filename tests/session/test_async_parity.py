@@ -8,8 +8,10 @@ upstream call, the observer events and the outcomes must be identical.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import pytest
 
 from akchat_fsm.errors import AkchatError
 from akchat_fsm.session import (
@@ -70,6 +72,10 @@ class Recorder:
     def deny(self, tool_call_id: str, reason: str) -> None:
         self._act("deny", tool_call_id, "error")
 
+    def statuses(self, ids: Sequence[str]) -> dict[str, str]:
+        self.trace.append(("statuses", tuple(ids)))
+        return {i: self.status[i] for i in ids if i in self.status}
+
     def memory(self) -> dict[str, Any]:
         self.trace.append(("memory",))
         calls = [
@@ -94,14 +100,18 @@ class SyncPorts:
         self.propose_tool_call = recorder.propose_tool_call
         self.approve, self.deny = recorder.approve, recorder.deny
 
-    def memory_port(self) -> Any:
+    def memory_port(self, statuses: bool) -> Any:
         recorder = self.r
 
         class Memory:
             def load(self) -> dict[str, Any]:
                 return recorder.memory()
 
-        return Memory()
+        class StatusMemory:
+            def tool_call_statuses(self, ids: Sequence[str]) -> dict[str, str]:
+                return recorder.statuses(ids)
+
+        return StatusMemory() if statuses else Memory()
 
 
 class AsyncPorts:
@@ -127,14 +137,18 @@ class AsyncPorts:
     async def deny(self, tool_call_id: str, reason: str) -> None:
         self.r.deny(tool_call_id, reason)
 
-    def memory_port(self) -> Any:
+    def memory_port(self, statuses: bool) -> Any:
         recorder = self.r
 
         class Memory:
             async def load(self) -> dict[str, Any]:
                 return recorder.memory()
 
-        return Memory()
+        class StatusMemory:
+            async def tool_call_statuses(self, ids: Sequence[str]) -> dict[str, str]:
+                return recorder.statuses(ids)
+
+        return StatusMemory() if statuses else Memory()
 
 
 def _outcome(call: Any) -> Any:
@@ -159,7 +173,7 @@ async def _explode_async(event: SessionEvent) -> None:
     raise RuntimeError("observer bug")
 
 
-def run_sync_script() -> Trace:
+def run_sync_script(statuses: bool) -> Trace:
     trace: Trace = []
     recorder, clock = Recorder(trace), Clock()
     ports = SyncPorts(recorder)
@@ -184,14 +198,14 @@ def run_sync_script() -> Trace:
     trace.append(("result", _outcome(lambda: stale.confirmations_for(ports).reject(first))))
     recorder.fail_next = True
     trace.append(("result", _outcome(lambda: coordinator.reject(second, reason="no"))))
-    outcomes = session.reconcile(ports.memory_port(), upstream=ports)
+    outcomes = session.reconcile(ports.memory_port(statuses), upstream=ports)
     trace.append(("result", [(o.action, str(o.record.status)) for o in outcomes]))
     clock.now += 2_000
     trace.append(("result", [str(b.token == third) for b in coordinator.expire_due()]))
     return trace
 
 
-async def run_async_script() -> Trace:
+async def run_async_script(statuses: bool) -> Trace:
     trace: Trace = []
     recorder, clock = Recorder(trace), Clock()
     ports = AsyncPorts(recorder)
@@ -222,17 +236,22 @@ async def run_async_script() -> Trace:
     trace.append(("result", await outcome(stale.confirmations_for(ports).reject(first))))
     recorder.fail_next = True
     trace.append(("result", await outcome(coordinator.reject(second, reason="no"))))
-    outcomes = await session.reconcile(ports.memory_port(), upstream=ports)
+    outcomes = await session.reconcile(ports.memory_port(statuses), upstream=ports)
     trace.append(("result", [(o.action, str(o.record.status)) for o in outcomes]))
     clock.now += 2_000
     trace.append(("result", [str(b.token == third) for b in await coordinator.expire_due()]))
     return trace
 
 
-def test_sync_and_async_coordinators_make_the_same_calls_in_the_same_order() -> None:
-    sync_trace = run_sync_script()
-    async_trace = asyncio.run(run_async_script())
+@pytest.mark.parametrize("statuses", [False, True], ids=["load", "tool_call_statuses"])
+def test_sync_and_async_coordinators_make_the_same_calls_in_the_same_order(
+    statuses: bool,
+) -> None:
+    sync_trace = run_sync_script(statuses)
+    async_trace = asyncio.run(run_async_script(statuses))
     assert sync_trace == async_trace
+    read = ("statuses", ("app-id-1",)) if statuses else ("memory",)
+    assert read in sync_trace
     results = [entry[1] for entry in sync_trace if entry[0] == "result"]
     assert results == [
         "approved",

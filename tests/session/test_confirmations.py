@@ -24,49 +24,11 @@ from akchat_fsm.session import (
     resume_chat_session,
 )
 from akchat_fsm.storage.memory import MemoryStorage
+from akchat_fsm.testing.doubles import RecordingChatMemory, RecordingUpstream
 from akchat_fsm.testing.faulty import FaultyStorage
 from akchat_fsm.wire.session import SessionSnapshot
 
 DEFINITION = ChatDefinition("support")
-
-
-class Upstream:
-    def __init__(self, status: str = "requires_confirmation") -> None:
-        self.proposed: list[str] = []
-        self.calls: list[tuple[str, ...]] = []
-        self.status: dict[str, str] = {}
-        self.born = status
-
-    def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> ToolCallProposal:
-        self.proposed.append(id)
-        self.status.setdefault(id, self.born)
-        return ToolCallProposal(id, name, dict(args), self.status[id])
-
-    def approve(self, tool_call_id: str) -> None:
-        self.calls.append(("approve", tool_call_id))
-        self.status[tool_call_id] = "complete"
-
-    def deny(self, tool_call_id: str, reason: str) -> None:
-        self.calls.append(("deny", tool_call_id, reason))
-        self.status[tool_call_id] = "error"
-
-
-class Memory:
-    def __init__(self, upstream: Upstream) -> None:
-        self.upstream = upstream
-
-    def load(self) -> list[dict[str, Any]]:  # the bare message list is accepted too
-        return [
-            {
-                "id": f"m-{i}",
-                "role": "assistant",
-                "content": "",
-                "status": "complete",
-                "createdAt": "2026-07-14T00:00:00.000Z",
-                "toolCalls": [{"id": c, "name": "email.send", "args": {}, "status": s}],
-            }
-            for i, (c, s) in enumerate(sorted(self.upstream.status.items()))
-        ]
 
 
 def seeded(storage: MemoryStorage, statuses: list[str]) -> None:
@@ -95,7 +57,7 @@ def seeded(storage: MemoryStorage, statuses: list[str]) -> None:
 
 
 def test_limits_are_checked_before_upstream_is_called() -> None:
-    storage, upstream = MemoryStorage(), Upstream()
+    storage, upstream = MemoryStorage(), RecordingUpstream()
     coordinator = resume_chat_session(
         DEFINITION, session_id="s", storage=storage
     ).confirmations_for(upstream)
@@ -112,7 +74,7 @@ def test_limits_are_checked_before_upstream_is_called() -> None:
 
 
 def test_a_thousand_live_confirmations_refuse_the_next_before_upstream() -> None:
-    storage, upstream = MemoryStorage(), Upstream()
+    storage, upstream = MemoryStorage(), RecordingUpstream()
     seeded(storage, ["pending"] * 1000)
     session = resume_chat_session(DEFINITION, session_id="s", storage=storage)
     with pytest.raises(LimitExceeded):
@@ -121,7 +83,7 @@ def test_a_thousand_live_confirmations_refuse_the_next_before_upstream() -> None
 
 
 def test_retention_prunes_old_terminal_records_so_proposals_keep_working() -> None:
-    storage, upstream = MemoryStorage(), Upstream()
+    storage, upstream = MemoryStorage(), RecordingUpstream()
     seeded(storage, ["approved"] * 995 + ["pending"] * 4)
     events: list[SessionEvent] = []
     session = resume_chat_session(
@@ -136,27 +98,28 @@ def test_retention_prunes_old_terminal_records_so_proposals_keep_working() -> No
 
 
 def test_a_failed_propose_leaves_no_ghost() -> None:
-    inner, upstream = MemoryStorage(), Upstream()
+    inner, upstream = MemoryStorage(), RecordingUpstream()
     storage = FaultyStorage(inner)
     session = resume_chat_session(DEFINITION, session_id="s", storage=storage)
     session.persist()
     storage.fail_next_save("unavailable")
     with pytest.raises(StorageUnavailable):
         session.confirmations_for(upstream).propose("email.send", {})
-    assert len(upstream.proposed) == 1  # upstream holds an unbound proposal ...
-    assert session.confirmations == ()  # ... and no binding exists anywhere
+    (call,) = upstream.proposed  # upstream created the call, but it could not be bound ...
+    assert upstream.calls == [("deny", call, "proposal could not be recorded")]  # ... so denied
+    assert session.confirmations == ()  # no binding exists anywhere
     assert '"confirmations":[]' in str(inner.load("s"))
 
 
 def test_a_proposal_upstream_already_handled_is_born_rejected_without_deny() -> None:
-    upstream = Upstream(status="complete")
+    upstream = RecordingUpstream(born="complete")
     session = resume_chat_session(DEFINITION, session_id="s", storage=MemoryStorage())
     record = session.confirmations_for(upstream).propose("email.send", {})
     assert record.status == "rejected" and upstream.calls == []
 
 
 def test_repeats_are_idempotent_and_other_intents_are_typed_losers() -> None:
-    upstream = Upstream()
+    upstream = RecordingUpstream()
     session = resume_chat_session(DEFINITION, session_id="s", storage=MemoryStorage())
     coordinator = session.confirmations_for(upstream)
     token = coordinator.propose("email.send", {}).token
@@ -170,7 +133,7 @@ def test_repeats_are_idempotent_and_other_intents_are_typed_losers() -> None:
 
 def test_expiry_is_checked_on_every_path_against_the_injected_clock() -> None:
     now = [0]
-    upstream = Upstream()
+    upstream = RecordingUpstream()
     session = resume_chat_session(
         DEFINITION, session_id="s", storage=MemoryStorage(), clock=lambda: now[0]
     )
@@ -185,13 +148,13 @@ def test_expiry_is_checked_on_every_path_against_the_injected_clock() -> None:
 
 
 def test_reconcile_settles_processing_records_from_memory() -> None:
-    storage, upstream = MemoryStorage(), Upstream()
+    storage, upstream = MemoryStorage(), RecordingUpstream()
     seeded(storage, ["approving", "rejecting", "approving", "expiring"])
-    upstream.status.update(
+    upstream.statuses.update(
         {"call-0": "complete", "call-1": "requires_confirmation", "call-2": "running"}
     )  # call-3 is not in memory at all
     session = resume_chat_session(DEFINITION, session_id="s", storage=storage)
-    outcomes = reconcile(session, Memory(upstream), upstream=upstream)
+    outcomes = reconcile(session, RecordingChatMemory(upstream), upstream=upstream)
     assert [(o.token, o.action, o.record.status) for o in outcomes] == [
         ("confirm-0", "completed", "approved"),
         ("confirm-1", "resumed", "rejected"),
@@ -202,17 +165,17 @@ def test_reconcile_settles_processing_records_from_memory() -> None:
 
 
 def test_reconcile_can_release_untouched_claims_back_to_pending() -> None:
-    storage, upstream = MemoryStorage(), Upstream()
+    storage, upstream = MemoryStorage(), RecordingUpstream()
     seeded(storage, ["approving"])
-    upstream.status["call-0"] = "requires_confirmation"
+    upstream.statuses["call-0"] = "requires_confirmation"
     session = resume_chat_session(DEFINITION, session_id="s", storage=storage)
-    (outcome,) = session.reconcile(Memory(upstream), release_untouched=True)
+    (outcome,) = session.reconcile(RecordingChatMemory(upstream), release_untouched=True)
     assert (outcome.action, outcome.record.status) == ("released", "pending")
     assert upstream.calls == []
 
 
 def test_observers_see_one_event_per_durable_transition_and_cannot_break_it() -> None:
-    storage, upstream = MemoryStorage(), Upstream()
+    storage, upstream = MemoryStorage(), RecordingUpstream()
     seen: list[tuple[str | None, str]] = []
 
     def explode(event: SessionEvent) -> None:
@@ -233,7 +196,7 @@ def test_observers_see_one_event_per_durable_transition_and_cannot_break_it() ->
 
 def test_default_ids_are_random_not_sequence_and_time() -> None:
     """Two sessions proposing at the same instant get unrelated 128-bit tokens (REFERENCE §7)."""
-    upstream = Upstream()
+    upstream = RecordingUpstream()
     tokens = []
     for session_id in ("s1", "s2"):
         session = resume_chat_session(
@@ -252,7 +215,7 @@ def test_a_save_left_unknown_is_reported_to_observers_once_a_reload_settles_it()
     """The claim applied but its settling re-read failed: the next read settles it and the
     observers still see pending -> approving, then approving -> approved, once each."""
     inner = MemoryStorage()
-    storage, upstream = FaultyStorage(inner), Upstream()
+    storage, upstream = FaultyStorage(inner), RecordingUpstream()
     seen: list[tuple[str | None, str]] = []
 
     def record(event: SessionEvent) -> None:
@@ -266,7 +229,7 @@ def test_a_save_left_unknown_is_reported_to_observers_once_a_reload_settles_it()
     with pytest.raises(OutcomeUnknown):
         session.confirmations_for(upstream).approve(token)
     assert seen == [(None, "pending")]  # not known yet: nothing reported
-    session.reconcile(Memory(upstream), upstream=upstream)
+    session.reconcile(RecordingChatMemory(upstream), upstream=upstream)
     assert seen == [(None, "pending"), ("pending", "approving"), ("approving", "approved")]
     session.reload()  # settled: a later read reports nothing again
     assert len(seen) == 3
@@ -306,3 +269,92 @@ def test_a_save_left_unknown_that_did_not_apply_is_never_reported() -> None:
     session.reload()  # cursor 2 is the other client's write, not ours
     assert [event.cursor for event in seen] == [1]
     assert session.cursor == 2
+
+
+class _RacingUpstream(RecordingUpstream):
+    """Runs ``meanwhile`` inside its first proposal: another client saves while upstream works."""
+
+    def __init__(self, meanwhile: Any) -> None:
+        super().__init__()
+        self.meanwhile = meanwhile
+
+    def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> ToolCallProposal:
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
+            meanwhile()
+        return super().propose_tool_call(id, name, args)
+
+
+class _Contended:
+    """Storage for one client: before each of its first ``rounds`` saves, another client saves."""
+
+    def __init__(self, inner: MemoryStorage, rounds: int, other: Any) -> None:
+        self.inner, self.rounds, self.other = inner, rounds, other
+
+    def load(self, session_id: str) -> object:
+        return self.inner.load(session_id)
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        if self.rounds > 0:
+            self.rounds -= 1
+            self.other()
+        return self.inner.save(snapshot, expected_cursor)
+
+
+def test_a_propose_that_meets_concurrent_saves_rebases_without_proposing_again() -> None:
+    storage = MemoryStorage()
+    other = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    other.persist()
+    elsewhere = RecordingUpstream()
+
+    def propose_elsewhere() -> None:
+        other.confirmations_for(elsewhere).propose("a.b", {})
+
+    contended = _Contended(storage, rounds=6, other=propose_elsewhere)
+    mine = resume_chat_session(DEFINITION, session_id="s", storage=contended)
+    upstream = RecordingUpstream()
+    record = mine.confirmations_for(upstream).propose("email.send", {})  # lost six races
+    assert upstream.proposed == [record.tool_call_id]  # upstream was asked once
+    stored = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    assert [b.tool_call_id for b in stored.confirmations] == [
+        *elsewhere.proposed,
+        record.tool_call_id,
+    ]
+    assert len(elsewhere.proposed) == 6 and stored.cursor == 8 and upstream.calls == []
+
+
+def test_a_rebase_refused_on_the_fresh_envelope_denies_the_unbound_call_upstream() -> None:
+    """Limits are re-checked on the fresh envelope; a call that cannot be bound is denied."""
+    storage = MemoryStorage()
+    seeded(storage, ["pending"] * 999)
+    other = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    mine = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    upstream = _RacingUpstream(
+        lambda: other.confirmations_for(RecordingUpstream()).propose("a.b", {})
+    )
+    with pytest.raises(LimitExceeded) as refused:
+        mine.confirmations_for(upstream).propose("email.send", {})  # 999 live when it checked
+    (call,) = upstream.proposed
+    assert upstream.calls == [("deny", call, "proposal could not be recorded")]
+    assert any("denied upstream" in note for note in refused.value.__notes__)
+    stored = resume_chat_session(DEFINITION, session_id="s", storage=storage)
+    assert len(stored.confirmations) == 1000 and stored.get_by_tool_call(call) is None
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{"id": 5, "name": "email.send"}, {"name": "email.send"}, "ok", {"id": "x", "status": "odd"}],
+)
+def test_an_invalid_proposal_from_upstream_is_refused_and_its_call_denied(answer: Any) -> None:
+    class Nonsense(RecordingUpstream):
+        def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> Any:
+            super().propose_tool_call(id, name, args)
+            return answer
+
+    upstream = Nonsense()
+    session = resume_chat_session(DEFINITION, session_id="s", storage=MemoryStorage())
+    with pytest.raises(ConfigError, match=r"Upstream (returned an invalid|tool call does not fit)"):
+        session.confirmations_for(upstream).propose("email.send", {})
+    (call,) = upstream.proposed
+    assert upstream.calls == [("deny", call, "proposal could not be recorded")]
+    assert session.confirmations == () and not session.exists

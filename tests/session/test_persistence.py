@@ -7,6 +7,7 @@ import pytest
 from akchat_fsm.errors import OutcomeUnknown, SessionConflict, StorageUnavailable
 from akchat_fsm.session import ChatDefinition, resume_chat_session
 from akchat_fsm.storage.memory import MemoryStorage
+from akchat_fsm.testing.doubles import RecordingUpstream
 from akchat_fsm.testing.faulty import FaultyStorage
 from akchat_fsm.wire.decode import decode_session_snapshot
 
@@ -141,16 +142,7 @@ def test_an_unknown_create_that_did_not_apply_keeps_nothing_in_memory() -> None:
             raise OutcomeUnknown("timed out before the server answered")
 
     session = resume_chat_session(DEFINITION, session_id="s", storage=CreateTimesOut())
-    coordinator = session.confirmations_for(_Upstream())
+    coordinator = session.confirmations_for(RecordingUpstream())
     with pytest.raises(StorageUnavailable):
         coordinator.propose("email.send", {})
     assert (session.exists, session.cursor, session.confirmations) == (False, 0, ())
-
-
-class _Upstream:
-    def propose_tool_call(self, id: str, name: str, args: object) -> dict[str, object]:
-        return {"id": id, "name": name, "args": {}, "status": "requires_confirmation"}
-
-    def approve(self, tool_call_id: str) -> None: ...
-
-    def deny(self, tool_call_id: str, reason: str) -> None: ...

@@ -25,6 +25,7 @@ from akchat_fsm.session import (
 )
 from akchat_fsm.session.definition import ConversationFlow
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
+from akchat_fsm.wire.session import SessionSnapshot
 
 from ._flows import SUPPORT_ROUTES, SupportFlow
 
@@ -49,17 +50,56 @@ def test_turn_lease_claim_refuse_release_replay() -> None:
         session.claim_turn("bad id", 500)
 
 
-def test_a_failed_claim_is_not_kept_in_memory() -> None:
+def test_a_turn_claim_that_meets_a_concurrent_save_re_decides_from_storage() -> None:
     storage = MemoryStorage()
     definition = ChatDefinition("d")
     resume_chat_session(definition, session_id="s", storage=storage).persist()
     a = resume_chat_session(definition, session_id="s", storage=storage)
     b = resume_chat_session(definition, session_id="s", storage=storage)
-    a.persist()
+    c = resume_chat_session(definition, session_id="s", storage=storage)
+    a.persist()  # b and c are now stale
+    assert b.claim_turn("turn-1", 1_000) is True  # the conflict re-decided: still free
+    # c's copy says "free", storage says "turn-1 holds it": c answers from storage, busy.
+    assert c.claim_turn("turn-2", 1_000) is False
+    assert c.snapshot.active_turn is not None and c.snapshot.active_turn.turn_id == "turn-1"
+    assert a.release_turn("turn-1") is True  # a's stale copy has no lease; storage does
+    assert resume_chat_session(definition, session_id="s", storage=storage).cursor == 4
+
+
+def test_two_async_sessions_racing_for_one_turn_get_true_and_false() -> None:
+    """Both read the free lease, then both save: the loser re-decides on storage, not a 409 loop."""
+
+    async def main() -> list[bool]:
+        storage = AsyncMemoryStorage(MemoryStorage())
+        definition = ChatDefinition("d")
+        first = await resume_chat_session_async(definition, session_id="s", storage=storage)
+        await first.persist()
+        a, b = [
+            await resume_chat_session_async(definition, session_id="s", storage=storage)
+            for _ in range(2)
+        ]
+        return list(
+            await asyncio.gather(a.claim_turn("turn-a", 1_000), b.claim_turn("turn-b", 1_000))
+        )
+
+    assert sorted(asyncio.run(main())) == [False, True]
+
+
+class _SaysConflictForever(MemoryStorage):
+    """A broken adapter: every update is a 'conflict', yet nothing ever moves."""
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        return expected_cursor is None and super().save(snapshot, expected_cursor)
+
+
+def test_a_failed_claim_is_not_kept_in_memory_and_a_stalled_storage_ends_the_retries() -> None:
+    storage = _SaysConflictForever()
+    definition = ChatDefinition("d")
+    resume_chat_session(definition, session_id="s", storage=storage).persist()
+    b = resume_chat_session(definition, session_id="s", storage=storage)
     with pytest.raises(SessionConflict):
-        b.claim_turn("turn-1", 1_000)
+        b.claim_turn("turn-1", 1_000)  # conflicts that show no progress are not retried forever
     assert b.snapshot.active_turn is None  # rolled back (gap §7.14 closed)
-    assert b.claim_turn("turn-1", 1_000) is True  # and the intent re-applies
 
 
 def test_route_decisions_follow_the_host_flow_and_replay_on_resume() -> None:

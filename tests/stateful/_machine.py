@@ -21,13 +21,21 @@ from akchat_fsm.errors import OutcomeUnknown, StorageUnavailable
 from akchat_fsm.machines.confirmation import ConfirmationEvent
 from akchat_fsm.session import ChatDefinition, _confirm, _ops
 from akchat_fsm.session._state import SessionHolder
-from akchat_fsm.session.effects import Approve, Deny, Emit, Load, Plan, Save
+from akchat_fsm.session.effects import Approve, Deny, Emit, Load, Plan, Propose, Save
+from akchat_fsm.testing.doubles import RecordingChatMemory
 from akchat_fsm.testing.faulty import FaultyStorage
 from akchat_fsm.wire.decode import decode_session_snapshot
 from akchat_fsm.wire.enums import ConfirmationStatus
 from akchat_fsm.wire.session import SessionSnapshot
 
-from ._world import FakeMemory, FakeUpstream, RecordingStorage, Stepper, UpstreamBoom, perform
+from ._world import (
+    RecordingStorage,
+    Stepper,
+    UpstreamBoom,
+    born_handled,
+    counting_upstream,
+    perform,
+)
 
 CLIENTS = 3
 #: What a step's ``fault`` draw (0-9) means for the effect the client is waiting on: most
@@ -82,6 +90,7 @@ class _Client:
         self.holder: SessionHolder | None = None
         self.run: Stepper | None = None
         self.op = ""
+        self.created: str | None = None  # the tool call upstream created for this propose
 
     @property
     def busy(self) -> bool:
@@ -101,14 +110,15 @@ class ResolutionProtocol(RuleBasedStateMachine):
         self.session_id = f"sf-{uuid.uuid4().hex[:20]}"
         self.recording = RecordingStorage(type(self).make_storage())
         self.storage = FaultyStorage(self.recording)
-        self.upstream = FakeUpstream()
-        self.memory = FakeMemory(self.upstream)
+        self.upstream = counting_upstream()
+        self.memory = RecordingChatMemory(self.upstream)
         self.now = 1_000
         self.clients = [_Client() for _ in range(CLIENTS)]
         self.terminal_seen: dict[str, ConfirmationStatus] = {}
         self.holds: dict[int, set[str]] = {i: set() for i in range(CLIENTS)}
         self.last_cursor = 0
         self.finished: list[Stepper] = []
+        self.deny_attempted: set[str] = set()
         self._snapshot: SessionSnapshot | None = None
 
     # ------------------------------------------------------------------ helpers
@@ -164,6 +174,9 @@ class ResolutionProtocol(RuleBasedStateMachine):
             self.finished.append(run)
             outcome = "ok" if run.error is None else type(run.error).__name__
             self.coverage[f"{client.op}:{outcome}"] += 1
+            if client.op == "propose":
+                self.proposal_never_orphaned(client.created, run)
+            client.created = None
 
     def _note_claims(self, index: int, before: SessionSnapshot | None) -> None:
         after = self.stored()
@@ -250,6 +263,10 @@ class ResolutionProtocol(RuleBasedStateMachine):
         effect = run.next
         before = self.stored()
         self.coverage[f"effect:{type(effect).__name__}"] += 1
+        if isinstance(effect, Propose):
+            client.created = effect.tool_call_id
+        if isinstance(effect, Deny):
+            self.deny_attempted.add(effect.tool_call_id)
         if fault == "unknown" and isinstance(effect, Save):
             self.coverage["fault:unknown"] += 1
             self.storage.fail_next_save("unknown_after_apply")
@@ -308,14 +325,27 @@ class ResolutionProtocol(RuleBasedStateMachine):
         self.cursor_moves_up_by_one_per_applied_save()
         self.no_acknowledged_save_lost()
 
+    def proposal_never_orphaned(self, created: str | None, run: Stepper) -> None:
+        """A finished propose whose call upstream created left it bound, or denied it upstream
+        because it definitely could not be bound; only an unknown outcome (the binding may be
+        stored) or a crash may leave it to reconciliation and the host."""
+        if created is None or isinstance(run.error, OutcomeUnknown):
+            return
+        stored = self.stored()
+        bound = stored is not None and any(b.tool_call_id == created for b in stored.confirmations)
+        self.coverage[f"proposal:{'bound' if bound else 'denied'}"] += 1
+        assert bound or created in self.deny_attempted, (
+            f"upstream call {created} orphaned by a propose that ended with {run.error!r}"
+        )
+
     def upstream_called_at_most_once_per_tool_call(self) -> None:
-        over = {call: n for call, n in self.upstream.calls.items() if n > 1}
+        over = {call: n for call, n in self.upstream.calls_per_tool_call.items() if n > 1}
         assert not over, f"upstream replayed: {over}"
 
     def terminal_only_after_upstream_succeeded(self) -> None:
         snapshot = self._snapshot
         for binding in () if snapshot is None else snapshot.confirmations:
-            if not binding.status.is_terminal or binding.tool_call_id in self.upstream.born_other:
+            if not binding.status.is_terminal or born_handled(self.upstream, binding.tool_call_id):
                 continue
             acted = self.upstream.acted.get(binding.tool_call_id)
             assert acted == EXPECTED_CALL[binding.status], (

@@ -1,5 +1,5 @@
-"""The world the stateful suites run in: a counting upstream, its memory, a recording storage,
-and a stepper that runs one plan effect at a time.
+"""The world the stateful suites run in: the shipped recording upstream (every call counted) and
+its memory, a recording storage, and a stepper that runs one plan effect at a time.
 
 Nothing here decides anything about confirmations: the clients run the library's real plans
 (``akchat_fsm.session._confirm`` / ``_ops``) and the stepper only performs their effects,
@@ -8,14 +8,14 @@ possibly with a fault, so a rule can stop a client between any two steps.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from akchat_fsm.errors import AkchatError
-from akchat_fsm.session.effects import Approve, Deny, Emit, Load, Plan, Propose, ReadMemory, Save
-from akchat_fsm.session.ports import ToolCallProposal
+from akchat_fsm.session.drivers import Ports, execute_sync
+from akchat_fsm.session.effects import Plan, Save
+from akchat_fsm.testing.doubles import RecordingUpstream
 from akchat_fsm.wire.session import SessionSnapshot
 
 
@@ -23,76 +23,21 @@ class UpstreamBoom(RuntimeError):
     """What a failing upstream raises."""
 
 
-@dataclass
-class FakeUpstream:
-    """An upstream chat controller that counts every approve/deny per tool call.
+def counting_upstream() -> RecordingUpstream:
+    """The shipped recording upstream; every third proposal comes back already handled
+    (``complete``), so its binding is born rejected. ``created`` says which ones."""
+    upstream = RecordingUpstream()
 
-    ``status`` is each tool call's upstream status, exactly what memory reports: a call acts
-    (``complete`` after approve, ``error`` after deny) only while it is
-    ``requires_confirmation``, like the real controller. ``calls`` counts *calls*, acted or
-    not: the suites assert it never exceeds one per tool call. ``log`` is append-only.
-    """
+    def born(_id: str) -> str:
+        return "complete" if len(upstream.created) % 3 == 2 else "requires_confirmation"
 
-    status: dict[str, str] = field(default_factory=dict)
-    names: dict[str, str] = field(default_factory=dict)
-    calls: Counter[str] = field(default_factory=Counter)
-    acted: dict[str, str] = field(default_factory=dict)  # tool call -> "approve" | "deny"
-    log: list[tuple[str, str, str]] = field(default_factory=list)
-    born_other: set[str] = field(
-        default_factory=set
-    )  # proposals returned not requiring confirmation
-
-    def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> ToolCallProposal:
-        if id not in self.status:
-            # Every third proposal comes back already handled: the binding is born rejected.
-            handled = len(self.status) % 3 == 2
-            self.status[id] = "complete" if handled else "requires_confirmation"
-            self.names[id] = name
-            if handled:
-                self.born_other.add(id)
-        self.log.append(("propose", id, ""))
-        return ToolCallProposal(id, self.names[id], dict(args), self.status[id])
-
-    def _act(self, kind: str, tool_call_id: str, reason: str = "") -> None:
-        self.calls[tool_call_id] += 1
-        self.log.append((kind, tool_call_id, reason))
-        if self.status.get(tool_call_id) == "requires_confirmation":
-            self.status[tool_call_id] = "complete" if kind == "approve" else "error"
-            self.acted[tool_call_id] = kind
-
-    def approve(self, tool_call_id: str) -> None:
-        self._act("approve", tool_call_id)
-
-    def deny(self, tool_call_id: str, reason: str) -> None:
-        self._act("deny", tool_call_id, reason)
+    upstream.born = born
+    return upstream
 
 
-@dataclass
-class FakeMemory:
-    """The host's canonical messages, derived from what upstream holds (one message per call)."""
-
-    upstream: FakeUpstream
-
-    def load(self) -> dict[str, Any]:
-        messages = [
-            {
-                "id": f"msg-{i}",
-                "role": "assistant",
-                "content": "",
-                "status": "complete",
-                "createdAt": "2026-07-14T00:00:00.000Z",
-                "toolCalls": [
-                    {
-                        "id": call_id,
-                        "name": self.upstream.names[call_id],
-                        "args": {},
-                        "status": status,
-                    }
-                ],
-            }
-            for i, (call_id, status) in enumerate(sorted(self.upstream.status.items()))
-        ]
-        return {"version": 1, "messages": messages}
+def born_handled(upstream: RecordingUpstream, tool_call_id: str) -> bool:
+    """Whether upstream created this call already handled (no approve/deny will follow)."""
+    return upstream.created.get(tool_call_id, "requires_confirmation") != "requires_confirmation"
 
 
 @dataclass
@@ -152,19 +97,6 @@ class Stepper:
         self.done, self.next = True, None
 
 
-def perform(effect: Any, storage: Any, upstream: FakeUpstream, memory: FakeMemory) -> Any:
-    """Perform one effect for real (no fault)."""
-    if isinstance(effect, Load):
-        return storage.load(effect.session_id)
-    if isinstance(effect, Save):
-        return storage.save(effect.snapshot, effect.expected_cursor)
-    if isinstance(effect, Propose):
-        return upstream.propose_tool_call(effect.tool_call_id, effect.name, effect.args)
-    if isinstance(effect, Approve):
-        return upstream.approve(effect.tool_call_id)
-    if isinstance(effect, Deny):
-        return upstream.deny(effect.tool_call_id, effect.reason)
-    if isinstance(effect, ReadMemory):
-        return memory.load()
-    assert isinstance(effect, Emit)
-    return None
+def perform(effect: Any, storage: Any, upstream: Any, memory: Any) -> Any:
+    """Perform one effect for real (no fault), exactly as the sync driver does."""
+    return execute_sync(effect, Ports(storage, upstream, memory))

@@ -25,10 +25,11 @@ from akchat_fsm.session import ChatDefinition, UpstreamFailed, resume_chat_sessi
 from akchat_fsm.session._confirm import plan_reconcile, plan_resolve
 from akchat_fsm.session.effects import Approve, Deny, Emit, Save
 from akchat_fsm.storage.memory import MemoryStorage
+from akchat_fsm.testing.doubles import RecordingChatMemory
 from akchat_fsm.testing.faulty import FaultyStorage
 from akchat_fsm.wire.decode import decode_session_snapshot
 
-from ._world import FakeMemory, FakeUpstream, Stepper, perform
+from ._world import Stepper, counting_upstream, perform
 
 DEFINITION = ChatDefinition("adversarial")
 
@@ -47,8 +48,8 @@ class World:
     def __init__(self) -> None:
         self.inner = MemoryStorage()
         self.storage = FaultyStorage(self.inner)
-        self.upstream = FakeUpstream()
-        self.memory = FakeMemory(self.upstream)
+        self.upstream = counting_upstream()
+        self.memory = RecordingChatMemory(self.upstream).load_only()  # the whole-record path
         self.clock = Clock()
         first = self.session()
         first.persist()
@@ -98,7 +99,7 @@ def test_a_second_session_object_loses_to_a_live_claim_and_calls_nothing() -> No
         world.session().confirmations_for(world.upstream).approve(world.token)
     world.finish(winner)
     assert winner.result.status == "approved"
-    assert world.upstream.calls == {world.call: 1}
+    assert world.upstream.calls_per_tool_call == {world.call: 1}
 
 
 def test_a_stale_loser_is_told_what_storage_says_not_what_it_last_read() -> None:
@@ -111,7 +112,7 @@ def test_a_stale_loser_is_told_what_storage_says_not_what_it_last_read() -> None
     assert lost.value.record.status == "approved"
     # The same intent as the winner's is an idempotent repeat, stale copy or not.
     assert stale.confirmations_for(world.upstream).approve(world.token).status == "approved"
-    assert world.upstream.calls == {world.call: 1}
+    assert world.upstream.calls_per_tool_call == {world.call: 1}
 
 
 def test_a_stale_processing_copy_claims_again_once_reconcile_released_it() -> None:
@@ -122,7 +123,7 @@ def test_a_stale_processing_copy_claims_again_once_reconcile_released_it() -> No
     world.session().reconcile(world.memory, release_untouched=True)
     assert world.status() == "pending"
     assert stale.confirmations_for(world.upstream).approve(world.token).status == "approved"
-    assert world.upstream.calls == {world.call: 1}
+    assert world.upstream.calls_per_tool_call == {world.call: 1}
 
 
 @pytest.mark.parametrize("save", ["claim", "terminal"])
@@ -146,7 +147,7 @@ def test_a_retry_after_an_unsettled_unknown_outcome_never_calls_twice(save: str)
         (outcome,) = session.reconcile(world.memory, upstream=world.upstream)
         assert outcome.action == "resumed"
     assert coordinator.approve(world.token).status == "approved"
-    assert world.upstream.calls == {world.call: 1}
+    assert world.upstream.calls_per_tool_call == {world.call: 1}
 
 
 @pytest.mark.parametrize("acted", [False, True], ids=["before-acting", "after-acting"])
@@ -160,11 +161,11 @@ def test_upstream_failed_then_approve_again_never_replays(acted: bool) -> None:
     coordinator = world.session().confirmations_for(world.upstream)
     with pytest.raises(ResolutionInProgress):
         coordinator.approve(world.token)
-    assert world.upstream.calls == ({world.call: 1} if acted else {})
+    assert world.upstream.calls_per_tool_call == ({world.call: 1} if acted else {})
     (outcome,) = world.session().reconcile(world.memory, upstream=world.upstream)
     assert outcome.action == ("completed" if acted else "resumed")
     assert world.status() == "approved"
-    assert world.upstream.calls == {world.call: 1}
+    assert world.upstream.calls_per_tool_call == {world.call: 1}
 
 
 def test_reconcile_racing_a_live_claimant_executes_once_and_records_the_claim() -> None:
@@ -176,11 +177,8 @@ def test_reconcile_racing_a_live_claimant_executes_once_and_records_the_claim() 
     world.finish(live)  # the slow claimant's call arrives second: the same decision
     assert live.result.status == "approved"
     assert world.upstream.acted == {world.call: "approve"}
-    assert [kind for kind, call, _ in world.upstream.log if call == world.call] == [
-        "propose",
-        "approve",
-        "approve",
-    ]
+    assert world.upstream.proposed == [world.call]
+    assert [call[0] for call in world.upstream.calls_for(world.call)] == ["approve", "approve"]
 
 
 def test_reconcile_after_upstream_acted_calls_nothing_even_with_the_claimant_alive() -> None:
@@ -191,7 +189,7 @@ def test_reconcile_after_upstream_acted_calls_nothing_even_with_the_claimant_ali
     assert (outcome.action, world.status()) == ("completed", "approved")
     world.finish(live)  # its terminal save finds the record already settled: no change
     assert live.result.status == "approved"
-    assert world.upstream.calls == {world.call: 1}
+    assert world.upstream.calls_per_tool_call == {world.call: 1}
 
 
 def test_expire_due_racing_an_approve_skips_what_the_other_client_settled() -> None:
@@ -202,7 +200,7 @@ def test_expire_due_racing_an_approve_skips_what_the_other_client_settled() -> N
     assert sweeper.confirmations_for(world.upstream).expire_due() == ()
     assert world.status() == "approved"
     assert world.upstream.acted == {world.call: "approve"}
-    assert world.upstream.calls == {world.call: 1}
+    assert world.upstream.calls_per_tool_call == {world.call: 1}
 
 
 def test_expire_due_racing_a_live_approve_claim_leaves_it_to_the_claimant() -> None:
@@ -212,7 +210,7 @@ def test_expire_due_racing_a_live_approve_claim_leaves_it_to_the_claimant() -> N
     assert world.session().confirmations_for(world.upstream).expire_due() == ()
     world.finish(live)  # claimed before expiry: the claim is finished as claimed
     assert (live.result.status, world.status()) == ("approved", "approved")
-    assert world.upstream.calls == {world.call: 1}
+    assert world.upstream.calls_per_tool_call == {world.call: 1}
 
 
 def test_an_expiry_claim_and_an_approve_claim_race_one_wins() -> None:
@@ -231,7 +229,7 @@ def test_an_expiry_claim_and_an_approve_claim_race_one_wins() -> None:
     # after expiry resolves as expired, REFERENCE §3.3), without calling upstream.
     assert [str(r.result.status) for r in runs] == ["expired", "expired"]
     assert world.upstream.acted == {world.call: "deny"}
-    assert world.upstream.calls == {world.call: 1}
+    assert world.upstream.calls_per_tool_call == {world.call: 1}
 
 
 @pytest.mark.parametrize("crash_before", ["upstream", "terminal-save", "emit"])
@@ -253,7 +251,7 @@ def test_a_crash_at_each_step_is_recovered_by_reconcile_without_replay(crash_bef
     world.finish(recovery)
     assert world.status() == "rejected"
     assert world.upstream.acted == {world.call: "deny"}
-    assert world.upstream.calls == {world.call: 1}
+    assert world.upstream.calls_per_tool_call == {world.call: 1}
 
 
 def test_unavailable_claim_save_changes_nothing_and_the_retry_calls_once() -> None:
@@ -262,9 +260,9 @@ def test_unavailable_claim_save_changes_nothing_and_the_retry_calls_once() -> No
     world.storage.fail_next_save("unavailable")
     with pytest.raises(StorageUnavailable):
         coordinator.approve(world.token)
-    assert (world.status(), dict(world.upstream.calls)) == ("pending", {})
+    assert (world.status(), dict(world.upstream.calls_per_tool_call)) == ("pending", {})
     assert coordinator.approve(world.token).status == "approved"
-    assert world.upstream.calls == {world.call: 1}
+    assert world.upstream.calls_per_tool_call == {world.call: 1}
 
 
 def test_a_claim_released_under_a_live_claimant_is_never_completed_by_it() -> None:
@@ -290,4 +288,4 @@ def test_a_claim_released_to_pending_under_a_live_claimant_is_reported_typed() -
     assert isinstance(live.error, ConfirmationError)
     assert "released by reconcile" in str(live.error)
     assert world.status() == "pending"
-    assert world.upstream.calls == {world.call: 1}
+    assert world.upstream.calls_per_tool_call == {world.call: 1}

@@ -35,6 +35,8 @@ FLOOR = (
     "approve:ResolutionInProgress",
     "reconcile:completed",
     "reconcile:resumed",
+    "proposal:bound",
+    "proposal:denied",
 )
 
 

@@ -10,9 +10,11 @@ from .definition import ChatDefinition, ConversationFlow, Route
 from .observers import Observer, SessionEvent, SessionEventKind
 from .ports import (
     AsyncChatMemory,
+    AsyncToolCallStatusMemory,
     AsyncUpstreamChat,
     ChatMemory,
     ToolCallProposal,
+    ToolCallStatusMemory,
     UpstreamChat,
     UpstreamFailed,
 )
@@ -32,6 +34,7 @@ __all__ = [
     "AsyncChatMemory",
     "AsyncChatSession",
     "AsyncConfirmationCoordinator",
+    "AsyncToolCallStatusMemory",
     "AsyncUpstreamChat",
     "ChatDefinition",
     "ChatMemory",
@@ -44,6 +47,7 @@ __all__ = [
     "SessionEvent",
     "SessionEventKind",
     "ToolCallProposal",
+    "ToolCallStatusMemory",
     "UpstreamChat",
     "UpstreamFailed",
     "reconcile",

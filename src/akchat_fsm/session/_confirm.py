@@ -4,7 +4,10 @@ Every decision is the core's (:mod:`akchat_fsm.core.confirmations`); this module
 the I/O around it:
 
 * propose: the core checks every limit → upstream proposal → one CAS save of the binding (no
-  ghost: nothing is kept in memory unless that save succeeded);
+  ghost: nothing is kept in memory unless that save succeeded). Once upstream holds the call
+  it is never orphaned: a concurrent save makes the propose rebase (reload, re-check on the
+  fresh envelope, save again; upstream is never asked twice), and if the binding definitely
+  cannot be stored the call is denied upstream before the error is raised (ADR-0090);
 * resolve: CAS#1 saves the claim (``approving`` / ``rejecting`` / ``expiring``) → only after
   that save returned ``True``, upstream ``approve``/``deny`` → CAS#2 records the final status;
 * reconcile: processing records are settled from the upstream tool-call status in memory.
@@ -25,14 +28,16 @@ from ..errors import (
     ConfigError,
     ConfirmationError,
     InvalidConfirmationToken,
+    InvalidMemoryRecord,
+    OutcomeUnknown,
     ResolutionInProgress,
     StorageUnavailable,
 )
 from ..machines.confirmation import ConfirmationEvent
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
-from ._state import SessionHolder, apply, reload
-from .effects import Plan, ReadMemory
+from ._state import REDECIDE, SessionHolder, apply, reload
+from .effects import Deny, MemoryRead, Plan, ReadMemory
 from .ports import ToolCallProposal, UpstreamFailed
 
 __all__ = [
@@ -47,11 +52,19 @@ __all__ = [
 #: Deny reason when reconciliation re-issues a ``rejecting`` claim (the original is not stored).
 RECONCILED_REJECT_REASON = "confirmation rejected"
 PROPOSAL_INVALID = "Upstream returned an invalid tool call."
-#: A claim that lost a race re-decides on the fresh envelope; a few rounds settle it.
-CLAIM_ATTEMPTS = 4
+NEEDS_UPSTREAM = (
+    "Reconcile must re-issue a claimed call upstream never acted on, but no upstream was "
+    "given: pass upstream=..., or release_untouched=True when no claimant is alive. "
+    "Nothing was saved."
+)
+#: A claim that lost a race re-decides on the fresh envelope until it wins or is refused.
+CLAIM_ATTEMPTS = REDECIDE
 #: Upstream already acted: keep trying to record the completion (reconcile covers the rest).
-COMPLETE_ATTEMPTS = 16
-PROPOSE_ATTEMPTS = 4
+COMPLETE_ATTEMPTS = REDECIDE
+#: Upstream already created the call: rebase until the binding is saved (proposals commute).
+PROPOSE_ATTEMPTS = REDECIDE
+#: The deny reason of a call upstream created but this session could not bind.
+UNBOUND_REASON = "proposal could not be recorded"
 
 
 # --------------------------------------------------------------------------- propose
@@ -106,20 +119,47 @@ def plan_propose(
         raise
     except Exception as exc:
         raise UpstreamFailed("Upstream refused the tool-call proposal.") from exc
-    call = _upstream_call(raw)
-    step = yield from apply(
-        holder,
-        lambda state, now: core.record_proposal(
-            state, proposal, call, now, keep_terminal=keep_terminal
-        ),
-        PROPOSE_ATTEMPTS,
-    )
+    try:
+        call = _upstream_call(raw)
+    except ConfigError as invalid:  # upstream acted on our id but answered nonsense
+        yield from _deny_unbound(proposal.effect.tool_call_id, invalid)
+        raise
+    try:
+        # Rebase on every concurrent save: reload, re-check on the fresh envelope, save again.
+        step = yield from apply(
+            holder,
+            lambda state, now: core.record_proposal(
+                state, proposal, call, now, keep_terminal=keep_terminal
+            ),
+            PROPOSE_ATTEMPTS,
+        )
+    except OutcomeUnknown:
+        raise  # the binding may be stored: never deny a call that may be bound
+    except AkchatError as refused:
+        # Definitely not bound (storage refused or failed before applying, or the fresh
+        # envelope no longer admits it): nobody could ever approve this call, so settle it
+        # upstream rather than leave it waiting for a confirmation that cannot come.
+        # The call upstream holds: the id it answered with, unless that id is not even a
+        # string (then the one we asked for; the envelope refused the answer either way).
+        created = call.id if isinstance(call.id, str) else proposal.effect.tool_call_id
+        yield from _deny_unbound(created, refused)
+        raise
     binding = core.find_binding(step.state, proposal.token) or core.by_tool_call(
         step.state, call.id
     )
     if binding is None:  # pragma: no cover - the core recorded it or found it bound
         raise ConfigError(PROPOSAL_INVALID, hint=CONFIRMATION_HINT)
     return binding
+
+
+def _deny_unbound(tool_call_id: str, error: AkchatError) -> Plan[None]:
+    """Best effort: deny a call upstream created but no session binds; note it on ``error``."""
+    try:
+        yield Deny(tool_call_id, UNBOUND_REASON)
+    except Exception as exc:  # the original error matters more; say what is left behind
+        error.add_note(f"upstream tool call {tool_call_id} is unbound; denying it failed: {exc!r}")
+        return
+    error.add_note(f"upstream tool call {tool_call_id} was not bound, so it was denied upstream")
 
 
 # --------------------------------------------------------------------------- resolve
@@ -280,17 +320,59 @@ class ReconcileOutcome:
     record: ConfirmationBinding
 
 
-def _tool_statuses(raw: object) -> dict[str, core.UpstreamToolStatus]:
-    from ..wire.memory import MemoryRecord, validate_memory_record
+def _status(value: object) -> core.UpstreamToolStatus:
+    try:
+        return core.UpstreamToolStatus(str(value)) if isinstance(value, str) else _bad_status()
+    except ValueError:
+        return _bad_status()
 
-    if isinstance(raw, list | tuple):
-        raw = {"version": 1, "messages": list(raw)}
-    record = raw if isinstance(raw, MemoryRecord) else validate_memory_record(raw)
-    statuses: dict[str, core.UpstreamToolStatus] = {}
-    for message in record.messages:
-        for call in message.tool_calls or ():
-            statuses[call.id] = core.UpstreamToolStatus(str(call.status))
-    return statuses
+
+def _bad_status() -> core.UpstreamToolStatus:
+    raise InvalidMemoryRecord("Chat memory returned an invalid tool-call status.")
+
+
+def _statuses_from_record(raw: object, wanted: frozenset[str]) -> dict[str, object]:
+    """The statuses of ``wanted`` calls in a whole memory record, at any chat length.
+
+    Reconcile needs a few tool calls' statuses, not the validated chat: the record's bounds
+    (10,000 JSON values, about 700 tool-call messages) are for keeping it, and applying them
+    here made the longest chats, the ones that most need recovery, impossible to reconcile.
+    So this reads only the path to each tool call (``messages[].toolCalls[].id/status``), in
+    one linear pass; a record that does not even have that shape is :class:`InvalidMemoryRecord`.
+    """
+    from ..wire.memory import MemoryRecord
+
+    if isinstance(raw, MemoryRecord):
+        return {
+            call.id: str(call.status)
+            for message in raw.messages
+            for call in message.tool_calls or ()
+            if call.id in wanted
+        }
+    messages = raw.get("messages") if isinstance(raw, Mapping) else raw
+    if not isinstance(messages, list | tuple) or (
+        isinstance(raw, Mapping) and raw.get("version") != 1
+    ):
+        raise InvalidMemoryRecord("Chat memory record is invalid.")
+    found: dict[str, object] = {}
+    for message in messages:
+        calls = message.get("toolCalls") if isinstance(message, Mapping) else None
+        for call in calls if isinstance(calls, list | tuple) else ():
+            if isinstance(call, Mapping) and call.get("id") in wanted:
+                found[call["id"]] = call.get("status")
+    return found
+
+
+def _tool_statuses(read: object, wanted: frozenset[str]) -> dict[str, core.UpstreamToolStatus]:
+    """What memory said about ``wanted``, validated; an id it did not mention is unknown."""
+    if not isinstance(read, MemoryRead):  # pragma: no cover - the drivers always wrap it
+        raise InvalidMemoryRecord("Chat memory answer is invalid.")
+    answer = read.statuses
+    if answer is None:
+        answer = _statuses_from_record(read.record, wanted)
+    elif not isinstance(answer, Mapping):
+        raise InvalidMemoryRecord("Chat memory tool_call_statuses() must return a mapping.")
+    return {i: _status(answer[i]) for i in wanted if answer.get(i) is not None}
 
 
 def _reconcile_one(
@@ -331,23 +413,34 @@ def _reconcile_one(
 
 
 def plan_reconcile(
-    holder: SessionHolder, *, release_untouched: bool = False
+    holder: SessionHolder, *, release_untouched: bool = False, can_call_upstream: bool = True
 ) -> Plan[tuple[ReconcileOutcome, ...]]:
     """Settle every processing record from the upstream tool-call status in memory.
 
+    Everything is decided before the first save: when some record would need an upstream call
+    (``requires_confirmation`` without ``release_untouched``) and ``can_call_upstream`` is
+    false, :class:`ConfigError` is raised and nothing is saved.
     See :mod:`akchat_fsm.session.reconcile` for the rule and when it is safe to run.
     """
     yield from reload(holder)  # recovery works from what storage holds now
     targets = [b for b in holder.snapshot.confirmations if b.status.is_processing]
     if not targets:
         return ()
+    wanted = tuple(dict.fromkeys(b.tool_call_id for b in targets))
     try:
-        raw = yield ReadMemory()
-        statuses = _tool_statuses(raw)
+        read = yield ReadMemory(wanted)
+        statuses = _tool_statuses(read, frozenset(wanted))
     except AkchatError:
         raise
     except Exception as exc:
-        raise StorageUnavailable(f"chat memory load failed: {exc!r}") from exc
+        raise StorageUnavailable(f"chat memory read failed: {exc!r}") from exc
+    if not can_call_upstream and any(
+        core.records.reconcile_decision(b.status, statuses[b.tool_call_id], release_untouched)
+        is core.Reconciliation.RESUME
+        for b in targets
+        if b.tool_call_id in statuses
+    ):
+        raise ConfigError(NEEDS_UPSTREAM)
     outcomes: list[ReconcileOutcome] = []
     for binding in targets:
         status = statuses.get(binding.tool_call_id)

@@ -14,7 +14,7 @@ from ..errors import ConfigError, IllegalTransition, InvalidInput, LimitExceeded
 from ..wire._js import is_identifier, utf16_len
 from ..wire.enums import DecisionKind, TurnOutcome
 from ..wire.session import Conversation, RouteDecision
-from ._state import SessionHolder, apply, decode_stored
+from ._state import REDECIDE, Command, SessionHolder, apply, decode_stored, reload
 from .definition import ChatDefinition, route_target
 from .effects import Load, Plan
 
@@ -62,26 +62,50 @@ def plan_persist(holder: SessionHolder, attempts: int = 1) -> Plan[int]:
 
 
 def plan_claim_turn(
-    holder: SessionHolder, turn_id: str, lease_ms: int, attempts: int = 1
+    holder: SessionHolder, turn_id: str, lease_ms: int, attempts: int | None = REDECIDE
 ) -> Plan[bool]:
-    """Take the turn lease (REFERENCE §9); ``False`` (nothing saved) when busy or replayed."""
-    step = yield from apply(
-        holder, lambda state, now: core.claim_turn(state, turn_id, lease_ms, now), attempts
+    """Take the turn lease (REFERENCE §9); ``False`` (nothing saved) when busy or replayed.
+
+    A claim that meets a concurrent save re-decides on what storage holds (by default), so
+    two clients racing for one turn get ``True`` and ``False``, never :class:`SessionConflict`.
+    """
+    return (
+        yield from _from_storage(
+            holder, lambda state, now: core.claim_turn(state, turn_id, lease_ms, now), attempts
+        )
     )
-    return step.accepted
 
 
 def plan_release_turn(
-    holder: SessionHolder, turn_id: str, outcome: TurnOutcome | str, attempts: int = 1
+    holder: SessionHolder,
+    turn_id: str,
+    outcome: TurnOutcome | str,
+    attempts: int | None = REDECIDE,
 ) -> Plan[bool]:
     """End the lease of ``turn_id``; ``False`` (nothing saved) unless it holds the lease."""
     try:
         final = TurnOutcome(outcome)
     except ValueError as exc:
         raise ConfigError(TURN_RELEASE_INVALID) from exc
-    step = yield from apply(
-        holder, lambda state, now: core.release_turn(state, turn_id, final, now), attempts
+    return (
+        yield from _from_storage(
+            holder, lambda state, now: core.release_turn(state, turn_id, final, now), attempts
+        )
     )
+
+
+def _from_storage(holder: SessionHolder, command: Command, attempts: int | None) -> Plan[bool]:
+    """Apply ``command``; a refusal is re-decided once on what storage holds now.
+
+    The object's copy may be stale (another client claimed or released the turn since it last
+    read), and "busy" or "does not hold the lease" must describe storage, not that copy. A
+    refusal costs one more load; an accepted command needs none (its CAS save proved it fresh).
+    """
+    step = yield from apply(holder, command, attempts)
+    if step.accepted:
+        return True
+    yield from reload(holder)
+    step = yield from apply(holder, command, attempts)
     return step.accepted
 
 

@@ -38,7 +38,15 @@ from .definition import ChatDefinition, replay_conversation
 from .effects import Emit, Load, Plan, Save
 from .observers import SessionEvent, SessionEventKind
 
-__all__ = ["SNAPSHOT_INCOMPATIBLE", "SessionHolder", "apply", "decode_stored", "reload"]
+__all__ = [
+    "MAX_STALLS",
+    "REDECIDE",
+    "SNAPSHOT_INCOMPATIBLE",
+    "SessionHolder",
+    "apply",
+    "decode_stored",
+    "reload",
+]
 
 SNAPSHOT_INCOMPATIBLE = "Session snapshot is incompatible with this chat definition."
 Command = Callable[[core.SessionState, int], core.Step]
@@ -271,17 +279,31 @@ def events_between(
     return tuple(events)
 
 
-def apply(holder: SessionHolder, command: Command, attempts: int = 1) -> Plan[core.Step]:
+#: ``attempts`` for an operation whose answer can be recomputed from what storage holds: it
+#: re-decides after every conflict, for as long as each conflict shows another client's progress.
+REDECIDE: None = None
+#: Conflicts in a row that showed no progress (storage said "conflict" but its cursor did not
+#: move past the one we expected) before :class:`SessionConflict`: only a broken adapter, or a
+#: session deleted meanwhile, does that, and re-deciding forever would then never end.
+MAX_STALLS = 3
+
+
+def apply(holder: SessionHolder, command: Command, attempts: int | None = 1) -> Plan[core.Step]:
     """Run a core command and perform its save; on conflict reload and run it again.
 
     Returns the step whose save applied (its remaining effects, e.g. an upstream call, are the
     caller's to perform), or the step that saved nothing (``accepted`` false or no save).
     After ``attempts`` conflicts :class:`SessionConflict` is raised; ``holder`` is fresh.
+    With ``attempts=REDECIDE`` (``None``) the command re-decides on the fresh state after every
+    conflict: each conflict means another client's save applied, so this ends (lock-free) as
+    soon as this client's save lands or the command refuses on what storage holds now.
     """
     if holder.needs_reload:
         yield from reload(holder)
     expected = holder.cursor if holder.exists else None
-    for _ in range(max(1, attempts)):
+    tries = stalls = 0
+    while attempts is None or tries < max(1, attempts):
+        tries += 1
         expected = holder.cursor if holder.exists else None
         before = holder.snapshot
         step = command(holder.core, holder.clock())
@@ -299,4 +321,8 @@ def apply(holder: SessionHolder, command: Command, attempts: int = 1) -> Plan[co
                 for event in events_between(holder.session_id, before, holder.snapshot):
                     yield Emit(event)
             return replace(step, state=holder.core)
+        moved = holder.exists and (expected is None or holder.cursor > expected)
+        stalls = 0 if moved else stalls + 1
+        if stalls >= MAX_STALLS:
+            break
     raise SessionConflict(session_id=holder.session_id, expected_cursor=expected)

@@ -5,21 +5,38 @@ it; the plan decides what that means. Storage exceptions that are not already ou
 here, once: a failed ``load`` changed nothing (:class:`StorageUnavailable`), a failed ``save``
 may have applied (:class:`OutcomeUnknown`). Upstream and memory exceptions go to the plan
 untouched, because only the plan knows which record they leave behind.
+
+Every port call is made in one place (``_start``) for both drivers; a driver only awaits what
+the port returned, or refuses it: an awaitable from a port given to the sync API (closed, never
+run) or a plain value from one given to the asyncio API is a :class:`ConfigError` naming the
+right function (ADR-0091), never a result the plan could take for success.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import AkchatError, ConfigError, OutcomeUnknown, StorageUnavailable
 from ..wire.bounded import thaw
-from .effects import Approve, Deny, Effect, Emit, Load, Plan, Propose, ReadMemory, Save
+from ._flavour import wrong_flavour
+from .effects import (
+    Approve,
+    Deny,
+    Effect,
+    Emit,
+    Load,
+    MemoryRead,
+    Plan,
+    Propose,
+    ReadMemory,
+    Save,
+)
 from .observers import Observer, log
 
-__all__ = ["Ports", "run_async", "run_sync"]
+__all__ = ["Ports", "execute_sync", "run_async", "run_sync"]
 
 T = TypeVar("T")
 
@@ -85,30 +102,80 @@ def _advance(plan: Plan[Any], value: Any, error: Exception | None) -> tuple[bool
         return True, stop.value
 
 
-def _execute_sync(effect: Effect, ports: Ports) -> Any:
-    if isinstance(effect, Load | Save):
-        try:
-            if isinstance(effect, Load):
-                return ports.storage.load(effect.session_id)
-            return ports.storage.save(effect.snapshot, effect.expected_cursor)
-        except Exception as exc:
-            raise _storage_error(effect, exc) from exc
+def _identity(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class _Started:
+    """A port call made: what the method returned (an awaitable for an asyncio port)."""
+
+    returned: Any
+    port: str  # e.g. "storage.load", for the wrong-flavour message
+    finish: Callable[[Any], Any] = _identity
+
+
+def _start(effect: Effect, ports: Ports) -> _Started:
+    """Make the port call ``effect`` asks for: the one place that maps effects to ports."""
+    if isinstance(effect, Load):
+        return _Started(ports.storage.load(effect.session_id), "storage.load")
+    if isinstance(effect, Save):
+        return _Started(ports.storage.save(effect.snapshot, effect.expected_cursor), "storage.save")
     if isinstance(effect, Propose):
-        return _upstream(ports).propose_tool_call(
+        returned = _upstream(ports).propose_tool_call(
             effect.tool_call_id, effect.name, thaw(effect.args)
         )
+        return _Started(returned, "upstream.propose_tool_call")
     if isinstance(effect, Approve):
-        return _upstream(ports).approve(effect.tool_call_id)
+        return _Started(_upstream(ports).approve(effect.tool_call_id), "upstream.approve")
     if isinstance(effect, Deny):
-        return _upstream(ports).deny(effect.tool_call_id, effect.reason)
-    if isinstance(effect, ReadMemory):
-        return _memory(ports).load()
-    for pending in _notify(ports, effect):
-        # A coroutine observer on a sync session cannot be awaited; close it cleanly.
-        close = getattr(pending, "close", None)
-        if close is not None:
-            close()
-    return None
+        return _Started(_upstream(ports).deny(effect.tool_call_id, effect.reason), "upstream.deny")
+    assert isinstance(effect, ReadMemory)
+    memory = _memory(ports)
+    if callable(getattr(memory, "tool_call_statuses", None)):
+        returned = memory.tool_call_statuses(list(effect.tool_call_ids))
+        return _Started(returned, "memory.tool_call_statuses", _statuses)
+    return _Started(memory.load(), "memory.load", _record)
+
+
+def _statuses(value: Any) -> MemoryRead:
+    return MemoryRead(statuses=value)
+
+
+def _record(value: Any) -> MemoryRead:
+    return MemoryRead(record=value)
+
+
+def _close(awaitable: object) -> None:
+    # Never awaited, so the asyncio port's call never ran: close it cleanly (no warning).
+    close = getattr(awaitable, "close", None) or getattr(awaitable, "cancel", None)
+    if close is not None:
+        close()
+
+
+def _guarded(effect: Load | Save, call: Callable[[], T]) -> T:
+    try:
+        return call()
+    except Exception as exc:
+        raise _storage_error(effect, exc) from exc
+
+
+def _execute_sync(effect: Effect, ports: Ports) -> Any:
+    if isinstance(effect, Emit):
+        for pending in _notify(ports, effect):
+            _close(pending)  # a coroutine observer on a sync session cannot be awaited
+        return None
+    started = (
+        _guarded(effect, lambda: _start(effect, ports))
+        if isinstance(effect, Load | Save)
+        else _start(effect, ports)
+    )
+    if inspect.isawaitable(started.returned):
+        # An asyncio port on the sync API: its call never ran. Refuse loudly (never treat the
+        # coroutine object as the call's success: that would record a false completion).
+        _close(started.returned)
+        raise ConfigError(wrong_flavour(started.port, asyncio_port=True))
+    return started.finish(started.returned)
 
 
 async def _execute_async(effect: Effect, ports: Ports) -> Any:
@@ -120,21 +187,25 @@ async def _execute_async(effect: Effect, ports: Ports) -> Any:
                 log.exception("session observer raised; ignored")
         return None
     if isinstance(effect, Load | Save):
+        started = _guarded(effect, lambda: _start(effect, ports))
+        _check_awaitable(started)
         try:
-            if isinstance(effect, Load):
-                return await ports.storage.load(effect.session_id)
-            return await ports.storage.save(effect.snapshot, effect.expected_cursor)
+            return started.finish(await started.returned)
         except Exception as exc:
             raise _storage_error(effect, exc) from exc
-    if isinstance(effect, Propose):
-        return await _upstream(ports).propose_tool_call(
-            effect.tool_call_id, effect.name, thaw(effect.args)
-        )
-    if isinstance(effect, Approve):
-        return await _upstream(ports).approve(effect.tool_call_id)
-    if isinstance(effect, Deny):
-        return await _upstream(ports).deny(effect.tool_call_id, effect.reason)
-    return await _memory(ports).load()
+    started = _start(effect, ports)
+    _check_awaitable(started)
+    return started.finish(await started.returned)
+
+
+def _check_awaitable(started: _Started) -> None:
+    if not inspect.isawaitable(started.returned):
+        raise ConfigError(wrong_flavour(started.port, asyncio_port=False))
+
+
+def execute_sync(effect: Effect, ports: Ports) -> Any:
+    """Perform one effect synchronously (what :func:`run_sync` does for each step)."""
+    return _execute_sync(effect, ports)
 
 
 def run_sync(plan: Plan[T], ports: Ports) -> T:

@@ -12,7 +12,7 @@ adds the reads (storage, memory) and observer delivery.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
@@ -25,6 +25,7 @@ __all__ = [
     "Effect",
     "Emit",
     "Load",
+    "MemoryRead",
     "Plan",
     "Propose",
     "ReadMemory",
@@ -52,7 +53,21 @@ class Load:
 
 @dataclass(frozen=True)
 class ReadMemory:
-    """``memory.load()`` → the canonical messages (used only by reconciliation)."""
+    """Ask memory for the status of ``tool_call_ids`` (used only by reconciliation).
+
+    → :class:`MemoryRead`: ``memory.tool_call_statuses(ids)`` when the memory has it (a
+    :class:`~akchat_fsm.session.ports.ToolCallStatusMemory`), else ``memory.load()``.
+    """
+
+    tool_call_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MemoryRead:
+    """What memory answered: ``statuses`` (id → status) or a whole memory ``record``."""
+
+    statuses: Mapping[str, object] | None = None
+    record: object = None
 
 
 @dataclass(frozen=True)

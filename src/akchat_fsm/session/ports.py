@@ -7,17 +7,21 @@ and it only *reads* memory (to reconcile processing records).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfirmationError
+from ..wire.memory import MemoryRecord
 
 __all__ = [
     "AsyncChatMemory",
+    "AsyncToolCallStatusMemory",
     "AsyncUpstreamChat",
     "ChatMemory",
+    "MemoryContent",
     "ToolCallProposal",
+    "ToolCallStatusMemory",
     "UpstreamChat",
     "UpstreamFailed",
 ]
@@ -63,22 +67,48 @@ class AsyncUpstreamChat(Protocol):
     async def deny(self, tool_call_id: str, reason: str) -> object: ...
 
 
+#: What ``ChatMemory.load`` returns: the memory record (wire mapping or model) or its messages.
+MemoryContent = MemoryRecord | Mapping[str, Any] | Sequence[Mapping[str, Any]]
+
+
 @runtime_checkable
 class ChatMemory(Protocol):
     """The host's canonical message store (upstream ``ChatMemory``); only ``load`` is used.
 
     ``load`` returns a memory record ``{"version": 1, "messages": [...]}`` (or its
-    :class:`~akchat_fsm.wire.memory.MemoryRecord`) or the bare list of messages.
+    :class:`~akchat_fsm.wire.memory.MemoryRecord`) or the bare list of messages. Reconcile
+    reads only the tool calls' ids and statuses from it, so any chat length works; a memory
+    that can answer for a few ids directly should also be a :class:`ToolCallStatusMemory`.
     """
 
-    def load(self) -> object: ...
+    def load(self) -> MemoryContent: ...
 
 
 @runtime_checkable
 class AsyncChatMemory(Protocol):
     """The asyncio twin of :class:`ChatMemory`."""
 
-    async def load(self) -> object: ...
+    async def load(self) -> MemoryContent: ...
+
+
+@runtime_checkable
+class ToolCallStatusMemory(Protocol):
+    """A memory that answers "the status of these tool-call ids" directly (preferred by reconcile).
+
+    ``tool_call_statuses`` returns upstream's tool-call status (``"requires_confirmation"``,
+    ``"running"``, ``"complete"``, ``"error"``...) for each id it knows; an id it leaves out is
+    unknown (reconcile leaves that record as it is). Reconcile then never loads the whole chat,
+    so it works at any chat length. A memory without it is read through ``load`` instead.
+    """
+
+    def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class AsyncToolCallStatusMemory(Protocol):
+    """The asyncio twin of :class:`ToolCallStatusMemory`."""
+
+    async def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> Mapping[str, str]: ...
 
 
 class UpstreamFailed(ConfirmationError):

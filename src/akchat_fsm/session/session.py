@@ -11,7 +11,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from .. import core
 from ..errors import ConfigError
@@ -19,17 +19,36 @@ from ..machines.confirmation import ConfirmationEvent
 from ..wire.enums import DecisionKind, TurnOutcome
 from ..wire.session import ConfirmationBinding, RouteDecision, SessionSnapshot
 from . import _confirm, _ops
+from ._flavour import Flavour, check_memory, check_storage, check_upstream
 from ._state import SessionHolder, reload
 from .definition import ChatDefinition
-from .drivers import Ports, run_async, run_sync
+from .drivers import NO_MEMORY, NO_UPSTREAM, Ports, run_async, run_sync
 from .effects import Plan
 from .observers import Observer
+from .ports import (
+    AsyncChatMemory,
+    AsyncToolCallStatusMemory,
+    AsyncUpstreamChat,
+    ChatMemory,
+    ToolCallStatusMemory,
+    UpstreamChat,
+)
+
+if TYPE_CHECKING:
+    from ..storage.port import AsyncSessionStorage, SessionStorage
+
+#: What the sync API reads tool-call statuses from: either port (statuses preferred).
+Memory: TypeAlias = ChatMemory | ToolCallStatusMemory
+#: The asyncio twin of :data:`Memory`.
+AsyncMemory: TypeAlias = AsyncChatMemory | AsyncToolCallStatusMemory
 
 __all__ = [
     "AsyncChatSession",
     "AsyncConfirmationCoordinator",
+    "AsyncMemory",
     "ChatSession",
     "ConfirmationCoordinator",
+    "Memory",
     "ReconcileOutcome",
     "default_clock",
     "resolve_chat_session",
@@ -54,6 +73,8 @@ def default_confirmation_id() -> str:
 
 class _SessionBase:
     """What both flavours share: the state, the ports, the read-only views and plan builders."""
+
+    _flavour: Flavour = "sync"
 
     def __init__(self, holder: SessionHolder, ports: Ports) -> None:
         self._holder = holder
@@ -118,12 +139,22 @@ class _SessionBase:
         )
 
     def _reconcile(
-        self, memory: Any, upstream: Any, release_untouched: bool
+        self, memory: object, upstream: object, release_untouched: bool
     ) -> tuple[Plan[tuple[ReconcileOutcome, ...]], Ports]:
-        plan = _confirm.plan_reconcile(self._holder, release_untouched=release_untouched)
-        return plan, self._ports_with(upstream, memory)
+        # Every port is checked before the plan's first read, so a misuse saves nothing.
+        check_memory(memory, self._flavour)
+        check_upstream(upstream, self._flavour)
+        ports = self._ports_with(upstream, memory)
+        if ports.memory is None:
+            raise ConfigError(NO_MEMORY)
+        plan = _confirm.plan_reconcile(
+            self._holder,
+            release_untouched=release_untouched,
+            can_call_upstream=ports.upstream is not None,
+        )
+        return plan, ports
 
-    def _ports_with(self, upstream: Any = None, memory: Any = None) -> Ports:
+    def _ports_with(self, upstream: object = None, memory: object = None) -> Ports:
         return Ports(
             self._ports.storage,
             upstream if upstream is not None else self._ports.upstream,
@@ -141,12 +172,16 @@ class _CoordinatorBase(Generic[SessionT]):
     def __init__(
         self,
         session: SessionT,
-        upstream: Any,
+        upstream: object,
         *,
         ttl_ms: int = core.DEFAULT_TTL_MS,
         create_id: Callable[[], str] = default_confirmation_id,
         keep_terminal: int = core.KEEP_TERMINAL,
     ) -> None:
+        check_upstream(upstream, session._flavour)
+        if upstream is None and session._ports.upstream is None:
+            # Refused here, not at the upstream call: by then a resolution's claim is saved.
+            raise ConfigError(NO_UPSTREAM)
         self.session = session
         self._upstream = upstream
         self._ttl_ms = ttl_ms
@@ -233,7 +268,7 @@ class ChatSession(_SessionBase):
 
     def confirmations_for(
         self,
-        upstream: Any,
+        upstream: UpstreamChat,
         *,
         ttl_ms: int = core.DEFAULT_TTL_MS,
         create_id: Callable[[], str] = default_confirmation_id,
@@ -250,7 +285,11 @@ class ChatSession(_SessionBase):
         )
 
     def reconcile(
-        self, memory: Any, *, upstream: Any = None, release_untouched: bool = False
+        self,
+        memory: Memory,
+        *,
+        upstream: UpstreamChat | None = None,
+        release_untouched: bool = False,
     ) -> tuple[ReconcileOutcome, ...]:
         """Settle processing records from ``memory`` (see :func:`reconcile`)."""
         return self._run(*self._reconcile(memory, upstream, release_untouched))
@@ -293,6 +332,8 @@ class ConfirmationCoordinator(_CoordinatorBase[ChatSession]):
 class AsyncChatSession(_SessionBase):
     """The asyncio twin of :class:`ChatSession` (same plans, awaited effects)."""
 
+    _flavour: Flavour = "async"
+
     def __init__(self, holder: SessionHolder, ports: Ports) -> None:
         super().__init__(holder, ports)
         self._lock = asyncio.Lock()
@@ -328,7 +369,7 @@ class AsyncChatSession(_SessionBase):
 
     def confirmations_for(
         self,
-        upstream: Any,
+        upstream: AsyncUpstreamChat,
         *,
         ttl_ms: int = core.DEFAULT_TTL_MS,
         create_id: Callable[[], str] = default_confirmation_id,
@@ -340,7 +381,11 @@ class AsyncChatSession(_SessionBase):
         )
 
     async def reconcile(
-        self, memory: Any, *, upstream: Any = None, release_untouched: bool = False
+        self,
+        memory: AsyncMemory,
+        *,
+        upstream: AsyncUpstreamChat | None = None,
+        release_untouched: bool = False,
     ) -> tuple[ReconcileOutcome, ...]:
         return await self._run(*self._reconcile(memory, upstream, release_untouched))
 
@@ -372,15 +417,29 @@ class AsyncConfirmationCoordinator(_CoordinatorBase[AsyncChatSession]):
 # --------------------------------------------------------------------------- entry points
 
 
+def _checked_ports(
+    flavour: Flavour,
+    storage: object,
+    upstream: object,
+    memory: object,
+    observers: Iterable[Observer],
+) -> Ports:
+    """The ports, once each is known to be of ``flavour`` (ConfigError before any I/O)."""
+    check_storage(storage, flavour)
+    check_upstream(upstream, flavour)
+    check_memory(memory, flavour)
+    return Ports(storage, upstream, memory, tuple(observers))
+
+
 def resume_chat_session(
     definition: ChatDefinition,
     *,
     session_id: str,
-    storage: Any,
+    storage: SessionStorage,
     clock: Callable[[], int] = default_clock,
     observers: Iterable[Observer] = (),
-    upstream: Any = None,
-    memory: Any = None,
+    upstream: UpstreamChat | None = None,
+    memory: Memory | None = None,
 ) -> ChatSession:
     """Resume ``session_id`` from ``storage`` (or start it fresh when nothing is stored).
 
@@ -388,7 +447,7 @@ def resume_chat_session(
     state is rejected before any session object exists, with the reference's messages
     (``ConfigError`` / :class:`IncompatibleSession`). ``clock`` returns epoch milliseconds.
     """
-    ports = Ports(storage, upstream, memory, tuple(observers))
+    ports = _checked_ports("sync", storage, upstream, memory, observers)
     holder = run_sync(_ops.plan_resume(definition, session_id, clock), ports)
     return ChatSession(holder, ports)
 
@@ -397,14 +456,14 @@ async def resume_chat_session_async(
     definition: ChatDefinition,
     *,
     session_id: str,
-    storage: Any,
+    storage: AsyncSessionStorage,
     clock: Callable[[], int] = default_clock,
     observers: Iterable[Observer] = (),
-    upstream: Any = None,
-    memory: Any = None,
+    upstream: AsyncUpstreamChat | None = None,
+    memory: AsyncMemory | None = None,
 ) -> AsyncChatSession:
     """The asyncio twin of :func:`resume_chat_session` (asyncio storage)."""
-    ports = Ports(storage, upstream, memory, tuple(observers))
+    ports = _checked_ports("async", storage, upstream, memory, observers)
     holder = await run_async(_ops.plan_resume(definition, session_id, clock), ports)
     return AsyncChatSession(holder, ports)
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from . import doubles as doubles  # recording upstream and chat memory (sync and asyncio)
 from .conformance import CHECKS, CheckOutcome, ConformanceReport, check_session_storage
 from .faulty import AsyncFaultyStorage, FaultyStorage, InjectedFault
 
