@@ -22,15 +22,18 @@ resolution timeout has passed (docs/reconciliation.md, core ADR-0012).
 
 from __future__ import annotations
 
-from typing import Any
-
-from .session import AsyncChatSession, ChatSession, ReconcileOutcome
+from .ports import AsyncUpstreamChat, UpstreamChat
+from .session import AsyncChatSession, AsyncMemory, ChatSession, Memory, ReconcileOutcome
 
 __all__ = ["ReconcileOutcome", "reconcile", "reconcile_async"]
 
 
 def reconcile(
-    session: ChatSession, memory: Any, *, upstream: Any = None, release_untouched: bool = False
+    session: ChatSession,
+    memory: Memory,
+    *,
+    upstream: UpstreamChat | None = None,
+    release_untouched: bool = False,
 ) -> tuple[ReconcileOutcome, ...]:
     """Settle ``session``'s processing records from ``memory``; one outcome per record."""
     return session.reconcile(memory, upstream=upstream, release_untouched=release_untouched)
@@ -38,9 +41,9 @@ def reconcile(
 
 async def reconcile_async(
     session: AsyncChatSession,
-    memory: Any,
+    memory: AsyncMemory,
     *,
-    upstream: Any = None,
+    upstream: AsyncUpstreamChat | None = None,
     release_untouched: bool = False,
 ) -> tuple[ReconcileOutcome, ...]:
     """The asyncio twin of :func:`reconcile`."""
