@@ -79,7 +79,7 @@ def test_protocol_postgres(pg_url: str) -> None:
     finally:
         store.close()
         with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
 
 
 @pytest.mark.redis
