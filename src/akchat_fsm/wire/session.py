@@ -115,6 +115,11 @@ class _Omittable:
         return handler.generate_schema(present)
 
 
+def _freeze_input(value: Any) -> FrozenDict:
+    # Looked up at call time, so a test can count how many inputs a decode validates.
+    return freeze_bounded_object(value)
+
+
 class _BoundedObject:
     """Confirmation ``input``: a bounded JSON object, frozen (see :mod:`.bounded`)."""
 
@@ -123,7 +128,7 @@ class _BoundedObject:
         cls, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
         return core_schema.no_info_plain_validator_function(
-            freeze_bounded_object,
+            _freeze_input,
             serialization=core_schema.plain_serializer_function_ser_schema(thaw),
         )
 
@@ -137,6 +142,31 @@ class _BoundedObject:
             "strings <= 16384 UTF-16 units, arrays <= 1000 items, <= 1000 keys of <= 256 "
             "UTF-16 units per object, finite numbers.",
         }
+
+
+class _Capped:
+    """``tuple[X, ...]`` of at most ``max_items`` items, refused *before* the items are checked.
+
+    pydantic-core validates every item of a tuple, collecting an error for each, and only then
+    compares the length: 10^6 empty objects under ``confirmations`` cost seconds and gigabytes
+    before the limit bites. A list validator stops at item ``max_items + 1``, so validation runs
+    as a list and the result is re-read as a tuple (the same validated instances, passed through:
+    cheap), which also keeps tuple serialization and the JSON Schema's ``maxItems``.
+    """
+
+    def __init__(self, max_items: int) -> None:
+        self.max_items = max_items
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        item = handler.generate_schema(get_args(source)[0])
+        return core_schema.chain_schema(
+            [
+                core_schema.list_schema(item, max_length=self.max_items),
+                core_schema.tuple_schema([item], variadic_item_index=0),
+            ]
+        )
 
 
 def _text(min_len: int, max_len: int) -> Any:
@@ -247,7 +277,7 @@ class Conversation(_Wire):
     """The host statechart position and the decisions that led there."""
 
     state: StateName  # type: ignore[valid-type]
-    decisions: Annotated[tuple[RouteDecision, ...], Field(max_length=MAX_DECISIONS)]
+    decisions: Annotated[tuple[RouteDecision, ...], _Capped(MAX_DECISIONS)]
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> Conversation:
@@ -290,9 +320,9 @@ class SessionSnapshot(_Wire):
     updated_at: DateTimeText
     cursor: SafeNonNegativeInt
     active_turn: Annotated[ActiveTurn | None, _Omittable()] = None
-    terminal_turns: Annotated[tuple[TerminalTurn, ...], Field(max_length=MAX_TERMINAL_TURNS)] = ()
+    terminal_turns: Annotated[tuple[TerminalTurn, ...], _Capped(MAX_TERMINAL_TURNS)] = ()
     conversation: Annotated[Conversation | None, _Omittable()] = None
-    confirmations: Annotated[tuple[ConfirmationBinding, ...], Field(max_length=MAX_CONFIRMATIONS)]
+    confirmations: Annotated[tuple[ConfirmationBinding, ...], _Capped(MAX_CONFIRMATIONS)]
 
     @model_validator(mode="after")
     def _check_unique(self) -> SessionSnapshot:
