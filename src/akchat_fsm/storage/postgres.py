@@ -26,7 +26,7 @@ from psycopg.pq import TransactionStatus
 
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
-from ._cas import check_session_id, check_sql_identifier, prepare_save
+from ._cas import check_session_id, check_sql_identifier, loaded_text, prepare_save
 from ._closing import AsyncClosing, Closing
 
 __all__ = ["AsyncPostgresStorage", "PostgresStorage", "map_pg_error"]
@@ -123,7 +123,7 @@ class _Plan:
             " cursor bigint NOT NULL, body text NOT NULL,"
             " updated_at timestamptz NOT NULL DEFAULT now())"
         )
-        self.select = f"SELECT body FROM {t} WHERE session_id = %s"
+        self.select = f"SELECT body, cursor FROM {t} WHERE session_id = %s"
         self.insert = (
             f"INSERT INTO {t} (session_id, cursor, body) VALUES (%s, %s, %s)"
             " ON CONFLICT (session_id) DO NOTHING RETURNING cursor"
@@ -214,8 +214,9 @@ class PostgresStorage(Closing):
 
     def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
-        row = self._run(self._plan.select, (check_session_id(session_id),), write=False)
-        return None if row is None else str(row[0])
+        key = check_session_id(session_id)
+        row = self._run(self._plan.select, (key,), write=False)
+        return None if row is None else loaded_text(key, row[0], row[1])
 
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""
@@ -305,8 +306,9 @@ class AsyncPostgresStorage(AsyncClosing):
 
     async def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
-        row = await self._run(self._plan.select, (check_session_id(session_id),), write=False)
-        return None if row is None else str(row[0])
+        key = check_session_id(session_id)
+        row = await self._run(self._plan.select, (key,), write=False)
+        return None if row is None else loaded_text(key, row[0], row[1])
 
     async def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""

@@ -31,7 +31,7 @@ from redis.retry import Retry
 
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
-from ._cas import check_session_id, prepare_save
+from ._cas import check_session_id, loaded_text, prepare_save
 from ._closing import AsyncClosing, Closing
 
 __all__ = ["CAS_SCRIPT", "AsyncRedisStorage", "RedisStorage", "map_redis_error"]
@@ -90,7 +90,7 @@ class _Plan:
         return self.prefix + check_session_id(session_id)
 
     def load_command(self, session_id: str) -> tuple[Any, ...]:
-        return ("HGET", self.key(session_id), "body")
+        return ("HMGET", self.key(session_id), "body", "cursor")
 
     def delete_command(self, session_id: str) -> tuple[Any, ...]:
         return ("DEL", self.key(session_id))
@@ -135,6 +135,11 @@ def _connected(pool: Any) -> int:
         for c in conns
         if getattr(c, "_sock", None) is not None or getattr(c, "is_connected", False)
     )
+
+
+def _loaded(session_id: str, reply: Any) -> str | None:
+    body, cursor = reply  # HMGET: [body, cursor], each None when absent
+    return loaded_text(session_id, body, cursor)
 
 
 def _text(reply: Any) -> str | None:
@@ -208,7 +213,7 @@ class RedisStorage(Closing):
 
     def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
-        return _text(self._call(self._plan.load_command(session_id), write=False))
+        return _loaded(session_id, self._call(self._plan.load_command(session_id), write=False))
 
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""
@@ -293,7 +298,8 @@ class AsyncRedisStorage(AsyncClosing):
 
     async def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
-        return _text(await self._call(self._plan.load_command(session_id), write=False))
+        reply = await self._call(self._plan.load_command(session_id), write=False)
+        return _loaded(session_id, reply)
 
     async def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""

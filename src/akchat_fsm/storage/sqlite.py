@@ -19,7 +19,7 @@ import threading
 
 from ..errors import OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
-from ._cas import check_session_id, check_sql_identifier, prepare_save
+from ._cas import check_session_id, check_sql_identifier, loaded_text, prepare_save
 from ._closing import Closing
 from ._threaded import ThreadedAsyncStorage
 
@@ -67,7 +67,9 @@ class SQLiteStorage(Closing):
             f"CREATE TABLE IF NOT EXISTS {t} (session_id TEXT PRIMARY KEY NOT NULL,"
             " cursor INTEGER NOT NULL, body TEXT NOT NULL)"
         )
-        self._select = f"SELECT body FROM {t} WHERE session_id = ?"
+        # Bytes, decoded by `loaded_text`: sqlite3's own decoding would fail non-UTF-8 bodies
+        # as a (retryable) OperationalError.
+        self._select = f"SELECT CAST(body AS BLOB), cursor FROM {t} WHERE session_id = ?"
         self._insert = (
             f"INSERT INTO {t} (session_id, cursor, body) VALUES (?, ?, ?)"
             " ON CONFLICT (session_id) DO NOTHING"
@@ -129,7 +131,7 @@ class SQLiteStorage(Closing):
                 rows = conn.execute(self._select, (key,)).fetchall()
             except sqlite3.Error as exc:
                 raise map_sqlite_error(exc) from exc
-        return None if not rows else str(rows[0][0])
+        return None if not rows else loaded_text(key, rows[0][0], rows[0][1])
 
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""
