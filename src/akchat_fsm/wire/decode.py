@@ -81,8 +81,9 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abAB]")
 def decode_session_snapshot(raw: Any) -> DecodeResult:
     """Decode an untrusted session snapshot. Never raises.
 
-    ``raw`` is JSON text (``str``, or ``bytes`` in UTF-8) or an already-parsed JSON-shaped
-    value (dicts, lists, strings, numbers, booleans, ``None``).
+    ``raw`` is JSON text (``str``, or ``bytes`` in UTF-8), an already-parsed JSON-shaped
+    value (dicts, lists, strings, numbers, booleans, ``None``), or a :class:`SessionSnapshot`,
+    which is re-validated from its wire text (it may have been built without validation).
     """
     try:
         return _decode(raw)
@@ -102,6 +103,10 @@ def parse_session_snapshot(raw: Any) -> SessionSnapshot:
 
 
 def _decode(raw: Any) -> DecodeResult:
+    if isinstance(raw, SessionSnapshot):
+        # Re-validated from its wire text: an instance may have been built without validation
+        # (`model_construct`, `model_copy(update=...)`), and storage may hand one back.
+        raw = raw.to_json()
     if isinstance(raw, bytes | bytearray | memoryview):
         try:
             raw = bytes(raw).decode("utf-8")
