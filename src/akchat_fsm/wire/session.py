@@ -35,6 +35,9 @@ from ._js import (
     IDENTIFIER_PATTERN,
     MAX_SAFE_INTEGER,
     as_safe_int,
+    escape_surrogates,
+    has_surrogate,
+    js_form,
     js_number_to_string,
     utf16_len,
 )
@@ -169,9 +172,49 @@ class _Capped:
         )
 
 
+class _JsText:
+    """A free-form string: pydantic-core's strict ``str``, plus JavaScript's lone surrogates.
+
+    pydantic-core cannot hold a ``str`` with a surrogate code point (``string_unicode``), and
+    its JSON parser refuses a lone ``\\udXXX`` escape, so such text always takes the exact path
+    (Python values), where this falls back to a Python check. The fast path keeps the plain
+    Rust ``str`` schema. Lengths here are code points; UTF-16 units are re-checked per snapshot
+    (see the module docstring), and exactly in the fallback.
+    """
+
+    def __init__(self, min_len: int, max_len: int) -> None:
+        self.min_len = min_len
+        self.max_len = max_len
+
+    def _with_surrogates(self, value: Any) -> str:
+        if not isinstance(value, str) or not has_surrogate(value):
+            raise PydanticCustomError("session_rule", "not a string")
+        text = js_form(str.__str__(value))
+        if not self.min_len <= utf16_len(text) <= self.max_len:
+            raise PydanticCustomError("session_rule", "string length out of bounds")
+        return text
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        plain = core_schema.str_schema(
+            strict=True, min_length=self.min_len, max_length=self.max_len
+        )
+        fallback = core_schema.no_info_plain_validator_function(self._with_surrogates)
+        return core_schema.json_or_python_schema(
+            json_schema=plain,
+            python_schema=core_schema.union_schema([plain, fallback], mode="left_to_right"),
+            serialization=core_schema.to_string_ser_schema(),
+        )
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"type": "string", "minLength": self.min_len, "maxLength": self.max_len}
+
+
 def _text(min_len: int, max_len: int) -> Any:
-    # Code points here; UTF-16 units are re-checked by `_check_utf16` (see module docstring).
-    return Annotated[str, Field(strict=True, min_length=min_len, max_length=max_len)]
+    return Annotated[str, _JsText(min_len, max_len)]
 
 
 Identifier = Annotated[str, Field(strict=True, pattern=IDENTIFIER_PATTERN)]
@@ -338,10 +381,20 @@ class SessionSnapshot(_Wire):
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON-ready wire object; optional keys are omitted when absent."""
-        out: dict[str, Any] = self.model_dump(mode="json", by_alias=True, exclude_none=True)
-        if not self.terminal_turns and "terminal_turns" not in self.model_fields_set:
-            del out["terminalTurns"]
+        out = self._head()
+        # Bindings by hand: pydantic-core cannot serialize an object key holding a lone
+        # surrogate, which a confirmation input may have (ADR-0080).
+        out["confirmations"] = [_binding_wire(binding) for binding in self.confirmations]
         return out
+
+    def _head(self) -> dict[str, Any]:
+        """Every wire key but ``confirmations`` (the last one), in the reference order."""
+        head: dict[str, Any] = self.model_dump(
+            mode="json", by_alias=True, exclude_none=True, exclude={"confirmations"}
+        )
+        if not self.terminal_turns and "terminal_turns" not in self.model_fields_set:
+            head.pop("terminalTurns", None)
+        return head
 
     def to_json(self) -> str:
         """Compact JSON text, byte-equal to ``JSON.stringify`` of the reference's object.
@@ -353,15 +406,11 @@ class SessionSnapshot(_Wire):
         # JavaScript print alike, and the string escaping is the same, so the C encoder is exact
         # for everything but the inputs. Each binding's text is assembled from its frozen input's
         # text, computed once per input: a save re-encodes every binding of the envelope.
-        head = self.model_dump(
-            mode="json", by_alias=True, exclude_none=True, exclude={"confirmations"}
-        )
-        if not self.terminal_turns and "terminal_turns" not in self.model_fields_set:
-            head.pop("terminalTurns", None)
-        text = json.dumps(head, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(self._head(), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         bindings = ",".join(_binding_json(binding) for binding in self.confirmations)
         # `confirmations` is the last wire key (pinned against the JS-exact encoder by tests).
-        return f'{text[:-1]},"confirmations":[{bindings}]}}'
+        # Lone surrogates become `\\uXXXX` escapes, as JSON.stringify writes them (ADR-0080).
+        return escape_surrogates(f'{text[:-1]},"confirmations":[{bindings}]}}')
 
     @classmethod
     def from_wire(cls, obj: Any) -> SessionSnapshot:
@@ -382,6 +431,17 @@ def _input_json(value: Any) -> str:
     if _prints_like_javascript(value):
         return json.dumps(thaw(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return _encode(thaw(value))
+
+
+def _binding_wire(binding: ConfirmationBinding) -> dict[str, Any]:
+    return {
+        "token": binding.token,
+        "action": binding.action,
+        "input": thaw(binding.input),
+        "toolCallId": binding.tool_call_id,
+        "expiresAt": binding.expires_at,
+        "status": binding.status.value,
+    }
 
 
 def _binding_json(binding: ConfirmationBinding) -> str:
