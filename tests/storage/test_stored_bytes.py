@@ -333,3 +333,67 @@ def test_an_honest_snapshot_object_still_resumes() -> None:
     built = SessionSnapshot.model_construct(**dict(snapshot(4)))
     session = resume_chat_session(DEFINITION, session_id=SID, storage=HandsBack(built))
     assert session.cursor == 4
+
+
+# --------------------------------------------------------------------------- fuzz
+ANY = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+FIELDS = [
+    "protocol",
+    "version",
+    "session_id",
+    "definition_id",
+    "definition_revision",
+    "updated_at",
+    "cursor",
+    "active_turn",
+    "terminal_turns",
+    "conversation",
+    "confirmations",
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(changes=st.dictionaries(st.sampled_from(FIELDS), ANY, max_size=3))
+def test_a_hostile_snapshot_from_storage_resumes_only_if_it_is_valid(
+    changes: dict[str, Any],
+) -> None:
+    hostile = SessionSnapshot.model_construct(**{**dict(snapshot(1)), **changes})
+    try:
+        session = resume_chat_session(DEFINITION, session_id=SID, storage=HandsBack(hostile))
+    except ConfigError as error:
+        _never_retryable(error)
+        return
+    # Resumed: then its wire text is a valid envelope on its own, validated from scratch.
+    revalidated = SessionSnapshot.model_validate_json(session.snapshot.to_json())
+    assert revalidated == session.snapshot
+
+
+@settings(max_examples=40, deadline=None)
+@given(body=st.binary(max_size=48) | st.text(max_size=24).map(str.encode), column=st.integers(0, 3))
+def test_any_bytes_in_a_real_sqlite_row_load_as_text_or_a_config_error(
+    tmp_path_factory: pytest.TempPathFactory, body: bytes, column: int
+) -> None:
+    from akchat_fsm.storage.sqlite import SQLiteStorage
+
+    path = tmp_path_factory.mktemp("fuzz") / "s.db"
+    with SQLiteStorage(path) as adapter:
+        assert adapter.save(snapshot(1), None)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE akchat_sessions SET body = ?, cursor = ?", (body, column))
+    with SQLiteStorage(path) as adapter:
+        try:
+            text = adapter.load(SID)
+        except ConfigError as error:
+            _never_retryable(error)
+        else:
+            assert text == body.decode("utf-8")
+        try:
+            resume_chat_session(DEFINITION, session_id=SID, storage=adapter)
+        except ConfigError as error:
+            _never_retryable(error)

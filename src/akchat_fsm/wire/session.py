@@ -389,8 +389,10 @@ class SessionSnapshot(_Wire):
 
     def _head(self) -> dict[str, Any]:
         """Every wire key but ``confirmations`` (the last one), in the reference order."""
+        # `warnings=False`: a validated instance never warns; one built without validation
+        # (re-validated from this text by the decoder) would only add noise before its refusal.
         head: dict[str, Any] = self.model_dump(
-            mode="json", by_alias=True, exclude_none=True, exclude={"confirmations"}
+            mode="json", by_alias=True, exclude_none=True, exclude={"confirmations"}, warnings=False
         )
         if not self.terminal_turns and "terminal_turns" not in self.model_fields_set:
             head.pop("terminalTurns", None)
