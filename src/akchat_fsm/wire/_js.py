@@ -71,9 +71,13 @@ def escape_surrogates(json_text: str) -> str:
     (well-formed JSON text); ``json.dumps(ensure_ascii=False)`` would write the raw code point,
     which no UTF-8 store accepts. Text without one is returned as is.
     """
-    if not has_surrogate(json_text):
+    if json_text.isascii():
         return json_text
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text)
+    try:
+        json_text.encode("utf-8")  # C-fast; a regex search is ~5x slower on 40 KB
+        return json_text
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text)
 
 
 def is_identifier(value: object) -> bool:
