@@ -51,6 +51,23 @@ def decode_rows(out: str) -> list[Row]:
     )
 
 
+def hostile_rows(out: str) -> list[Row]:
+    found = re.findall(
+        r"^(\w+ v\d)\s+\d+\s+[\d.]+\s+([\d.]+)x\s+([\d.]+)\s+([\d.]+)", out, flags=re.M
+    )
+    if not found:
+        return []
+    return [
+        Row(
+            "hostile 3 MB array refused / json.loads (worst)",
+            max(float(f[1]) for f in found),
+            "<= 5",
+        ),
+        Row("hostile refusal: heap peak MB (worst)", max(float(f[2]) for f in found), "<= 300"),
+        Row("hostile refusal: RSS growth MB (worst)", max(float(f[3]) for f in found), "<= 300"),
+    ]
+
+
 def storage_rows(out: str) -> list[Row]:
     rows = []
     for backend, ratio in re.findall(
@@ -122,6 +139,7 @@ def main() -> None:
     )
     outputs = {
         "bench_decode.py": (run("bench_decode.py", "--repeat", "9", "--number", "20"), decode_rows),
+        "bench_hostile.py": (run("bench_hostile.py", "--repeat", "5"), hostile_rows),
         "bench_storage.py": (
             run("bench_storage.py", "--saves", "200", "--rounds", "3", "--seconds", "1"),
             storage_rows,

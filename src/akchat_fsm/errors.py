@@ -10,8 +10,10 @@ Catch the narrowest class that matches what you can do about it::
     │   │   └── StaleControlledSnapshot (akchat_fsm.controlled) an old or repeated sequence
     │   └── InvalidJsonText        (akchat_fsm.wire.jsontext) not JSON as JSON.parse defines it
     ├── ConfigError                the reference's ConfigError: code "AK_CONFIG_INVALID", .hint;
-    │   │                          bad options, or state that is not this definition's
+    │   │                          bad options, bad stored bytes (never retryable), or state
+    │   │                          that is not this definition's
     │   ├── IncompatibleSession    stored state: foreign, other definition/revision, no replay
+    │   ├── StoredCursorMismatch   an adapter's cursor column disagrees with its stored body
     │   ├── InvalidConfirmationToken    unknown here, or another session's token (inert)
     │   └── LimitExceeded          a documented bound would be crossed (before any side effect)
     ├── IllegalTransition          a machine refused (state, event); names both; unchanged
@@ -54,6 +56,7 @@ __all__ = [
     "SessionConflict",
     "StorageError",
     "StorageUnavailable",
+    "StoredCursorMismatch",
 ]
 
 # The reference's hints, quoted because hosts written against it match on them.
@@ -117,6 +120,8 @@ class ConfigError(AkchatError):
     """The reference's ``ConfigError``: ``code`` is always ``AK_CONFIG_INVALID``."""
 
     code = "AK_CONFIG_INVALID"
+    #: The same call fails again: a configuration or stored-data problem, never transient.
+    retryable = False
 
     def __init__(self, message: str, *, hint: str = CONVERSATION_HINT) -> None:
         super().__init__(message)
@@ -126,6 +131,25 @@ class ConfigError(AkchatError):
 
 class IncompatibleSession(ConfigError):
     """Stored state exists but may not be resumed by this definition or session id."""
+
+
+class StoredCursorMismatch(ConfigError):
+    """The adapter's cursor column and the stored body's ``cursor`` disagree.
+
+    Every compare-and-set compares against the column, so such a session could never be saved
+    again (each write a ``SessionConflict``); it is refused at load, naming both values. The
+    same bytes fail again: repair the row (or delete the session), never retry.
+    """
+
+    def __init__(self, session_id: str, column: object, body: object) -> None:
+        super().__init__(
+            f"Stored session {session_id!r} is inconsistent: its cursor column is {column!r} "
+            f"but its body says cursor {body!r}.",
+            hint="Repair or delete the stored row; retrying cannot help.",
+        )
+        self.session_id = session_id
+        self.column = column
+        self.body = body
 
 
 class InvalidConfirmationToken(ConfigError):

@@ -36,11 +36,28 @@ def test_shell_is_checked_before_messages() -> None:
     assert layer_of(base(messages=[{"role": "owner"}])) == "messages"
 
 
-def test_proto_key_is_rejected_like_any_unknown_key() -> None:
-    assert layer_of(base(__proto__={})) == "shell"
-    assert layer_of(
-        json.dumps(base()).replace('{"sessionId"', '{"__proto__": {}, "sessionId"')
-    ) == ("shell")
+@pytest.mark.parametrize("value", [{}, None, 1, "x", [1, {"a": 2}], {"sessionId": "bad id"}])
+def test_proto_key_at_the_top_is_accepted_and_dropped_as_in_the_reference(value: Any) -> None:
+    expected = parse_controlled_snapshot(base()).to_wire()
+    assert parse_controlled_snapshot(base(__proto__=value)).to_wire() == expected
+    text = json.dumps(base()).replace(
+        '{"sessionId"', '{"__proto__": ' + json.dumps(value) + ', "sessionId"'
+    )
+    parsed = parse_controlled_snapshot(text)
+    assert parsed.to_wire() == expected and "__proto__" not in parsed.to_wire()
+    assert parsed.session_id == "s-1"
+
+
+def test_proto_key_does_not_stand_in_for_a_missing_key() -> None:
+    shell = base()
+    del shell["usage"]
+    assert layer_of({**shell, "__proto__": {"usage": shell.get("usage")}}) == "shell"
+
+
+def test_proto_key_inside_error_or_usage_is_an_unknown_key() -> None:
+    assert layer_of(base(error={"message": "m", "__proto__": {}})) == "shell"
+    usage = {"promptTokens": 0, "completionTokens": 0, "totalTokens": 0, "__proto__": 1}
+    assert layer_of(base(usage=usage)) == "shell"
 
 
 def test_input_and_error_bounds_count_utf16_units() -> None:

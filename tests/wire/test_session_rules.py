@@ -464,14 +464,60 @@ def test_huge_integer_literals_do_not_crash() -> None:
     rejected(json.dumps(envelope(cursor=0)).replace('"cursor": 0', '"cursor": ' + "9" * 10_000))
 
 
-def test_lone_surrogates() -> None:
-    # Legal JSON text; accepted where the value is dropped, rejected in a model string
-    # (documented deviation: envelope strings must be encodable as UTF-8).
-    text = json.dumps(envelope(future="\ud800"))
-    assert decode_session_snapshot(text).ok
-    rejected(json.dumps(with_decision(input="\ud800")))
-    rejected(with_decision(input="\udfff"))
-    rejected(json.dumps(with_input({"s": "\ud800"})))
+LONE = ["\ud800", "\udfff", "a\ud83d", "\ude00b", "\udc00\ud800"]
+
+
+@pytest.mark.parametrize("lone", LONE)
+def test_lone_surrogates_are_accepted_as_the_reference_accepts_them(lone: str) -> None:
+    # Legal JSON text and legal JavaScript strings: zod's `z.string()` takes them in every
+    # free-form string, and a bounded JSON input takes them in any string or key (ADR-0080).
+    assert decode_session_snapshot(json.dumps(envelope(future=lone))).ok
+    for field in ("input", "content", "fromState", "toState"):
+        snapshot = accepted(with_decision(**{field: lone}))
+        assert snapshot.conversation is not None
+        assert getattr(snapshot.conversation.decisions[0], _SNAKE.get(field, "to_state")) == lone
+    state = accepted(envelope(conversation={"state": lone, "decisions": []})).conversation
+    assert state is not None and state.state == lone
+    value = accepted(with_input({"s": lone, lone: [lone]})).confirmations[0].input
+    assert value == {"s": lone, lone: (lone,)}
+
+
+def test_lone_surrogates_count_one_utf16_unit_each() -> None:
+    accepted(with_decision(input="\ud800" * 16_384))
+    rejected(with_decision(input="\ud800" * 16_385))
+    accepted(with_decision(fromState="\udfff" * 128))
+    rejected(with_decision(fromState="\udfff" * 129))
+    accepted(with_input({"k" * 255 + "\ud800": 1}))
+    rejected(with_input({"k" * 256 + "\ud800": 1}))
+
+
+def test_lone_surrogates_never_reach_identifiers_or_updated_at() -> None:
+    rejected(envelope(sessionId="a\ud800"))
+    rejected(with_decision(messageId="m\udfff"))
+    rejected(envelope(updatedAt="2026-07-11T00:00:00.000Z\ud800"))
+
+
+def test_a_surrogate_pair_built_in_python_is_the_astral_character() -> None:
+    # JavaScript strings are UTF-16: "\ud83d\ude00" and "😀" are the same string there.
+    joined = accepted(with_decision(input="\ud83d\ude00", content="x"))
+    assert joined.conversation is not None
+    assert joined.conversation.decisions[0].input == ASTRAL
+    assert accepted(with_input({"\ud83d\ude00": "\ud83d\ude00"})).confirmations[0].input == {
+        ASTRAL: ASTRAL
+    }
+
+
+def test_to_json_writes_lone_surrogates_as_json_stringify_does() -> None:
+    snapshot = accepted(with_decision(input="a\ud800", content=ASTRAL + "\udfff"))
+    text = snapshot.to_json()
+    # Lowercase `\\uXXXX` escapes for lone surrogates, astral characters raw, as in JS.
+    assert '"input":"a\\ud800"' in text and f'"content":"{ASTRAL}\\udfff"' in text
+    text.encode("utf-8")  # storable by every adapter
+    assert decode_session_snapshot(text).snapshot == snapshot
+    assert json.loads(text) == snapshot.to_wire()
+    bound = accepted(with_input({"k\udc00": ["\ud800"]}))
+    assert '"input":{"k\\udc00":["\\ud800"]}' in bound.to_json()
+    assert bound.to_wire()["confirmations"][0]["input"] == {"k\udc00": ["\ud800"]}
 
 
 def test_duplicate_keys_last_wins_like_json_parse() -> None:

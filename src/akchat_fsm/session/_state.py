@@ -54,8 +54,6 @@ Command = Callable[[core.SessionState, int], core.Step]
 
 def _decode(raw: object) -> SessionSnapshot:
     """The stored value as a snapshot, or ConfigError with the reference diagnostic text."""
-    if isinstance(raw, SessionSnapshot):
-        return raw
     result = decode_session_snapshot(raw)
     if result.snapshot is None:
         message = result.diagnostic.message if result.diagnostic else INVALID.message

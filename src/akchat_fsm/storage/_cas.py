@@ -14,8 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError
-from ..wire._js import MAX_SAFE_INTEGER, is_identifier
+from ..errors import ConfigError, StoredCursorMismatch
+from ..wire._js import MAX_SAFE_INTEGER, as_safe_int, is_identifier
+from ..wire.jsontext import InvalidJsonText, parse_json_text
 
 __all__ = [
     "MAX_RECORD_CHARS",
@@ -27,7 +28,9 @@ __all__ = [
     "check_record_key",
     "check_session_id",
     "check_sql_identifier",
+    "check_stored_cursor",
     "holds_processing",
+    "loaded_text",
     "now_ms",
     "prepare_record_save",
     "prepare_save",
@@ -84,6 +87,72 @@ def snapshot_text(snapshot: Any) -> str:
         return json.dumps(to_wire(), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ConfigError("The snapshot is not JSON-serializable.", hint=STORAGE_HINT) from exc
+
+
+# --------------------------------------------------------------------------- load
+
+STORED_HINT = "The stored bytes are not UTF-8 JSON text: repair or delete the row."
+
+# The canonical writers (this library's ``to_json`` and ``JSON.stringify`` of the reference's
+# object) put only scalar members before ``cursor``; this reads it without parsing the body.
+_SCALAR = r'(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*|true|false|null)'
+_HEAD_CURSOR = re.compile(r'\{(?:"(?:[^"\\]|\\.)*":' + _SCALAR + r',)*?"cursor":(-?[0-9]+)[,}]')
+
+
+def loaded_text(session_id: str, body: object, column: object) -> str | None:
+    """What every adapter's ``load`` returns for a stored ``(body, cursor column)``.
+
+    ``None`` stays ``None``. Bytes must be UTF-8 (the stored form of JSON text; lone
+    surrogates are stored as ``\\uXXXX`` escapes, which are ASCII): anything else is a
+    :class:`ConfigError`, never retryable, since the same bytes fail again. Then the cursor
+    column must agree with the body (:func:`check_stored_cursor`).
+    """
+    if body is None:
+        return None
+    if isinstance(body, bytes | bytearray | memoryview):
+        try:
+            text = bytes(body).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"Stored session {session_id!r} is not UTF-8 text (byte {exc.start}).",
+                hint=STORED_HINT,
+            ) from exc
+    elif isinstance(body, str):
+        text = str.__str__(body)
+    else:
+        raise ConfigError(
+            f"Stored session {session_id!r} is a {type(body).__name__}, not text.",
+            hint=STORED_HINT,
+        )
+    check_stored_cursor(session_id, column, text)
+    return text
+
+
+def check_stored_cursor(session_id: str, column: object, text: str) -> None:
+    """Raise :class:`StoredCursorMismatch` when the body's ``cursor`` is not the column's.
+
+    Every CAS compares against the column, so a disagreeing row could never be saved again.
+    Cheap for canonical text (a match on the head, and one count proving the key is unique,
+    since ``JSON.parse`` keeps the last duplicate); anything else is parsed. A body that is not
+    a JSON object with a safe-integer ``cursor`` is left to the decoder, which refuses it.
+    """
+    match = _HEAD_CURSOR.match(text)
+    if match is not None and text.count('"cursor"') == 1:
+        body: object = int(match.group(1))
+    else:
+        try:
+            parsed = parse_json_text(text)
+        except InvalidJsonText:
+            return
+        if not isinstance(parsed, dict) or "cursor" not in parsed:
+            return
+        body = parsed["cursor"]
+    number = as_safe_int(body)
+    if isinstance(column, bytes | str) and column.isdigit() and column.isascii():
+        column = int(column)  # Redis stores the cursor as decimal text
+    stored = as_safe_int(column)
+    if number is not None and number != stored:
+        raise StoredCursorMismatch(session_id, column, number)
 
 
 @dataclass(frozen=True, slots=True)

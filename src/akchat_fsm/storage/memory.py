@@ -15,6 +15,7 @@ from ._cas import (
     check_limit,
     check_record_key,
     check_session_id,
+    loaded_text,
     prepare_save,
     prepare_stored_record,
     record_prefix_matches_nothing,
@@ -46,7 +47,7 @@ class MemoryStorage(Closing):
         key = check_session_id(session_id)
         with self._lock:
             row = self._rows.get(key)
-        return None if row is None else row[1]
+        return None if row is None else loaded_text(key, row[1], row[0])
 
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""

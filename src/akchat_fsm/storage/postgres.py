@@ -38,6 +38,7 @@ from ._cas import (
     check_session_id,
     check_sql_identifier,
     derived_identifier,
+    loaded_text,
     prepare_save,
     prepare_stored_record,
     processing_statuses,
@@ -137,7 +138,7 @@ class _Plan:
             self.setup.append(f"SET statement_timeout = {statement_timeout_ms}")
         self.records = r = derived_identifier(t, "__records")
         self.create = _schema(t, r)
-        self.select = f"SELECT body FROM {t} WHERE session_id = %s"
+        self.select = f"SELECT body, cursor FROM {t} WHERE session_id = %s"
         self.insert = (
             f"INSERT INTO {t} (session_id, cursor, body, processing, written_ms)"
             " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session_id) DO NOTHING RETURNING cursor"
@@ -343,8 +344,9 @@ class PostgresStorage(Closing):
 
     def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
-        row = self._run(self._plan.select, (check_session_id(session_id),), write=False)
-        return None if row is None else str(row[0])
+        key = check_session_id(session_id)
+        row = self._run(self._plan.select, (key,), write=False)
+        return None if row is None else loaded_text(key, row[0], row[1])
 
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""
@@ -477,8 +479,9 @@ class AsyncPostgresStorage(AsyncClosing):
 
     async def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
-        row = await self._run(self._plan.select, (check_session_id(session_id),), write=False)
-        return None if row is None else str(row[0])
+        key = check_session_id(session_id)
+        row = await self._run(self._plan.select, (key,), write=False)
+        return None if row is None else loaded_text(key, row[0], row[1])
 
     async def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""

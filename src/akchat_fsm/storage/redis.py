@@ -41,6 +41,7 @@ from ._cas import (
     check_limit,
     check_record_key,
     check_session_id,
+    loaded_text,
     prepare_save,
     prepare_stored_record,
     record_prefix_matches_nothing,
@@ -182,7 +183,7 @@ class _Plan:
         return self.key(session_id) + "#records"
 
     def load_command(self, session_id: str) -> tuple[Any, ...]:
-        return ("HGET", self.key(session_id), "body")
+        return ("HMGET", self.key(session_id), "body", "cursor")
 
     def _script(self, source: str, session_id: str, written_ms: int, *args: str) -> tuple[Any, ...]:
         """``EVALSHA sha 3 session records index written_ms session_id *args``."""
@@ -273,6 +274,11 @@ def _connected(pool: Any) -> int:
     )
 
 
+def _loaded(session_id: str, reply: Any) -> str | None:
+    body, cursor = reply  # HMGET: [body, cursor], each None when absent
+    return loaded_text(session_id, body, cursor)
+
+
 def _text(reply: Any) -> str | None:
     return None if reply is None else bytes(reply).decode("utf-8")
 
@@ -344,7 +350,7 @@ class RedisStorage(Closing):
 
     def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
-        return _text(self._call(self._plan.load_command(session_id), write=False))
+        return _loaded(session_id, self._call(self._plan.load_command(session_id), write=False))
 
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""
@@ -467,7 +473,8 @@ class AsyncRedisStorage(AsyncClosing):
 
     async def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
-        return _text(await self._call(self._plan.load_command(session_id), write=False))
+        reply = await self._call(self._plan.load_command(session_id), write=False)
+        return _loaded(session_id, reply)
 
     async def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""

@@ -30,6 +30,7 @@ from ._cas import (
     check_record_key,
     check_session_id,
     check_sql_identifier,
+    loaded_text,
     now_ms,
     prepare_save,
     prepare_stored_record,
@@ -81,7 +82,9 @@ class SQLiteStorage(Closing):
         self.busy_timeout = float(busy_timeout)
         t = self.table
         self._schema = _Schema(t)
-        self._select = f"SELECT body FROM {t} WHERE session_id = ?"
+        # Bytes, decoded by `loaded_text`: sqlite3's own decoding would fail non-UTF-8 bodies
+        # as a (retryable) OperationalError.
+        self._select = f"SELECT CAST(body AS BLOB), cursor FROM {t} WHERE session_id = ?"
         self._insert = (
             f"INSERT INTO {t} (session_id, cursor, body, processing, written_ms)"
             " VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
@@ -146,7 +149,7 @@ class SQLiteStorage(Closing):
                 rows = conn.execute(self._select, (key,)).fetchall()
             except sqlite3.Error as exc:
                 raise map_sqlite_error(exc) from exc
-        return None if not rows else str(rows[0][0])
+        return None if not rows else loaded_text(key, rows[0][0], rows[0][1])
 
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""

@@ -30,13 +30,20 @@ from .sqlite import AsyncSQLiteStorage, SQLiteStorage
 
 __all__ = ["open_async_storage", "open_storage"]
 
+# Both drivers hold these as a C int of milliseconds.
+_MAX_STATEMENT_TIMEOUT_MS = 2**31 - 1
+_MAX_BUSY_TIMEOUT_S = (2**31 - 1) / 1000
+
 _URL_HINT = "Use memory://, sqlite:///path, postgresql://… or redis://… (see docs/adapters.md)."
 
 
 def _split(url: str) -> tuple[str, Any, dict[str, str]]:
     if not isinstance(url, str):
         raise ConfigError(f"A storage URL must be a string, got {url!r}.", hint=_URL_HINT)
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)  # "postgresql://[::1/x" is a ValueError (unclosed IPv6 host)
+    except ValueError as exc:
+        raise ConfigError(f"Malformed storage URL {url!r}: {exc}.", hint=_URL_HINT) from exc
     try:
         query = dict(
             parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
@@ -46,7 +53,7 @@ def _split(url: str) -> tuple[str, Any, dict[str, str]]:
     return parts.scheme.lower(), parts, query
 
 
-def _pop_float(query: dict[str, str], name: str) -> float | None:
+def _pop_float(query: dict[str, str], name: str, maximum: float) -> float | None:
     raw = query.pop(name, None)
     if raw is None:
         return None
@@ -54,8 +61,8 @@ def _pop_float(query: dict[str, str], name: str) -> float | None:
         value = float(raw)
     except ValueError as exc:
         raise ConfigError(f"{name} must be a number, got {raw!r}.", hint=_URL_HINT) from exc
-    if not value >= 0:  # also refuses NaN
-        raise ConfigError(f"{name} must be >= 0, got {raw!r}.", hint=_URL_HINT)
+    if not 0 <= value <= maximum:  # also refuses NaN and infinities
+        raise ConfigError(f"{name} must be in [0, {maximum:g}], got {raw!r}.", hint=_URL_HINT)
     return value
 
 
@@ -73,7 +80,7 @@ def _sqlite_args(parts: Any, query: dict[str, str]) -> dict[str, Any]:
     args: dict[str, Any] = {"path": path or ":memory:"}
     if "table" in query:
         args["table"] = query.pop("table")
-    timeout = _pop_float(query, "busy_timeout")
+    timeout = _pop_float(query, "busy_timeout", _MAX_BUSY_TIMEOUT_S)
     if timeout is not None:
         args["busy_timeout"] = timeout
     _no_leftovers(query, "sqlite")
@@ -85,7 +92,7 @@ def _postgres_args(parts: Any, query: dict[str, str]) -> dict[str, Any]:
     for name in ("table", "isolation"):
         if name in query:
             args[name] = query.pop(name)
-    timeout = _pop_float(query, "statement_timeout")
+    timeout = _pop_float(query, "statement_timeout", _MAX_STATEMENT_TIMEOUT_MS)
     if timeout is not None:
         args["statement_timeout_ms"] = int(timeout)
     args["conninfo"] = urlunsplit(parts._replace(query=urlencode(query)))

@@ -183,7 +183,7 @@ def _nested(levels: int) -> list[Any]:
 
 _SHELL_MUTATIONS: dict[str, Mutation] = {
     "unknown shell key": _set(("transport",), "private"),
-    "__proto__ shell key": _set(("__proto__",), {}),
+    "__proto__ key inside usage": _set(("usage", "__proto__"), 0),
     "missing sessionId": _drop(("sessionId",)),
     "missing error": _drop(("error",)),
     "missing usage": _drop(("usage",)),

@@ -46,6 +46,40 @@ def utf16_len(text: str) -> int:
     return len(str.encode(text, "utf-16-le", "surrogatepass")) // 2
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def js_form(text: str) -> str:
+    """The one Python form of a JavaScript string: surrogate pairs joined, lone ones kept.
+
+    JavaScript strings are UTF-16 code units, so ``"\\ud83d\\ude00"`` *is* ``"😀"`` there;
+    Python keeps two code points apart unless joined. ``json.loads`` already joins escaped pairs;
+    this does the same for a Python-built string, so equal JS strings are equal here.
+    """
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+
+
+def has_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a surrogate code point (so it is not encodable as UTF-8)."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def escape_surrogates(json_text: str) -> str:
+    """``JSON.stringify``'s escaping of lone surrogates applied to Python's JSON output.
+
+    Since ES2019 ``JSON.stringify`` writes a lone surrogate as a lowercase ``\\udXXX`` escape
+    (well-formed JSON text); ``json.dumps(ensure_ascii=False)`` would write the raw code point,
+    which no UTF-8 store accepts. Text without one is returned as is.
+    """
+    if json_text.isascii():
+        return json_text
+    try:
+        json_text.encode("utf-8")  # C-fast; a regex search is ~5x slower on 40 KB
+        return json_text
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text)
+
+
 def is_identifier(value: object) -> bool:
     """The reference's SafeIdentifier: ``^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$``."""
     return isinstance(value, str) and _IDENTIFIER.fullmatch(value) is not None
@@ -164,8 +198,11 @@ __all__ = [
     "StrictStr",
     "as_safe_int",
     "bounded_str",
+    "escape_surrogates",
+    "has_surrogate",
     "is_identifier",
     "is_zod_datetime",
+    "js_form",
     "js_number_to_string",
     "safe_int",
     "utf16_len",

@@ -8,8 +8,8 @@ A confirmation ``input`` must be a JSON object within these bounds:
 - finite numbers only; no container appearing twice (shared references fail, not only cycles);
 - nothing but ``None``, ``bool``, ``int``, ``float``, ``str``, lists and string-keyed dicts.
 
-One deliberate deviation: a string or key holding a lone surrogate (legal in JavaScript) is
-rejected, because the envelope must be encodable as UTF-8 to be stored (ADR-0004).
+A string or key may hold lone surrogates, as a JavaScript string may (one UTF-16 unit each);
+the stored JSON text carries them as ``\\uXXXX`` escapes (ADR-0080).
 
 Accepted values are *frozen* in the same walk: objects become :class:`FrozenDict`, arrays become
 ``tuple``. Numbers are normalised to what JavaScript holds: an integral value within the safe
@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from ._js import MAX_SAFE_INTEGER
+from ._js import MAX_SAFE_INTEGER, js_form, utf16_len
 
 __all__ = [
     "MAX_ARRAY_ITEMS",
@@ -136,12 +136,21 @@ def _number(value: int | float) -> int | float:
     return value
 
 
-def _units(text: str) -> int:
-    """UTF-16 length of a non-ASCII string; a lone surrogate is rejected (not UTF-8 storable)."""
+def _js_text(text: str, limit: int) -> str:
+    """A non-ASCII string or key checked against ``limit`` UTF-16 units, in its JS form.
+
+    Lone surrogates are legal JavaScript (the reference accepts them, and ``to_json`` writes
+    them as ``\\uXXXX`` escapes, as ``JSON.stringify`` does); a surrogate *pair* a Python
+    caller built is joined into its astral character, the same JavaScript string.
+    """
     try:
-        return len(text.encode("utf-16-le")) // 2
-    except UnicodeEncodeError:
-        raise BoundedJsonError("lone surrogate") from None
+        units = len(text.encode("utf-16-le")) // 2
+    except UnicodeEncodeError:  # surrogate code points: the uncommon path
+        text = js_form(text)
+        units = utf16_len(text)
+    if units > limit:
+        raise BoundedJsonError("string or key too long")
+    return text
 
 
 def _walk(value: Any, *, root_object: bool) -> Any:
@@ -158,11 +167,9 @@ def _walk(value: Any, *, root_object: bool) -> Any:
             raise BoundedJsonError("too many nodes or too deep")
         kind = type(item)
         if kind is str:
-            if len(item) > MAX_STRING_LENGTH or (
-                not item.isascii() and _units(item) > MAX_STRING_LENGTH
-            ):
+            if len(item) > MAX_STRING_LENGTH:
                 raise BoundedJsonError("string too long")
-            return item
+            return item if item.isascii() else _js_text(item, MAX_STRING_LENGTH)
         if kind is int:
             return item if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER else _number(item)
         if item is None or kind is bool:
@@ -178,10 +185,10 @@ def _walk(value: Any, *, root_object: bool) -> Any:
                     raise BoundedJsonError("object key is not a string")
                 if root and key == "__proto__":
                     continue  # dropped before any check, as the reference's record parser does
-                if len(key) > MAX_KEY_LENGTH or (
-                    not key.isascii() and _units(key) > MAX_KEY_LENGTH
-                ):
+                if len(key) > MAX_KEY_LENGTH:
                     raise BoundedJsonError("key too long")
+                if not key.isascii():
+                    key = _js_text(key, MAX_KEY_LENGTH)
                 if key[:1].isdigit():
                     index_keys = True
                 out[key] = visit(child, depth + 1, False)

@@ -7,9 +7,10 @@ upstream memory rules, failing with ``layer="messages"`` and the reference's fix
 "Serialized message record is invalid." (the reference's TypeError), whose ``__cause__`` is
 the :class:`~akchat_fsm.errors.InvalidMemoryRecord` (the reference's ConfigError cause).
 
-The shell is strict: exactly the six keys, no more, no fewer. That includes a key literally
-named ``__proto__``, which the reference lets through silently; we reject it like any other
-unknown key (fail closed, ADR-0031).
+The shell is strict: exactly the six keys, no more, no fewer, except that a key literally
+named ``__proto__`` at the top escapes the check, as in the reference (JavaScript's own
+``__proto__`` property is not an unknown key to it): it is accepted, never read, and absent from
+the output (ADR-0081). Inside ``error`` and ``usage`` it is an unknown key like any other.
 
 Input is a JSON-shaped Python value, or JSON text as ``str`` / ``bytes`` (UTF-8). Text that
 does not parse is a shell failure.
@@ -204,7 +205,11 @@ def _string(value: Any, key: str, min_units: int, max_units: int) -> str:
 
 
 def _exact_keys(
-    value: Any, key: str, required: tuple[str, ...], optional: tuple[str, ...]
+    value: Any,
+    key: str,
+    required: tuple[str, ...],
+    optional: tuple[str, ...],
+    ignored: tuple[str, ...] = (),
 ) -> dict[Any, Any]:
     if type(value) is not dict:
         _shell(f"{key} is not an object")
@@ -213,6 +218,8 @@ def _exact_keys(
         if not isinstance(name, str):
             _shell(f"{key} has a key that is not a string")
         name = str.__str__(name)  # an exact str before hashing or comparing it
+        if name in ignored:
+            continue
         if name not in required and name not in optional:
             _shell(f"{key} has unrecognized key {name!r}")
         out[name] = item
@@ -287,7 +294,8 @@ def parse_controlled_snapshot(raw: object) -> ControlledSnapshot:
 def _check_shell(raw: object) -> dict[str, Any]:
     """The strict shell, every key but the message items: the fields of the snapshot."""
     parsed = _text(raw) if isinstance(raw, str | bytes | bytearray) else raw
-    shell = _exact_keys(parsed, "snapshot", SHELL_KEYS, ())
+    # `__proto__` at the top passes the reference's strict check and is dropped (ADR-0081).
+    shell = _exact_keys(parsed, "snapshot", SHELL_KEYS, (), ignored=("__proto__",))
     session_id = shell["sessionId"]
     if not is_identifier(session_id):
         _shell("sessionId is not a SafeIdentifier")

@@ -24,7 +24,14 @@ from pydantic import ValidationError
 
 from ..errors import InvalidSessionSnapshot
 from .jsontext import InvalidJsonText, parse_json_text
-from .session import BMP_ONLY, PROTOCOL, SessionSnapshot
+from .session import (
+    BMP_ONLY,
+    MAX_CONFIRMATIONS,
+    MAX_DECISIONS,
+    MAX_TERMINAL_TURNS,
+    PROTOCOL,
+    SessionSnapshot,
+)
 
 __all__ = [
     "INVALID_SNAPSHOT",
@@ -74,8 +81,9 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abAB]")
 def decode_session_snapshot(raw: Any) -> DecodeResult:
     """Decode an untrusted session snapshot. Never raises.
 
-    ``raw`` is JSON text (``str``, or ``bytes`` in UTF-8) or an already-parsed JSON-shaped
-    value (dicts, lists, strings, numbers, booleans, ``None``).
+    ``raw`` is JSON text (``str``, or ``bytes`` in UTF-8), an already-parsed JSON-shaped
+    value (dicts, lists, strings, numbers, booleans, ``None``), or a :class:`SessionSnapshot`,
+    which is re-validated from its wire text (it may have been built without validation).
     """
     try:
         return _decode(raw)
@@ -95,6 +103,10 @@ def parse_session_snapshot(raw: Any) -> SessionSnapshot:
 
 
 def _decode(raw: Any) -> DecodeResult:
+    if isinstance(raw, SessionSnapshot):
+        # Re-validated from its wire text: an instance may have been built without validation
+        # (`model_construct`, `model_copy(update=...)`), and storage may hand one back.
+        raw = raw.to_json()
     if isinstance(raw, bytes | bytearray | memoryview):
         try:
             raw = bytes(raw).decode("utf-8")
@@ -145,8 +157,8 @@ def _decode_value(value: Any) -> DecodeResult:
     version = value.get("version")
     if _is_number(version) and version != 0 and version != 1:  # NaN != 0 and -0.0 == 0
         return _UNSUPPORTED
-    if not _arrays_are_lists(value):
-        return _INVALID
+    if not _arrays_fit(value):
+        return _INVALID  # before any item is validated: the same verdict, in O(1)
     snapshot = _validate(value)
     if snapshot is None and _is_number(version) and version == 0:
         # v0: the v1 field set with `version` 0 and any `protocol` ignored; migrate, re-validate.
@@ -170,11 +182,16 @@ def _wire_complete(snapshot: SessionSnapshot) -> bool:
     return "protocol" in fields and "version" in fields
 
 
-def _arrays_are_lists(value: dict[str, Any]) -> bool:
+def _arrays_fit(value: dict[str, Any]) -> bool:
     # pydantic turns sets, deques and generators into tuples; a JSON-shaped value has lists
-    # (tuples are accepted too: they are this library's own frozen form of an array).
-    arrays = [value.get("terminalTurns", ()), value.get("confirmations", ())]
+    # (tuples are accepted too: they are this library's own frozen form of an array). The
+    # length limits are checked here, so a hostile array costs its parse and nothing more
+    # (v0 has the same limits, so one check serves both attempts).
+    arrays = [
+        (value.get("terminalTurns", ()), MAX_TERMINAL_TURNS),
+        (value.get("confirmations", ()), MAX_CONFIRMATIONS),
+    ]
     conversation = value.get("conversation")
     if isinstance(conversation, Mapping):
-        arrays.append(conversation.get("decisions", ()))
-    return all(isinstance(item, list | tuple) for item in arrays)
+        arrays.append((conversation.get("decisions", ()), MAX_DECISIONS))
+    return all(isinstance(item, list | tuple) and len(item) <= cap for item, cap in arrays)

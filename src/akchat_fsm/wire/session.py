@@ -35,6 +35,9 @@ from ._js import (
     IDENTIFIER_PATTERN,
     MAX_SAFE_INTEGER,
     as_safe_int,
+    escape_surrogates,
+    has_surrogate,
+    js_form,
     js_number_to_string,
     utf16_len,
 )
@@ -115,6 +118,11 @@ class _Omittable:
         return handler.generate_schema(present)
 
 
+def _freeze_input(value: Any) -> FrozenDict:
+    # Looked up at call time, so a test can count how many inputs a decode validates.
+    return freeze_bounded_object(value)
+
+
 class _BoundedObject:
     """Confirmation ``input``: a bounded JSON object, frozen (see :mod:`.bounded`)."""
 
@@ -123,7 +131,7 @@ class _BoundedObject:
         cls, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
         return core_schema.no_info_plain_validator_function(
-            freeze_bounded_object,
+            _freeze_input,
             serialization=core_schema.plain_serializer_function_ser_schema(thaw),
         )
 
@@ -139,9 +147,74 @@ class _BoundedObject:
         }
 
 
+class _Capped:
+    """``tuple[X, ...]`` of at most ``max_items`` items, refused *before* the items are checked.
+
+    pydantic-core validates every item of a tuple, collecting an error for each, and only then
+    compares the length: 10^6 empty objects under ``confirmations`` cost seconds and gigabytes
+    before the limit bites. A list validator stops at item ``max_items + 1``, so validation runs
+    as a list and the result is re-read as a tuple (the same validated instances, passed through:
+    cheap), which also keeps tuple serialization and the JSON Schema's ``maxItems``.
+    """
+
+    def __init__(self, max_items: int) -> None:
+        self.max_items = max_items
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        item = handler.generate_schema(get_args(source)[0])
+        return core_schema.chain_schema(
+            [
+                core_schema.list_schema(item, max_length=self.max_items),
+                core_schema.tuple_schema([item], variadic_item_index=0),
+            ]
+        )
+
+
+class _JsText:
+    """A free-form string: pydantic-core's strict ``str``, plus JavaScript's lone surrogates.
+
+    pydantic-core cannot hold a ``str`` with a surrogate code point (``string_unicode``), and
+    its JSON parser refuses a lone ``\\udXXX`` escape, so such text always takes the exact path
+    (Python values), where this falls back to a Python check. The fast path keeps the plain
+    Rust ``str`` schema. Lengths here are code points; UTF-16 units are re-checked per snapshot
+    (see the module docstring), and exactly in the fallback.
+    """
+
+    def __init__(self, min_len: int, max_len: int) -> None:
+        self.min_len = min_len
+        self.max_len = max_len
+
+    def _with_surrogates(self, value: Any) -> str:
+        if not isinstance(value, str) or not has_surrogate(value):
+            raise PydanticCustomError("session_rule", "not a string")
+        text = js_form(str.__str__(value))
+        if not self.min_len <= utf16_len(text) <= self.max_len:
+            raise PydanticCustomError("session_rule", "string length out of bounds")
+        return text
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        plain = core_schema.str_schema(
+            strict=True, min_length=self.min_len, max_length=self.max_len
+        )
+        fallback = core_schema.no_info_plain_validator_function(self._with_surrogates)
+        return core_schema.json_or_python_schema(
+            json_schema=plain,
+            python_schema=core_schema.union_schema([plain, fallback], mode="left_to_right"),
+            serialization=core_schema.to_string_ser_schema(),
+        )
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"type": "string", "minLength": self.min_len, "maxLength": self.max_len}
+
+
 def _text(min_len: int, max_len: int) -> Any:
-    # Code points here; UTF-16 units are re-checked by `_check_utf16` (see module docstring).
-    return Annotated[str, Field(strict=True, min_length=min_len, max_length=max_len)]
+    return Annotated[str, _JsText(min_len, max_len)]
 
 
 Identifier = Annotated[str, Field(strict=True, pattern=IDENTIFIER_PATTERN)]
@@ -247,7 +320,7 @@ class Conversation(_Wire):
     """The host statechart position and the decisions that led there."""
 
     state: StateName  # type: ignore[valid-type]
-    decisions: Annotated[tuple[RouteDecision, ...], Field(max_length=MAX_DECISIONS)]
+    decisions: Annotated[tuple[RouteDecision, ...], _Capped(MAX_DECISIONS)]
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> Conversation:
@@ -290,9 +363,9 @@ class SessionSnapshot(_Wire):
     updated_at: DateTimeText
     cursor: SafeNonNegativeInt
     active_turn: Annotated[ActiveTurn | None, _Omittable()] = None
-    terminal_turns: Annotated[tuple[TerminalTurn, ...], Field(max_length=MAX_TERMINAL_TURNS)] = ()
+    terminal_turns: Annotated[tuple[TerminalTurn, ...], _Capped(MAX_TERMINAL_TURNS)] = ()
     conversation: Annotated[Conversation | None, _Omittable()] = None
-    confirmations: Annotated[tuple[ConfirmationBinding, ...], Field(max_length=MAX_CONFIRMATIONS)]
+    confirmations: Annotated[tuple[ConfirmationBinding, ...], _Capped(MAX_CONFIRMATIONS)]
 
     @model_validator(mode="after")
     def _check_unique(self) -> SessionSnapshot:
@@ -308,10 +381,22 @@ class SessionSnapshot(_Wire):
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON-ready wire object; optional keys are omitted when absent."""
-        out: dict[str, Any] = self.model_dump(mode="json", by_alias=True, exclude_none=True)
-        if not self.terminal_turns and "terminal_turns" not in self.model_fields_set:
-            del out["terminalTurns"]
+        out = self._head()
+        # Bindings by hand: pydantic-core cannot serialize an object key holding a lone
+        # surrogate, which a confirmation input may have (ADR-0080).
+        out["confirmations"] = [_binding_wire(binding) for binding in self.confirmations]
         return out
+
+    def _head(self) -> dict[str, Any]:
+        """Every wire key but ``confirmations`` (the last one), in the reference order."""
+        # `warnings=False`: a validated instance never warns; one built without validation
+        # (re-validated from this text by the decoder) would only add noise before its refusal.
+        head: dict[str, Any] = self.model_dump(
+            mode="json", by_alias=True, exclude_none=True, exclude={"confirmations"}, warnings=False
+        )
+        if not self.terminal_turns and "terminal_turns" not in self.model_fields_set:
+            head.pop("terminalTurns", None)
+        return head
 
     def to_json(self) -> str:
         """Compact JSON text, byte-equal to ``JSON.stringify`` of the reference's object.
@@ -323,15 +408,11 @@ class SessionSnapshot(_Wire):
         # JavaScript print alike, and the string escaping is the same, so the C encoder is exact
         # for everything but the inputs. Each binding's text is assembled from its frozen input's
         # text, computed once per input: a save re-encodes every binding of the envelope.
-        head = self.model_dump(
-            mode="json", by_alias=True, exclude_none=True, exclude={"confirmations"}
-        )
-        if not self.terminal_turns and "terminal_turns" not in self.model_fields_set:
-            head.pop("terminalTurns", None)
-        text = json.dumps(head, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(self._head(), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         bindings = ",".join(_binding_json(binding) for binding in self.confirmations)
         # `confirmations` is the last wire key (pinned against the JS-exact encoder by tests).
-        return f'{text[:-1]},"confirmations":[{bindings}]}}'
+        # Lone surrogates become `\\uXXXX` escapes, as JSON.stringify writes them (ADR-0080).
+        return escape_surrogates(f'{text[:-1]},"confirmations":[{bindings}]}}')
 
     @classmethod
     def from_wire(cls, obj: Any) -> SessionSnapshot:
@@ -352,6 +433,17 @@ def _input_json(value: Any) -> str:
     if _prints_like_javascript(value):
         return json.dumps(thaw(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return _encode(thaw(value))
+
+
+def _binding_wire(binding: ConfirmationBinding) -> dict[str, Any]:
+    return {
+        "token": binding.token,
+        "action": binding.action,
+        "input": thaw(binding.input),
+        "toolCallId": binding.tool_call_id,
+        "expiresAt": binding.expires_at,
+        "status": binding.status.value,
+    }
 
 
 def _binding_json(binding: ConfirmationBinding) -> str:
