@@ -18,7 +18,11 @@ MODELS = DOCS.parent / "models"
 
 @pytest.mark.parametrize(
     ("which", "file"),
-    [("session", "session-v1.schema.json"), ("controlled", "controlled-shell.schema.json")],
+    [
+        ("session", "session-v1.schema.json"),
+        ("controlled", "controlled-shell.schema.json"),
+        ("memory", "memory-record-v1.schema.json"),
+    ],
 )
 def test_schema_equals_the_checked_in_file(which: str, file: str) -> None:
     result = run("schema", "--which", which)
@@ -26,9 +30,9 @@ def test_schema_equals_the_checked_in_file(which: str, file: str) -> None:
     assert result.stdout == (MODELS / "schema" / file).read_text("utf-8")
 
 
-def test_schema_without_which_prints_both() -> None:
+def test_schema_without_which_prints_every_schema() -> None:
     both = json.loads(run("schema").stdout)
-    assert set(both) == {"session", "controlled"}
+    assert set(both) == {"session", "controlled", "memory"}
     assert both["session"] == json.loads(run("schema", "--which", "session").stdout)
 
 

@@ -10,8 +10,11 @@ import pytest
 from hypothesis import given
 from jsonschema import Draft202012Validator
 
+from akchat_fsm.errors import InvalidMemoryRecord
 from akchat_fsm.testing.strategies import wire_session_objects
+from akchat_fsm.testing.strategies_memory import memory_records
 from akchat_fsm.wire._js import DATETIME_PATTERN, IDENTIFIER_PATTERN
+from akchat_fsm.wire.memory import validate_memory_record
 from akchat_fsm.wire.schema import (
     SCHEMA_DIR,
     SCHEMAS,
@@ -97,3 +100,34 @@ def test_controlled_shell_schema_matches_the_vectors() -> None:
             shell.validate(vector["input"])
         elif vector.get("error", {}).get("class") == "ZodError":
             assert not shell.is_valid(vector["input"]), vector["name"]
+
+
+MEMORY = Draft202012Validator(SCHEMAS["memory-record-v1.schema.json"]())
+
+
+@given(memory_records())
+def test_every_valid_memory_record_satisfies_the_memory_schema(record: dict[str, Any]) -> None:
+    validate_memory_record(record)  # the decoder is the authority: the record is valid
+    MEMORY.validate(record)
+
+
+def _record(**changes: Any) -> dict[str, Any]:
+    message = {"id": "m", "role": "assistant", "content": "", "status": "complete"}
+    message["createdAt"] = "2026-07-11T00:00:00.000Z"
+    return {"version": 1, "messages": [{**message, **changes}]}
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"messages": []},
+        {"version": 2, "messages": []},
+        _record(role="robot"),
+        _record(createdAt="2026-07-11T00:00:00Z"),
+        _record(toolCalls=[{"id": "c", "name": "n", "args": {}, "status": "approved"}]),
+    ],
+)
+def test_memory_schema_rejects_what_the_validator_rejects(broken: dict[str, Any]) -> None:
+    with pytest.raises(InvalidMemoryRecord):
+        validate_memory_record(broken)
+    assert not MEMORY.is_valid(broken)

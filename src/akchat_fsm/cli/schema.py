@@ -13,7 +13,11 @@ from typing import Any
 
 import click
 
-from ..wire.schema import controlled_shell_json_schema, session_json_schema
+from ..wire.schema import (
+    controlled_shell_json_schema,
+    memory_record_json_schema,
+    session_json_schema,
+)
 from ..wire.schema import render as render_schema
 
 __all__ = ["WHICH", "render", "schema"]
@@ -22,6 +26,7 @@ __all__ = ["WHICH", "render", "schema"]
 WHICH: dict[str, tuple[Callable[[], dict[str, Any]], str]] = {
     "session": (session_json_schema, "session-v1.schema.json"),
     "controlled": (controlled_shell_json_schema, "controlled-shell.schema.json"),
+    "memory": (memory_record_json_schema, "memory-record-v1.schema.json"),
 }
 
 
@@ -29,8 +34,8 @@ def render(which: str | None) -> str:
     """The command's exact output: one schema, or every schema keyed by ``--which`` name."""
     if which is not None:
         return render_schema(WHICH[which][0]())
-    both = {name: generate() for name, (generate, _) in WHICH.items()}
-    return json.dumps(both, indent=2, ensure_ascii=False) + "\n"
+    every = {name: generate() for name, (generate, _) in WHICH.items()}
+    return json.dumps(every, indent=2, ensure_ascii=False) + "\n"
 
 
 @click.command("schema")
@@ -38,10 +43,10 @@ def render(which: str | None) -> str:
     "--which",
     type=click.Choice(list(WHICH)),
     default=None,
-    help="Print only this schema (default: both, as one object keyed by name).",
+    help="Print only this schema (default: all, as one object keyed by name).",
 )
 def schema(which: str | None) -> None:
-    """Print the JSON Schema(s): the session envelope v1 and the controlled snapshot shell.
+    """Print the JSON Schemas: session envelope v1, controlled snapshot shell, chat-memory record.
 
     \b
     Example:

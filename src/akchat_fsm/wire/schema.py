@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from ._js import IDENTIFIER_PATTERN, MAX_SAFE_INTEGER
+from .memory import MAX_CONTAINER_ITEMS, MAX_DEPTH, MAX_NODES, MessageStatus, Role, ToolCallStatus
 from .session import SessionSnapshot
 
 __all__ = [
     "SCHEMAS",
     "SCHEMA_DIR",
     "controlled_shell_json_schema",
+    "memory_record_json_schema",
     "render",
     "session_json_schema",
 ]
@@ -134,10 +136,88 @@ def controlled_shell_json_schema() -> dict[str, Any]:
     }
 
 
+def memory_record_json_schema() -> dict[str, Any]:
+    """The canonical chat-memory record v1, as ``validate_memory_record`` accepts it.
+
+    Reconciliation reads only ``messages[].toolCalls[].id`` and ``.status``
+    (docs/reconciliation.md spells the record out).
+    """
+    text = {"type": "string"}
+    non_empty = {"type": "string", "minLength": 1}
+    plain_object = {"type": "object", "description": "A plain JSON object (bounded JSON)."}
+
+    def part(kind: str, **extra: Any) -> dict[str, Any]:
+        properties: dict[str, Any] = {"type": {"const": kind}, **extra}
+        required = ["type", *(k for k in ("text", "source") if k in extra)]
+        return {"type": "object", "required": required, "properties": properties}
+
+    source = {"source": text, "mimeType": text}
+    duration = {"type": "number", "minimum": 0}
+    tool_call = {
+        "type": "object",
+        "required": ["id", "name", "args", "status"],
+        "properties": {
+            "id": non_empty,
+            "name": non_empty,
+            "args": plain_object,
+            "status": {
+                "enum": [status.value for status in ToolCallStatus],
+                "description": "requires_confirmation: upstream has not acted. A denial is "
+                "error. The only field reconciliation reads, with id.",
+            },
+            "result": text,
+            "error": text,
+        },
+    }
+    message = {
+        "type": "object",
+        "required": ["id", "role", "content", "status", "createdAt"],
+        "properties": {
+            "id": non_empty,
+            "role": {"enum": [role.value for role in Role]},
+            "content": text,
+            "status": {"enum": [status.value for status in MessageStatus]},
+            "createdAt": {
+                "type": "string",
+                "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$",
+                "description": "ISO-8601 UTC with milliseconds; the date must exist.",
+            },
+            "toolCallId": text,
+            "parts": {
+                "type": "array",
+                "items": {
+                    "oneOf": [
+                        part("text", text=text),
+                        part("image", **source, detail={"description": "low, high or auto"}),
+                        part("audio", **source, durationSec=duration),
+                        part("video", **source, durationSec=duration),
+                        part("file", **source, filename=text),
+                    ]
+                },
+            },
+            "toolCalls": {"type": "array", "items": tool_call},
+            "metadata": plain_object,
+        },
+    }
+    return {
+        "$schema": DIALECT,
+        "$id": "agentskit.chat.memory/v1",
+        "title": "MemoryRecord",
+        "description": "Canonical chat-memory record. Unknown keys are dropped; an optional key "
+        f"is omitted when absent, never null. Bounds: at most {MAX_NODES} JSON values in the "
+        f"whole record, depth at most {MAX_DEPTH}, containers of at most {MAX_CONTAINER_ITEMS} "
+        "items, finite numbers only.",
+        "type": "object",
+        "required": ["version", "messages"],
+        "properties": {"version": {"const": 1}, "messages": {"type": "array", "items": message}},
+    }
+
+
 #: File name -> generator. `--write` renders each into :data:`SCHEMA_DIR`.
 SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "session-v1.schema.json": session_json_schema,
     "controlled-shell.schema.json": controlled_shell_json_schema,
+    "memory-record-v1.schema.json": memory_record_json_schema,
 }
 
 
