@@ -43,7 +43,7 @@ def _high_contention() -> Iterator[None]:
         sys.setswitchinterval(previous)
 
 
-def _run_threads(count: int, target: Callable[[int, threading.Barrier], Any]) -> list[Any]:
+def run_threads(count: int, target: Callable[[int, threading.Barrier], Any]) -> list[Any]:
     """Run ``target(i, barrier)`` on ``count`` threads; results or the exceptions raised."""
     barrier = threading.Barrier(count)
     results: list[Any] = [None] * count
@@ -64,7 +64,7 @@ def _run_threads(count: int, target: Callable[[int, threading.Barrier], Any]) ->
     return results
 
 
-def _errors(results: list[Any]) -> list[str]:
+def errors_of(results: list[Any]) -> list[str]:
     """What the workers raised, the cause first (the others only saw a broken barrier)."""
     raised = [r for r in results if isinstance(r, BaseException)]
     raised.sort(key=lambda exc: isinstance(exc, threading.BrokenBarrierError))
@@ -72,7 +72,7 @@ def _errors(results: list[Any]) -> list[str]:
 
 
 def _one_winner(results: list[Any], markers: list[str], stored: Any, what: str) -> str:
-    errors = _errors(results)
+    errors = errors_of(results)
     if errors:
         raise AssertionError(f"{what}: racers raised {errors[:3]}")
     winners = [markers[i] for i, r in enumerate(results) if r is True]
@@ -84,8 +84,8 @@ def _one_winner(results: list[Any], markers: list[str], stored: Any, what: str) 
 
 
 def create_race_threads(ctx: KitContext) -> str:
-    """K racers create the same session at once: exactly one wins."""
-    storage = ctx.storage()
+    """K racers (over several instances) create the same session at once: exactly one wins."""
+    clients = ctx.instances()
     k, rounds = ctx.profile.racers, ctx.profile.race_rounds
     markers = [f"racer-{i}" for i in range(k)]
     for _ in range(rounds):
@@ -94,45 +94,59 @@ def create_race_threads(ctx: KitContext) -> str:
         def race(i: int, barrier: threading.Barrier, sid: str = sid) -> bool:
             snapshot = make_snapshot(sid, 1, markers[i])
             barrier.wait()
-            return saved(storage, snapshot, None, "create race")
+            return saved(clients[i % len(clients)], snapshot, None, "create race")
 
-        results = _run_threads(k, race)
-        _one_winner(results, markers, observe(storage.load(sid)), "create race")
+        results = run_threads(k, race)
+        _one_winner(results, markers, _final(clients, sid), "create race")
     return f"{rounds} rounds of {k} racers: one winner each"
 
 
 def cas_race_threads(ctx: KitContext) -> str:
-    """K racers update from the same cursor at once: exactly one wins."""
-    storage = ctx.storage()
+    """K racers (over several instances) update from the same cursor at once: one wins."""
+    clients = ctx.instances()
     k, rounds = ctx.profile.racers, ctx.profile.race_rounds
     markers = [f"racer-{i}" for i in range(k)]
     for _ in range(rounds):
         sid = fresh_session_id()
-        expect_save(storage, make_snapshot(sid, 1, "base"), None, True, "create")
+        expect_save(clients[0], make_snapshot(sid, 1, "base"), None, True, "create")
+        for client in clients:  # every client has seen the base (and may cache it)
+            observe(client.load(sid), sid)
 
         def race(i: int, barrier: threading.Barrier, sid: str = sid) -> bool:
             snapshot = make_snapshot(sid, 2, markers[i])
             barrier.wait()
-            return saved(storage, snapshot, 1, "cas race")
+            return saved(clients[i % len(clients)], snapshot, 1, "cas race")
 
-        results = _run_threads(k, race)
-        _one_winner(results, markers, observe(storage.load(sid)), "cas race")
+        results = run_threads(k, race)
+        _one_winner(results, markers, _final(clients, sid), "cas race")
     return f"{rounds} rounds of {k} racers: one winner each"
+
+
+def _final(clients: list[Any], sid: str) -> Any:
+    """What every client loads after a race; they must agree."""
+    seen = [observe(client.load(sid), sid) for client in clients]
+    if any(other != seen[0] for other in seen):
+        raise AssertionError(
+            f"after the race the instances load different envelopes {sorted(set(map(str, seen)))}"
+            ": an instance serves a cached copy another instance's write did not invalidate"
+        )
+    return seen[0]
 
 
 def counter_workload(ctx: KitContext) -> str:
     """N workers x M increments through read/CAS retry loops: final cursor == acknowledged saves."""
-    storage = ctx.storage()
+    clients = ctx.instances()
     sid = fresh_session_id()
-    expect_save(storage, make_snapshot(sid, 1, "start"), None, True, "create")
+    expect_save(clients[0], make_snapshot(sid, 1, "start"), None, True, "create")
     workers, increments = ctx.profile.counter_workers, ctx.profile.counter_increments
 
     def work(i: int, barrier: threading.Barrier) -> tuple[int, int, int]:
+        storage = clients[i % len(clients)]
         acked = unknown = refused = 0
         barrier.wait()
         for n in range(increments):
             while True:
-                current = observe(storage.load(sid))
+                current = observe(storage.load(sid), sid)
                 if current is None:
                     raise AssertionError("the counter session vanished")
                 snapshot = make_snapshot(sid, current[0] + 1, f"w{i}-{n}")
@@ -148,14 +162,14 @@ def counter_workload(ctx: KitContext) -> str:
                     break
         return acked, unknown, refused
 
-    results = _run_threads(workers, work)
-    errors = _errors(results)
+    results = run_threads(workers, work)
+    errors = errors_of(results)
     if errors:
         raise AssertionError(f"workers raised {errors[:3]}")
     acked = 1 + sum(r[0] for r in results)
     unknown = sum(r[1] for r in results)
     refused = sum(r[2] for r in results)
-    final = observe(storage.load(sid))
+    final = _final(clients, sid)
     cursor = 0 if final is None else final[0]
     if not acked <= cursor <= acked + unknown:
         raise AssertionError(
@@ -212,7 +226,7 @@ def run_history_worker(
         lockstep()
         try:
             if kind == "load":
-                output: Any = observe(storage.load(key))
+                output: Any = observe(storage.load(key), key)
                 view[key] = output
             elif kind == "save":
                 expected, value = op_input
@@ -235,6 +249,13 @@ def run_history_worker(
 
 
 def _verdict(result: CheckResult) -> str:
+    if result.verdict == "illegal":
+        raise AssertionError(
+            "no order of the recorded calls, one at a time and each within its call's "
+            "duration, explains what the calls returned: a read saw a value that was already "
+            "overwritten or never acknowledged, an acknowledged write was lost, or two CAS "
+            f"calls won from the same cursor. {result}"
+        )
     if result.verdict != "ok":
         raise AssertionError(str(result))
     return (
@@ -245,19 +266,21 @@ def _verdict(result: CheckResult) -> str:
 
 
 def linearizability_threads(ctx: KitContext) -> str:
-    """A recorded random workload from K threads is linearizable, with real contention."""
-    storage = ctx.storage()
+    """A recorded random workload from K threads (over several instances) is linearizable,
+    with real contention."""
+    clients = ctx.instances()
     p = ctx.profile
     keys = [fresh_session_id() for _ in range(p.history_keys)]
-    deletes = has_delete(storage)
+    deletes = has_delete(clients[0])
 
     def work(i: int, barrier: threading.Barrier) -> list[Operation]:
+        storage = clients[i % len(clients)]
         return run_history_worker(
             storage, i, ctx.seed, keys, p.history_ops, deletes, lambda: barrier.wait(60)
         )
 
-    results = _run_threads(p.history_workers, work)
-    errors = _errors(results)
+    results = run_threads(p.history_workers, work)
+    errors = errors_of(results)
     if errors:
         raise AssertionError(f"workers raised {errors[:3]}")
     ops = [op for part in results for op in part]
@@ -289,11 +312,19 @@ def _process_main(
     plan: dict[str, Any],
     queue: Any,
 ) -> None:
-    """One spawned racer: a create race, a CAS race, then a recorded workload."""
+    """One spawned racer: a create race, a CAS race, then a recorded workload.
+
+    With ``plan["probe"]`` it only reports what it loads for the CAS session, which the
+    parent created: whether the factory's store crosses the process boundary at all.
+    """
     report: dict[str, Any] = {"worker": worker}
     try:
         storage = _build(factory)
         try:
+            report["sees_parent"] = observe(storage.load(plan["cas_sid"])) == (1, "base")
+            if plan.get("probe"):
+                queue.put(report)
+                return
             marker = f"proc-{worker}"
             create = make_snapshot(plan["create_sid"], 1, marker)
             update = make_snapshot(plan["cas_sid"], 2, marker)
@@ -319,15 +350,43 @@ def _process_main(
     queue.put(report)
 
 
+def _spawn(factory: Any, k: int, plan: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
+    spawn = multiprocessing.get_context("spawn")
+    barrier = spawn.Barrier(k)
+    queue = spawn.Queue()
+    procs = [
+        spawn.Process(target=_process_main, args=(factory, i, barrier, plan, queue), daemon=True)
+        for i in range(k)
+    ]
+    for proc in procs:
+        proc.start()
+    reports = [queue.get(timeout=timeout) for _ in procs]
+    for proc in procs:
+        proc.join(30)
+    return reports
+
+
+def _not_available(ctx: KitContext, why: str) -> CheckSkipped | AssertionError:
+    """Skip when processes were only on by default; fail when they were asked for."""
+    if ctx.processes_requested:
+        return AssertionError(f"processes=True, but {why}")
+    return CheckSkipped(why)
+
+
 def processes(ctx: KitContext) -> str:
     """K spawned processes: one create winner, one CAS winner, a linearizable history."""
     factory = ctx.process_factory
     if factory is None:
-        raise CheckSkipped("processes not requested (pass processes=True and a picklable factory)")
+        raise CheckSkipped("processes turned off (processes=False)")
     try:
         pickle.dumps(factory)
     except Exception as exc:
-        raise AssertionError(f"the storage factory is not picklable: {exc}") from exc
+        raise _not_available(
+            ctx,
+            f"the storage factory cannot be sent to another process ({type(exc).__name__}): "
+            "pass a storage "
+            "URL or a module-level callable to race processes",
+        ) from exc
     storage = ctx.storage()
     p = ctx.profile
     k = p.process_racers
@@ -340,30 +399,39 @@ def processes(ctx: KitContext) -> str:
         "deletes": has_delete(storage),
     }
     expect_save(storage, make_snapshot(plan["cas_sid"], 1, "base"), None, True, "create")
-    spawn = multiprocessing.get_context("spawn")
-    barrier = spawn.Barrier(k)
-    queue = spawn.Queue()
-    procs = [
-        spawn.Process(target=_process_main, args=(factory, i, barrier, plan, queue), daemon=True)
-        for i in range(k)
-    ]
-    for proc in procs:
-        proc.start()
-    reports = [queue.get(timeout=p.timeout_s + 120) for _ in procs]
-    for proc in procs:
-        proc.join(30)
+    timeout = p.timeout_s + 120
+    if not isinstance(factory, str) or factory.startswith("memory:"):
+        # A callable may hand each process a private store: ask one process first.
+        (probe,) = _spawn(factory, 1, {**plan, "probe": True}, timeout)
+        if "error" in probe:
+            raise AssertionError(f"a spawned process could not use the factory: {probe['error']}")
+        if not probe["sees_parent"]:
+            raise _not_available(
+                ctx,
+                "a session saved in this process is invisible to a spawned one: the "
+                "factory's store does not cross a process boundary (in-memory?)",
+            )
+    reports = _spawn(factory, k, plan, timeout)
     errors = [r["error"] for r in reports if "error" in r]
     if errors:
         raise AssertionError(f"process racers failed: {errors[:3]}")
+    if not any(r["sees_parent"] for r in reports):
+        raise AssertionError(
+            "no spawned process sees the session this process saved: instances in "
+            "different processes do not share a store"
+        )
     markers = [f"proc-{r['worker']}" for r in reports]
     _one_winner(
         [r["create"] for r in reports],
         markers,
-        observe(storage.load(plan["create_sid"])),
+        observe(storage.load(plan["create_sid"]), plan["create_sid"]),
         "create race",
     )
     _one_winner(
-        [r["cas"] for r in reports], markers, observe(storage.load(plan["cas_sid"])), "cas race"
+        [r["cas"] for r in reports],
+        markers,
+        observe(storage.load(plan["cas_sid"]), plan["cas_sid"]),
+        "cas race",
     )
     ops = [op for r in reports for op in r["ops"]]
     result = check_history(
