@@ -133,6 +133,11 @@ def _final(clients: list[Any], sid: str) -> Any:
     return seen[0]
 
 
+#: Refusals in a row, with load returning the same cursor each time, that mean it is stuck
+#: (a healthy store moves on after at most one refusal per other worker's save).
+_STUCK = 200
+
+
 def counter_workload(ctx: KitContext) -> str:
     """N workers x M increments through read/CAS retry loops: final cursor == acknowledged saves."""
     clients = ctx.instances()
@@ -145,10 +150,19 @@ def counter_workload(ctx: KitContext) -> str:
         acked = unknown = refused = 0
         barrier.wait()
         for n in range(increments):
+            same = 0  # refusals in a row from the cursor load keeps returning
+            last: Any = None
             while True:
                 current = observe(storage.load(sid), sid)
                 if current is None:
                     raise AssertionError("the counter session vanished")
+                same = same + 1 if current == last else 0
+                last = current
+                if same >= _STUCK:
+                    raise AssertionError(
+                        f"save from cursor {current[0]} was refused {same} times in a row "
+                        f"while load kept returning cursor {current[0]}: load serves a stale copy"
+                    )
                 snapshot = make_snapshot(sid, current[0] + 1, f"w{i}-{n}")
                 try:
                     if saved(storage, snapshot, current[0], "increment"):

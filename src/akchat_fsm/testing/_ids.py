@@ -50,8 +50,8 @@ def _look_alikes(session_id: str) -> list[str]:
 
 
 def _write(storage: Any, sid: str, marker: str) -> bool:
-    """Create ``sid`` unless something is stored there already (then leave it alone)."""
-    if storage.load(sid) is not None:
+    """Create ``sid`` unless its session exists already (then leave it alone)."""
+    if observe(storage.load(sid), sid) is not None:
         return False
     expect_save(storage, make_snapshot(sid, 1, marker), None, True, f"create {sid!r}")
     return True
