@@ -77,6 +77,7 @@ class TestBroken(SessionStorageConformance):
 # An adapter that notes the sessions linearizability_threads writes: each run of the check
 # records a history on three fresh sessions, so their count / 3 is the number of runs.
 COUNTING_MODULE = """
+import re
 from akchat_fsm.testing.pytest_plugin import SessionStorageConformance
 from doubles import DictStorage, Store
 
@@ -85,7 +86,7 @@ WRITTEN = set()
 
 class Counting(DictStorage):
     def save(self, snapshot, expected_cursor):
-        if snapshot.conversation.state.startswith("p"):  # the history workers' markers
+        if re.fullmatch(r"p\\d+-\\d+", snapshot.conversation.state):  # a history worker's
             WRITTEN.add(snapshot.session_id)
         return super().save(snapshot, expected_cursor)
 
