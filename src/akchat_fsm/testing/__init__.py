@@ -8,11 +8,12 @@
 
 from __future__ import annotations
 
-from .conformance import CHECKS, CheckOutcome, ConformanceReport, check_session_storage
+from .conformance import CHECKS, PROPERTIES, CheckOutcome, ConformanceReport, check_session_storage
 from .faulty import AsyncFaultyStorage, FaultyStorage, InjectedFault
 
 __all__ = [
     "CHECKS",
+    "PROPERTIES",
     "AsyncFaultyStorage",
     "CheckOutcome",
     "ConformanceReport",

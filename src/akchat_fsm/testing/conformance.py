@@ -5,16 +5,19 @@ Function form (usable anywhere)::
     from akchat_fsm.testing import check_session_storage
 
     report = check_session_storage(lambda: MyStorage(dsn))
-    print(report)          # one line per check
+    print(report)          # one line per check; a failure states the property it broke
     assert report.ok
 
 Pytest form: subclass :class:`akchat_fsm.testing.pytest_plugin.SessionStorageConformance`;
 each check becomes its own test.
 
-``make_storage()`` may return an adapter on a database shared with earlier calls: every check
-uses fresh random session ids and never assumes an empty store. Checks that need an optional
-capability (``delete``, ``open_connections()``, a faulty factory, processes) are *skipped*,
-not failed, when it is absent; ``report.ok`` is true when nothing failed.
+Every instance ``make_storage()`` returns must work on one shared store, as instances over
+one database do: the checks write through one instance and read, race and delete through
+others (ADR-0097). The store may be shared with earlier calls: every check uses fresh random
+session ids and never assumes an empty store. Checks that need an optional capability
+(``delete``, records, the processing index, ``open_connections()``, a faulty factory,
+processes) are *skipped*, not failed, when it is absent; ``report.ok`` is true when nothing
+failed.
 """
 
 from __future__ import annotations
