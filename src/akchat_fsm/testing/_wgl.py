@@ -27,8 +27,9 @@ from typing import Any, Literal
 
 __all__ = ["Budget", "Failure", "search"]
 
-# Bytes one memo entry costs besides its bitset: the tuple, the set slot, a share of the
-# state set (measured with tracemalloc on the benchmark histories: 150-190).
+# Bytes one memo entry costs besides its bitsets: the tuple, the dict or list slot, a share
+# of the state set. On the benchmark history (5,000 ops) the estimate came to 26.6 MB against
+# a tracemalloc peak of 22.5 MB for the whole search: it errs on the safe side.
 _ENTRY_OVERHEAD = 200
 
 
