@@ -492,6 +492,9 @@ class RecordLastWriteWins(_MemoryView):
             records = self._records.setdefault(p.session_id, {})
             old = records.get(p.key)
             records[p.key] = ((old[0] if old else 0) + 1, p.text, p.processing)
+            envelope, busy, _ = self._index.get(p.session_id, (False, frozenset(), 0))
+            busy = busy | {p.key} if p.processing else busy - {p.key}
+            self._index[p.session_id] = (envelope, busy, p.written_ms)
         return True
 
 

@@ -177,6 +177,9 @@ def counter_workload(ctx: KitContext) -> str:
         return acked, unknown, refused
 
     results = run_threads(workers, work)
+    for result in results:
+        if isinstance(result, AssertionError):  # a worker's own finding (a stuck stale read)
+            raise result
     errors = errors_of(results)
     if errors:
         raise AssertionError(f"workers raised {errors[:3]}")
