@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -519,3 +520,22 @@ class IndexNeverForgets(_MemoryView):
                 _, busy, written = self._index[prepared.session_id]
                 self._index[prepared.session_id] = (True, busy, written)
         return ok
+
+
+class OnlyInThisProcess:
+    """A factory that pickles but cannot be rebuilt in another process."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.store = Store()
+
+    def __call__(self) -> DictStorage:
+        return DictStorage(self.store)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"pid": self.pid}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if state["pid"] != os.getpid():
+            raise RuntimeError("this factory only works in the process that made it")
+        self.__dict__.update(state)

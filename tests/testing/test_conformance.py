@@ -27,6 +27,7 @@ from doubles import (
     LeaksDriverError,
     LosesAcknowledgedWrite,
     MapsTimeouts,
+    OnlyInThisProcess,
     PerInstanceCache,
     RaisesOnConflict,
     RecordLastWriteWins,
@@ -94,6 +95,17 @@ def test_processes_are_on_by_default_and_skip_a_store_that_stays_in_one_process(
     forced = check_session_storage(MemoryStorage, only=["processes"], processes=True)
     assert forced["processes"].status == "failed"
     assert PROPERTIES["processes"] in forced["processes"].detail
+
+
+def test_a_factory_that_cannot_be_rebuilt_in_another_process_is_reported_not_awaited() -> None:
+    """The spawned process dies unpickling the factory: the kit says so at once (skip by
+    default, fail when processes were asked for) instead of waiting for a report."""
+    report = check_session_storage(OnlyInThisProcess(), only=["processes"])
+    assert report["processes"].status == "skipped"
+    assert "ended without a report" in report["processes"].detail
+    forced = check_session_storage(OnlyInThisProcess(), only=["processes"], processes=True)
+    assert forced["processes"].status == "failed"
+    assert "ended without a report" in forced["processes"].detail
 
 
 def test_faulty_storage_wrapper_satisfies_the_error_mapping_check() -> None:

@@ -12,6 +12,7 @@ import contextlib
 import math
 import multiprocessing
 import pickle
+import queue as queue_module
 import random
 import sys
 import threading
@@ -368,6 +369,8 @@ def _process_main(
 
 
 def _spawn(factory: Any, k: int, plan: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
+    """Run ``k`` racers; their reports. A racer that dies without one (the factory did not
+    unpickle there, the interpreter crashed) raises :class:`_Died` instead of a long wait."""
     spawn = multiprocessing.get_context("spawn")
     barrier = spawn.Barrier(k)
     queue = spawn.Queue()
@@ -377,10 +380,27 @@ def _spawn(factory: Any, k: int, plan: dict[str, Any], timeout: float) -> list[d
     ]
     for proc in procs:
         proc.start()
-    reports = [queue.get(timeout=timeout) for _ in procs]
+    reports: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while len(reports) < k and time.monotonic() < deadline:
+        try:
+            reports.append(queue.get(timeout=0.5))
+        except queue_module.Empty:
+            if all(not proc.is_alive() for proc in procs) and queue.empty():
+                break
     for proc in procs:
         proc.join(30)
+    if len(reports) < k:
+        codes = sorted({proc.exitcode for proc in procs if proc.exitcode}, key=str)
+        raise _Died(
+            f"{k - len(reports)} of {k} spawned processes ended without a report "
+            f"(exit codes {codes}): the factory could not be rebuilt there, or it crashed"
+        )
     return reports
+
+
+class _Died(Exception):
+    pass
 
 
 def _not_available(ctx: KitContext, why: str) -> CheckSkipped | AssertionError:
@@ -419,7 +439,10 @@ def processes(ctx: KitContext) -> str:
     timeout = p.timeout_s + 120
     if not isinstance(factory, str) or factory.startswith("memory:"):
         # A callable may hand each process a private store: ask one process first.
-        (probe,) = _spawn(factory, 1, {**plan, "probe": True}, timeout)
+        try:
+            (probe,) = _spawn(factory, 1, {**plan, "probe": True}, timeout)
+        except _Died as exc:
+            raise _not_available(ctx, str(exc)) from exc
         if "error" in probe:
             raise AssertionError(f"a spawned process could not use the factory: {probe['error']}")
         if not probe["sees_parent"]:
@@ -428,7 +451,10 @@ def processes(ctx: KitContext) -> str:
                 "a session saved in this process is invisible to a spawned one: the "
                 "factory's store does not cross a process boundary (in-memory?)",
             )
-    reports = _spawn(factory, k, plan, timeout)
+    try:
+        reports = _spawn(factory, k, plan, timeout)
+    except _Died as exc:
+        raise AssertionError(str(exc)) from exc
     errors = [r["error"] for r in reports if "error" in r]
     if errors:
         raise AssertionError(f"process racers failed: {errors[:3]}")
