@@ -72,11 +72,11 @@ def test_parser_reads_unknown_outcomes_as_unknown() -> None:
 @pytest.mark.skipif(not JEPSEN, reason=f"Jepsen etcd histories not found in {JEPSEN_DIR}")
 def test_exhausted_budget_is_unknown_never_ok() -> None:
     ops = parse_jepsen_log((JEPSEN_DIR / "etcd_080.log").read_text())  # a legal history
-    assert check_history(ops, EtcdRegisterModel()).ok  # ~6,000 steps, ~0.4 MB of memo
+    assert check_history(ops, EtcdRegisterModel()).ok  # ~6,000 steps, ~0.13 MB of memo
     result = check_history(ops, EtcdRegisterModel(), max_steps=2_000)
     assert (result.verdict, result.budget) == ("unknown", "steps")
     assert not result.ok
-    result = check_history(ops, EtcdRegisterModel(), max_memory_mb=0.2)
+    result = check_history(ops, EtcdRegisterModel(), max_memory_mb=0.05)
     assert (result.verdict, result.budget) == ("unknown", "memory")
     assert "unknown: budget (memory)" in str(result)
 

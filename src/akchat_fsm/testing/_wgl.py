@@ -27,10 +27,18 @@ from typing import Any, Literal
 
 __all__ = ["Budget", "Failure", "search"]
 
-# Bytes one memo entry costs besides its bitsets: the tuple, the dict or list slot, a share
-# of the state set. On the benchmark history (5,000 ops) the estimate came to 26.6 MB against
-# a tracemalloc peak of 22.5 MB for the whole search: it errs on the safe side.
+# Bytes one memo entry costs besides its bitsets: the tuple, the dict slot, the list, a share
+# of the state set; and one more applied-set in an entry's list. Checked against tracemalloc:
+# 27.3 MB estimated / 22.4 MB traced peak on the 5,000-op benchmark history, 3.5 / 3.8-4.8 MB
+# on illegal ones (the trace also holds the history and its event list).
 _ENTRY_OVERHEAD = 200
+_LIST_ITEM = 40
+# A cached step: the key tuple, the dict slot, a share of the resulting state set.
+_CACHE_ENTRY = 150
+
+
+def _size(bitset: int) -> int:
+    return 28 + 4 * (bitset.bit_length() // 30)
 
 
 class Budget(Exception):
@@ -122,8 +130,9 @@ class _Meter:
         self.limit = max_steps - used[0]  # steps left for this part
         self.deadline = deadline
         self.max_bytes = max_bytes
-        self.used = used  # [steps, bytes] over every part of one check
+        self.used = used  # [steps, peak memo bytes] over every part of one check
         self.steps = 0
+        self.bytes = 0
 
     def tick(self) -> None:
         self.steps += 1
@@ -134,9 +143,12 @@ class _Meter:
             self.flush()
             raise Budget("time")
 
-    def remember(self, *bitsets: int) -> None:
-        self.used[1] += _ENTRY_OVERHEAD + sum(4 * (b.bit_length() // 30 + 1) for b in bitsets)
-        if self.used[1] > self.max_bytes:
+    def add(self, size: int) -> None:
+        """The memo grew by ``size`` bytes (this part's memo; freed when the part ends)."""
+        self.bytes += size
+        if self.bytes > self.used[1]:
+            self.used[1] = self.bytes
+        if self.bytes > self.max_bytes:
             self.flush()
             raise Budget("memory")
 
@@ -191,6 +203,7 @@ def search(
                 if new_state is None:
                     new_state = frozenset(s for old in state for s in model.step(old, ops[index]))
                     steps_of[(state, index)] = new_state
+                    meter.add(_CACHE_ENTRY)
                 if new_state and memo.visit(done | (1 << index), new_state, unknowns):
                     stack.append((index, entry, -1, state))
                     order.append(index)
@@ -216,6 +229,7 @@ def search(
                 op = ops[index]
                 effect = frozenset(s for old in state for s in model.step(old, op) if s != old)
                 effects_of[(state, c)] = effect
+                meter.add(_CACHE_ENTRY)
             if not effect or not memo.visit(done, effect, unknowns | (1 << index)):
                 continue
             stack.append((index, None, c, state))
@@ -265,14 +279,15 @@ class _Memo:
         applied = self._seen.get(key)
         if applied is None:
             self._seen[key] = [unknowns]
-            self._meter.remember(done, unknowns)
+            self._meter.add(_ENTRY_OVERHEAD + _size(done) + _size(unknowns))
             return True
         for other in applied:
             if other & ~unknowns == 0:
                 return False
-        applied[:] = [other for other in applied if unknowns & ~other != 0]
-        applied.append(unknowns)
-        self._meter.remember(0, unknowns)
+        kept = [other for other in applied if unknowns & ~other != 0]
+        freed = sum(_LIST_ITEM + _size(other) for other in applied if unknowns & ~other == 0)
+        applied[:] = [*kept, unknowns]
+        self._meter.add(_LIST_ITEM + _size(unknowns) - freed)
         return True
 
 
