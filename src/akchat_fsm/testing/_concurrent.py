@@ -1,18 +1,14 @@
-"""Checks under concurrency: races behind a barrier, a counter, recorded histories, processes.
+"""Checks under concurrency: races behind a barrier, a counter, recorded histories.
 
 Threads start together behind a :class:`threading.Barrier` and the interpreter switch
 interval is lowered while they run (OpenTelemetry's trick) so check-then-act bugs show up.
-Processes use the ``spawn`` start method and rebuild the adapter from a picklable factory
-(a storage URL for :func:`akchat_fsm.storage.url.open_storage`, or a module-level callable).
+The spawned-process races are in :mod:`akchat_fsm.testing._processes`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import multiprocessing
-import pickle
-import queue as queue_module
 import random
 import sys
 import threading
@@ -25,7 +21,6 @@ from ._envelopes import fresh_session_id, make_snapshot, observe
 from ._kit import (
     CheckSkipped,
     KitContext,
-    close_storage,
     describe,
     expect_save,
     has_delete,
@@ -72,7 +67,7 @@ def errors_of(results: list[Any]) -> list[str]:
     return [describe(exc) for exc in raised]
 
 
-def _one_winner(results: list[Any], markers: list[str], stored: Any, what: str) -> str:
+def one_winner(results: list[Any], markers: list[str], stored: Any, what: str) -> str:
     errors = errors_of(results)
     if errors:
         raise AssertionError(f"{what}: racers raised {errors[:3]}")
@@ -98,7 +93,7 @@ def create_race_threads(ctx: KitContext) -> str:
             return saved(clients[i % len(clients)], snapshot, None, "create race")
 
         results = run_threads(k, race)
-        _one_winner(results, markers, _final(clients, sid), "create race")
+        one_winner(results, markers, _final(clients, sid), "create race")
     return f"{rounds} rounds of {k} racers: one winner each"
 
 
@@ -119,7 +114,7 @@ def cas_race_threads(ctx: KitContext) -> str:
             return saved(clients[i % len(clients)], snapshot, 1, "cas race")
 
         results = run_threads(k, race)
-        _one_winner(results, markers, _final(clients, sid), "cas race")
+        one_winner(results, markers, _final(clients, sid), "cas race")
     return f"{rounds} rounds of {k} racers: one winner each"
 
 
@@ -266,7 +261,7 @@ def run_history_worker(
     return out
 
 
-def _verdict(result: CheckResult) -> str:
+def verdict_of(result: CheckResult) -> str:
     if result.verdict == "illegal":
         raise AssertionError(
             "no order of the recorded calls, one at a time and each within its call's "
@@ -309,182 +304,7 @@ def linearizability_threads(ctx: KitContext) -> str:
         timeout_s=p.timeout_s,
         require_contention=True,
     )
-    return _verdict(result)
-
-
-# --------------------------------------------------------------------------- processes
-
-
-def _build(factory: Any) -> Any:
-    if isinstance(factory, str):
-        from ..storage.url import open_storage
-
-        return open_storage(factory)
-    return factory()
-
-
-def _process_main(
-    factory: Any,
-    worker: int,
-    barrier: Any,
-    plan: dict[str, Any],
-    queue: Any,
-) -> None:
-    """One spawned racer: a create race, a CAS race, then a recorded workload.
-
-    With ``plan["probe"]`` it only reports what it loads for the CAS session, which the
-    parent created: whether the factory's store crosses the process boundary at all.
-    """
-    report: dict[str, Any] = {"worker": worker}
-    try:
-        storage = _build(factory)
-        try:
-            report["sees_parent"] = observe(storage.load(plan["cas_sid"])) == (1, "base")
-            if plan.get("probe"):
-                queue.put(report)
-                return
-            marker = f"proc-{worker}"
-            create = make_snapshot(plan["create_sid"], 1, marker)
-            update = make_snapshot(plan["cas_sid"], 2, marker)
-            barrier.wait(60)
-            report["create"] = saved(storage, create, None, "create race")
-            barrier.wait(60)
-            report["cas"] = saved(storage, update, 1, "cas race")
-            report["ops"] = run_history_worker(
-                storage,
-                worker,
-                plan["seed"],
-                plan["keys"],
-                plan["ops"],
-                plan["deletes"],
-                lambda: barrier.wait(60),
-            )
-        finally:
-            close_storage(storage)
-    except BaseException as exc:
-        report["error"] = describe(exc)
-        with contextlib.suppress(Exception):
-            barrier.abort()
-    queue.put(report)
-
-
-def _spawn(factory: Any, k: int, plan: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
-    """Run ``k`` racers; their reports. A racer that dies without one (the factory did not
-    unpickle there, the interpreter crashed) raises :class:`_Died` instead of a long wait."""
-    spawn = multiprocessing.get_context("spawn")
-    barrier = spawn.Barrier(k)
-    queue = spawn.Queue()
-    procs = [
-        spawn.Process(target=_process_main, args=(factory, i, barrier, plan, queue), daemon=True)
-        for i in range(k)
-    ]
-    for proc in procs:
-        proc.start()
-    reports: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    while len(reports) < k and time.monotonic() < deadline:
-        try:
-            reports.append(queue.get(timeout=0.5))
-        except queue_module.Empty:
-            if all(not proc.is_alive() for proc in procs) and queue.empty():
-                break
-    for proc in procs:
-        proc.join(30)
-    if len(reports) < k:
-        codes = sorted({proc.exitcode for proc in procs if proc.exitcode}, key=str)
-        raise _Died(
-            f"{k - len(reports)} of {k} spawned processes ended without a report "
-            f"(exit codes {codes}): the factory could not be rebuilt there, or it crashed"
-        )
-    return reports
-
-
-class _Died(Exception):
-    pass
-
-
-def _not_available(ctx: KitContext, why: str) -> CheckSkipped | AssertionError:
-    """Skip when processes were only on by default; fail when they were asked for."""
-    if ctx.processes_requested:
-        return AssertionError(f"processes=True, but {why}")
-    return CheckSkipped(why)
-
-
-def processes(ctx: KitContext) -> str:
-    """K spawned processes: one create winner, one CAS winner, a linearizable history."""
-    factory = ctx.process_factory
-    if factory is None:
-        raise CheckSkipped("processes turned off (processes=False)")
-    try:
-        pickle.dumps(factory)
-    except Exception as exc:
-        raise _not_available(
-            ctx,
-            f"the storage factory cannot be sent to another process ({type(exc).__name__}): "
-            "pass a storage "
-            "URL or a module-level callable to race processes",
-        ) from exc
-    storage = ctx.storage()
-    p = ctx.profile
-    k = p.process_racers
-    plan: dict[str, Any] = {
-        "create_sid": fresh_session_id(),
-        "cas_sid": fresh_session_id(),
-        "keys": [fresh_session_id() for _ in range(p.history_keys)],
-        "seed": ctx.seed,
-        "ops": p.process_ops,
-        "deletes": has_delete(storage),
-    }
-    expect_save(storage, make_snapshot(plan["cas_sid"], 1, "base"), None, True, "create")
-    timeout = p.timeout_s + 120
-    if not isinstance(factory, str) or factory.startswith("memory:"):
-        # A callable may hand each process a private store: ask one process first.
-        try:
-            (probe,) = _spawn(factory, 1, {**plan, "probe": True}, timeout)
-        except _Died as exc:
-            raise _not_available(ctx, str(exc)) from exc
-        if "error" in probe:
-            raise AssertionError(f"a spawned process could not use the factory: {probe['error']}")
-        if not probe["sees_parent"]:
-            raise _not_available(
-                ctx,
-                "a session saved in this process is invisible to a spawned one: the "
-                "factory's store does not cross a process boundary (in-memory?)",
-            )
-    try:
-        reports = _spawn(factory, k, plan, timeout)
-    except _Died as exc:
-        raise AssertionError(str(exc)) from exc
-    errors = [r["error"] for r in reports if "error" in r]
-    if errors:
-        raise AssertionError(f"process racers failed: {errors[:3]}")
-    if not any(r["sees_parent"] for r in reports):
-        raise AssertionError(
-            "no spawned process sees the session this process saved: instances in "
-            "different processes do not share a store"
-        )
-    markers = [f"proc-{r['worker']}" for r in reports]
-    _one_winner(
-        [r["create"] for r in reports],
-        markers,
-        observe(storage.load(plan["create_sid"]), plan["create_sid"]),
-        "create race",
-    )
-    _one_winner(
-        [r["cas"] for r in reports],
-        markers,
-        observe(storage.load(plan["cas_sid"]), plan["cas_sid"]),
-        "cas race",
-    )
-    ops = [op for r in reports for op in r["ops"]]
-    result = check_history(
-        ops,
-        CasRegisterModel(),
-        max_steps=p.max_steps,
-        timeout_s=p.timeout_s,
-        require_contention=True,
-    )
-    return f"{k} processes: one create winner, one CAS winner; " + _verdict(result)
+    return verdict_of(result)
 
 
 # --------------------------------------------------------------------------- error mapping

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ConfigError
-from . import _concurrent, _ids, _records, _sequential
+from . import _concurrent, _ids, _processes, _records, _sequential
 from ._bridge import AsyncBridge, EventLoopThread
 from ._kit import PROFILES, CheckSkipped, KitContext, describe
 
@@ -68,7 +68,7 @@ CHECKS: dict[str, Callable[[KitContext], str]] = {
     "cas_race_threads": _concurrent.cas_race_threads,
     "counter_workload": _concurrent.counter_workload,
     "linearizability_threads": _concurrent.linearizability_threads,
-    "processes": _concurrent.processes,
+    "processes": _processes.processes,
     "error_mapping": _concurrent.error_mapping,
     "records_cas": _records.records_cas,
     "records_isolation": _records.records_isolation,
