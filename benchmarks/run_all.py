@@ -127,6 +127,20 @@ def resolution_rows(out: str) -> list[Row]:
     return rows
 
 
+def linearizability_rows(out: str) -> list[Row]:
+    rows = []
+    seconds = re.search(r"^worst seconds: ([\d.]+)", out, flags=re.M)
+    rss = re.search(r"^worst peak RSS MB: ([\d.]+)", out, flags=re.M)
+    ratio = re.search(r"^ratio: ([\d.]+)x", out, flags=re.M)
+    if seconds:
+        rows.append(Row("5,000-op history, 20% unknown: seconds", float(seconds[1]), "<= 10"))
+    if rss:
+        rows.append(Row("5,000-op history, 20% unknown: peak MB", float(rss[1]), "<= 500"))
+    if ratio:
+        rows.append(Row("that history / a sequential one (checker)", float(ratio[1]), "info"))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the 100,000-confirmation run")
@@ -152,6 +166,10 @@ def main() -> None:
         "bench_resolution.py": (
             run("bench_resolution.py", "--resolutions", "200", *long),
             resolution_rows,
+        ),
+        "bench_linearizability.py": (
+            run("bench_linearizability.py", "--seeds", "2"),
+            linearizability_rows,
         ),
     }
     rows: list[Row] = []

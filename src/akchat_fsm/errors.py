@@ -8,7 +8,9 @@ Catch the narrowest class that matches what you can do about it::
     │   ├── InvalidMemoryRecord    a canonical chat-memory record broke a rule
     │   ├── InvalidControlledSnapshot   .layer == "shell" | "messages"
     │   │   └── StaleControlledSnapshot (akchat_fsm.controlled) an old or repeated sequence
-    │   └── InvalidJsonText        (akchat_fsm.wire.jsontext) not JSON as JSON.parse defines it
+    │   ├── InvalidJsonText        (akchat_fsm.wire.jsontext) not JSON as JSON.parse defines it
+    │   └── MalformedHistory       (akchat_fsm.testing.linearizability) a history the checker
+    │                              cannot use: a return before its call, NaN, unhashable
     ├── ConfigError                the reference's ConfigError: code "AK_CONFIG_INVALID", .hint;
     │   │                          bad options, bad stored bytes (never retryable), or state
     │   │                          that is not this definition's

@@ -1,7 +1,10 @@
 """Small adapters used to test the kit itself: a correct one and deliberately broken ones.
 
 They are test doubles of *adapters* (the kit's input), not of the servers the real adapters
-talk to. Each broken adapter differs from :class:`DictStorage` by one bug.
+talk to. Each broken adapter differs from :class:`DictStorage` (or, for the records and the
+processing index, from :class:`MemoryStorage`) by one bug. ``shared(cls)`` is a factory whose
+instances share one store, as instances over one database do; ``cls`` itself hands each
+instance a private store.
 """
 
 from __future__ import annotations
@@ -9,21 +12,43 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
 import sqlite3
 import threading
 import time
-from typing import Any
+import zlib
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from akchat_fsm.errors import OutcomeUnknown, StorageUnavailable
+from akchat_fsm.storage import MemoryStorage
+from akchat_fsm.storage._cas import prepare_record_save, prepare_save
 from akchat_fsm.wire.session import SessionSnapshot
+
+T = TypeVar("T")
+
+
+class Store:
+    """What instances of one store share: the data and its lock."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+
+
+def shared(cls: Callable[[Store], T]) -> Callable[[], T]:
+    """A factory whose instances all work on one store."""
+    store = Store()
+    return lambda: cls(store)
 
 
 class DictStorage:
-    """Correct: a dict of wire dicts behind one lock."""
+    """Correct: a dict of wire dicts behind one lock (private unless given a ``store``)."""
 
-    def __init__(self) -> None:
-        self._data: dict[str, dict[str, Any]] = {}
-        self._lock = threading.Lock()
+    def __init__(self, store: Store | None = None) -> None:
+        store = store or Store()
+        self._data = store.data
+        self._lock = store.lock
         self.closed = False
 
     def load(self, session_id: str) -> dict[str, Any] | None:
@@ -57,8 +82,8 @@ class DictStorage:
 class AsyncDictStorage:
     """Correct asyncio twin: no await between compare and swap."""
 
-    def __init__(self) -> None:
-        self._sync = DictStorage()
+    def __init__(self, store: Store | None = None) -> None:
+        self._sync = DictStorage(store)
 
     async def load(self, session_id: str) -> dict[str, Any] | None:
         await asyncio.sleep(0)
@@ -189,8 +214,8 @@ class CheckThenAct(DictStorage):
 class LosesAcknowledgedWrite(DictStorage):
     """Acknowledges every 7th update without keeping it."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, store: Store | None = None) -> None:
+        super().__init__(store)
         self._n = 0
 
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
@@ -234,10 +259,8 @@ class _FlakyDriver:
 class TimeoutAsConflict(DictStorage):
     """Shares data with a healthy twin; maps driver timeouts to ``False`` (the Aerospike bug)."""
 
-    def __init__(self, data: dict[str, dict[str, Any]], lock: threading.Lock) -> None:
-        super().__init__()
-        self._data = data
-        self._lock = lock
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
         self._driver = _FlakyDriver()
 
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
@@ -251,10 +274,8 @@ class TimeoutAsConflict(DictStorage):
 class MapsTimeouts(DictStorage):
     """Correct twin of :class:`TimeoutAsConflict`: timeouts become typed errors."""
 
-    def __init__(self, data: dict[str, dict[str, Any]], lock: threading.Lock) -> None:
-        super().__init__()
-        self._data = data
-        self._lock = lock
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
         self._driver = _FlakyDriver()
         self._after = False
 
@@ -282,8 +303,8 @@ class LeaksDriverError(MapsTimeouts):
 
 
 class LeaksConnections(DictStorage):
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, store: Store | None = None) -> None:
+        super().__init__(store)
         self._open = 0
 
     def load(self, session_id: str) -> dict[str, Any] | None:
@@ -297,8 +318,8 @@ class LeaksConnections(DictStorage):
 class StaleReads(DictStorage):
     """Every 4th load serves the previous version (a lagging replica or cache)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, store: Store | None = None) -> None:
+        super().__init__(store)
         self._previous: dict[str, dict[str, Any]] = {}
         self._loads = 0
 
@@ -318,3 +339,203 @@ class StaleReads(DictStorage):
                 self._previous[snapshot.session_id] = current
             self._data[snapshot.session_id] = snapshot.to_wire()
             return True
+
+
+# --------------------------------------------------------------------------- cross-instance bugs
+
+
+class PerInstanceCache(DictStorage):
+    """Caches every envelope it loads or saves; another instance's write never invalidates it."""
+
+    def __init__(self, store: Store | None = None) -> None:
+        super().__init__(store)
+        self._cache: dict[str, dict[str, Any]] = {}
+
+    def load(self, session_id: str) -> dict[str, Any] | None:
+        if session_id in self._cache:
+            return copy.deepcopy(self._cache[session_id])
+        loaded = super().load(session_id)
+        if loaded is not None:
+            self._cache[session_id] = loaded
+        return copy.deepcopy(loaded)
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        ok = super().save(snapshot, expected_cursor)
+        if ok:
+            self._cache[snapshot.session_id] = snapshot.to_wire()
+        return ok
+
+    def delete(self, session_id: str) -> None:
+        super().delete(session_id)
+        self._cache.pop(session_id, None)
+
+
+class SecondInstanceCreateOverwrites(DictStorage):
+    """A create of a session this instance has not seen is an upsert (INSERT OR REPLACE)."""
+
+    def __init__(self, store: Store | None = None) -> None:
+        super().__init__(store)
+        self._seen: set[str] = set()
+
+    def load(self, session_id: str) -> dict[str, Any] | None:
+        loaded = super().load(session_id)
+        if loaded is not None:
+            self._seen.add(session_id)
+        return loaded
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        sid = snapshot.session_id
+        if expected_cursor is None and sid not in self._seen:
+            with self._lock:
+                self._data[sid] = snapshot.to_wire()
+            self._seen.add(sid)
+            return True
+        ok = super().save(snapshot, expected_cursor)
+        self._seen.add(sid)
+        return ok
+
+
+class _KeyedStorage(DictStorage):
+    """Stores each envelope under ``storage_key(session_id)`` instead of the id itself."""
+
+    def storage_key(self, session_id: str) -> str:
+        raise NotImplementedError
+
+    def load(self, session_id: str) -> dict[str, Any] | None:
+        return super().load(self.storage_key(session_id))
+
+    def _matches(self, session_id: str, expected: int | None) -> bool:
+        return super()._matches(self.storage_key(session_id), expected)
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        key = self.storage_key(snapshot.session_id)
+        with self._lock:
+            if not super()._matches(key, expected_cursor):
+                return False
+            self._data[key] = snapshot.to_wire()
+            return True
+
+    def delete(self, session_id: str) -> None:
+        super().delete(self.storage_key(session_id))
+
+
+class TruncatedKey36(_KeyedStorage):
+    """A key column of 36 characters (a UUID's length) that silently truncates."""
+
+    def storage_key(self, session_id: str) -> str:
+        return session_id[:36]
+
+
+class BucketedKey(_KeyedStorage):
+    """Keys hashed into 4,096 buckets, one envelope per bucket."""
+
+    def storage_key(self, session_id: str) -> str:
+        return f"bucket-{zlib.crc32(session_id.encode()) % 4096}"
+
+
+class CaseInsensitiveDelete(DictStorage):
+    """delete matches ids case-insensitively (a ``lower(id) = lower(?)`` clause)."""
+
+    def delete(self, session_id: str) -> None:
+        with self._lock:
+            for key in [k for k in self._data if k.lower() == session_id.lower()]:
+                del self._data[key]
+
+
+class KeepsFirstTenDecisions(DictStorage):
+    """Stores only the first 10 route decisions of an envelope (a fixed-size child table)."""
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        wire = snapshot.to_wire()
+        conversation = wire.get("conversation")
+        if conversation is not None:
+            conversation["decisions"] = conversation["decisions"][:10]
+        with self._lock:
+            if not self._matches(snapshot.session_id, expected_cursor):
+                return False
+            self._data[snapshot.session_id] = wire
+            return True
+
+
+# --------------------------------------------------------------------------- records and index
+
+
+class _MemoryView(MemoryStorage):
+    """A MemoryStorage instance over another one's data (instances over one database)."""
+
+    def __init__(self, store: MemoryStorage) -> None:
+        super().__init__()
+        self._lock = store._lock
+        self._rows = store._rows
+        self._records = store._records
+        self._index = store._index
+
+
+def shared_memory(cls: Callable[[MemoryStorage], T]) -> Callable[[], T]:
+    store = MemoryStorage()
+    return lambda: cls(store)
+
+
+class RecordLastWriteWins(_MemoryView):
+    """save_record ignores the expected version: every record write wins."""
+
+    def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        p = prepare_record_save(session_id, key, text, expected_version, processing)
+        with self._lock:
+            records = self._records.setdefault(p.session_id, {})
+            old = records.get(p.key)
+            records[p.key] = ((old[0] if old else 0) + 1, p.text, p.processing)
+            envelope, busy, _ = self._index.get(p.session_id, (False, frozenset(), 0))
+            busy = busy | {p.key} if p.processing else busy - {p.key}
+            self._index[p.session_id] = (envelope, busy, p.written_ms)
+        return True
+
+
+class DeleteKeepsRecords(_MemoryView):
+    """delete(session_id) forgets the envelope but leaves its records behind."""
+
+    def delete(self, session_id: str) -> None:
+        with self._lock:
+            self._rows.pop(session_id, None)
+            self._index.pop(session_id, None)
+
+
+class IndexNeverForgets(_MemoryView):
+    """The processing index keeps a session once listed, even after it settled."""
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        prepared = prepare_save(snapshot, expected_cursor)
+        was = self._index.get(prepared.session_id, (False, frozenset(), 0))[0]
+        ok = super().save(snapshot, expected_cursor)
+        if ok and was:
+            with self._lock:
+                _, busy, written = self._index[prepared.session_id]
+                self._index[prepared.session_id] = (True, busy, written)
+        return ok
+
+
+class OnlyInThisProcess:
+    """A factory that pickles but cannot be rebuilt in another process."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.store = Store()
+
+    def __call__(self) -> DictStorage:
+        return DictStorage(self.store)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"pid": self.pid}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if state["pid"] != os.getpid():
+            raise RuntimeError("this factory only works in the process that made it")
+        self.__dict__.update(state)

@@ -1,8 +1,12 @@
-"""The kit passes a correct adapter and fails each broken one on the check that names its bug."""
+"""The kit passes a correct adapter and fails each broken one on the check that names its bug.
+
+Every broken adapter runs through the documented call, ``check_session_storage(factory)``
+with the default profile and every check, and must fail with a message that states the
+property it broke (``PROPERTIES``) and what the kit saw.
+"""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -10,59 +14,102 @@ import pytest
 from doubles import (
     AcceptsStaleCursor,
     AsyncDictStorage,
+    BucketedKey,
+    CaseInsensitiveDelete,
     CheckThenAct,
     CreateOverwrites,
+    DeleteKeepsRecords,
     DictStorage,
+    IndexNeverForgets,
+    KeepsFirstTenDecisions,
     LastWriteWins,
     LeaksConnections,
     LeaksDriverError,
     LosesAcknowledgedWrite,
     MapsTimeouts,
+    OnlyInThisProcess,
+    PerInstanceCache,
     RaisesOnConflict,
+    RecordLastWriteWins,
+    SecondInstanceCreateOverwrites,
     StaleReads,
+    Store,
     TimeoutAsConflict,
+    TruncatedKey36,
+    shared,
+    shared_memory,
 )
 
 from akchat_fsm.errors import ConfigError
+from akchat_fsm.storage import AsyncMemoryStorage, MemoryStorage
 from akchat_fsm.testing import CHECKS, FaultyStorage, check_session_storage
-from akchat_fsm.testing.conformance import CheckOutcome
-
-
-def _shared() -> tuple[Callable[[], DictStorage], dict[str, Any], threading.Lock]:
-    """A healthy factory whose adapters share one dict (as adapters share one database)."""
-    data: dict[str, Any] = {}
-    lock = threading.Lock()
-
-    def healthy() -> DictStorage:
-        storage = DictStorage()
-        storage._data = data
-        storage._lock = lock
-        return storage
-
-    return healthy, data, lock
+from akchat_fsm.testing.conformance import PROPERTIES, CheckOutcome
 
 
 def test_a_correct_adapter_passes_every_check() -> None:
-    healthy, data, lock = _shared()
+    store = Store()
     seen: list[CheckOutcome] = []
     report = check_session_storage(
-        healthy,
-        make_async=AsyncDictStorage,
-        make_faulty_storage=lambda: MapsTimeouts(data, lock),
+        lambda: DictStorage(store),
+        make_async=shared(AsyncDictStorage),
+        make_faulty_storage=lambda: MapsTimeouts(store),
         seed=11,
         progress=seen.append,
     )
     assert report.ok, str(report)
     assert [r.name for r in seen] == [r.name for r in report.results]
     skipped = {r.name for r in report.skipped}
-    # processes: not requested; the async double has no open_connections().
-    assert skipped == {"processes", "async:no_open_connections"}
+    # processes: a lambda cannot be sent to another process; the doubles have no records or
+    # processing index; the async double has no open_connections().
+    capabilities = {"records_cas", "records_isolation", "record_cas_race", "processing_index"}
+    assert skipped == {
+        "processes",
+        *capabilities,
+        *(f"async:{name}" for name in capabilities),
+        "async:no_open_connections",
+    }
     assert {r.name for r in report.results} >= set(CHECKS)
     assert "0 failed" in str(report)
 
 
+def test_the_memory_adapter_passes_every_check_including_records_and_the_index() -> None:
+    store = MemoryStorage()
+    report = check_session_storage(
+        lambda: store, make_async=lambda: AsyncMemoryStorage(store), seed=4
+    )
+    assert report.ok, str(report)
+    for name in ("records_cas", "records_isolation", "record_cas_race", "processing_index"):
+        assert report[name].passed and report[f"async:{name}"].passed
+    assert "lengths 1-128" in report["session_isolation"].detail
+    # A lambda cannot cross a process boundary: skipped by default, not failed.
+    assert report["processes"].status == "skipped"
+    assert "cannot be sent to another process" in report["processes"].detail
+
+
+def test_processes_are_on_by_default_and_skip_a_store_that_stays_in_one_process() -> None:
+    """``MemoryStorage`` pickles, so the kit spawns one process to ask whether it sees this
+    process's data; it does not, so the check is skipped by default and fails when forced."""
+    report = check_session_storage(MemoryStorage, only=["processes"])
+    assert report["processes"].status == "skipped"
+    assert "does not cross a process boundary" in report["processes"].detail
+    forced = check_session_storage(MemoryStorage, only=["processes"], processes=True)
+    assert forced["processes"].status == "failed"
+    assert PROPERTIES["processes"] in forced["processes"].detail
+
+
+def test_a_factory_that_cannot_be_rebuilt_in_another_process_is_reported_not_awaited() -> None:
+    """The spawned process dies unpickling the factory: the kit says so at once (skip by
+    default, fail when processes were asked for) instead of waiting for a report."""
+    report = check_session_storage(OnlyInThisProcess(), only=["processes"])
+    assert report["processes"].status == "skipped"
+    assert "ended without a report" in report["processes"].detail
+    forced = check_session_storage(OnlyInThisProcess(), only=["processes"], processes=True)
+    assert forced["processes"].status == "failed"
+    assert "ended without a report" in forced["processes"].detail
+
+
 def test_faulty_storage_wrapper_satisfies_the_error_mapping_check() -> None:
-    healthy, _, _ = _shared()
+    healthy = shared(DictStorage)
     report = check_session_storage(
         healthy,
         make_faulty_storage=lambda: FaultyStorage(
@@ -74,35 +121,130 @@ def test_faulty_storage_wrapper_satisfies_the_error_mapping_check() -> None:
     assert "StorageUnavailable" in report["error_mapping"].detail
 
 
-BROKEN = [
+#: (factory, the checks it must fail, a phrase the first of them must show)
+BROKEN: list[tuple[str, Callable[[], Any], set[str], str]] = [
     (
-        LastWriteWins,
+        "LastWriteWins",
+        shared(LastWriteWins),
         {"create_only", "stale_cursor_refused", "cas_race_threads", "counter_workload"},
+        "returned True, expected False",
     ),
-    (AcceptsStaleCursor, {"stale_cursor_refused", "cas_race_threads", "linearizability_threads"}),
-    (CheckThenAct, {"create_race_threads", "cas_race_threads", "counter_workload"}),
-    (LosesAcknowledgedWrite, {"counter_workload", "linearizability_threads"}),
-    (CreateOverwrites, {"create_only", "interleaving_create_create", "create_race_threads"}),
-    (RaisesOnConflict, {"create_only", "stale_cursor_refused", "cas_race_threads"}),
-    (LeaksConnections, {"no_open_connections"}),
+    (
+        "AcceptsStaleCursor",
+        shared(AcceptsStaleCursor),
+        {"stale_cursor_refused", "cas_race_threads", "linearizability_threads"},
+        "returned True, expected False",
+    ),
+    (
+        "CheckThenAct",
+        shared(CheckThenAct),
+        {"create_race_threads", "cas_race_threads", "counter_workload"},
+        "racers won, expected 1",
+    ),
+    (
+        "LosesAcknowledgedWrite",
+        shared(LosesAcknowledgedWrite),
+        {"counter_workload", "linearizability_threads"},
+        "lost updates",
+    ),
+    (
+        "CreateOverwrites",
+        shared(CreateOverwrites),
+        {"create_only", "interleaving_create_create", "create_race_threads"},
+        "returned True, expected False",
+    ),
+    (
+        "RaisesOnConflict",
+        shared(RaisesOnConflict),
+        {"create_only", "stale_cursor_refused", "cas_race_threads"},
+        "UNTYPED RuntimeError",
+    ),
+    ("LeaksConnections", shared(LeaksConnections), {"no_open_connections"}, "still open"),
     # Only the history check sees stale reads: CAS retry loops hide them from the counter.
-    (StaleReads, {"linearizability_threads"}),
+    ("StaleReads", shared(StaleReads), {"linearizability_threads"}, "no order of the recorded"),
+    # The bugs that only show across instances, by id, or at size (issue 15).
+    (
+        "PerInstanceCache",
+        shared(PerInstanceCache),
+        {"instances_share_a_store", "cas_race_threads", "cursor_advances_by_one"},
+        "cached copy that another instance's write did not invalidate",
+    ),
+    (
+        "PrivateStore",
+        DictStorage,  # the class: every instance starts empty
+        {"instances_share_a_store"},
+        "each instance has a private store",
+    ),
+    (
+        "SecondInstanceCreateOverwrites",
+        shared(SecondInstanceCreateOverwrites),
+        {"create_only", "interleaving_create_create", "create_race_threads"},
+        "create through another instance",
+    ),
+    (
+        "TruncatedKey36",
+        shared(TruncatedKey36),
+        {"session_isolation"},
+        "two session ids share one storage key",
+    ),
+    ("BucketedKey", shared(BucketedKey), {"session_isolation"}, "share one storage key"),
+    (
+        "CaseInsensitiveDelete",
+        shared(CaseInsensitiveDelete),
+        {"session_isolation"},
+        "after the others changed",
+    ),
+    (
+        "KeepsFirstTenDecisions",
+        shared(KeepsFirstTenDecisions),
+        {"round_trip_large"},
+        "conversation.decisions: 1000 items saved, 10 loaded",
+    ),
+    (
+        "RecordLastWriteWins",
+        shared_memory(RecordLastWriteWins),
+        {"records_cas", "record_cas_race"},
+        "a second create (another instance): save_record",
+    ),
+    (
+        "DeleteKeepsRecords",
+        shared_memory(DeleteKeepsRecords),
+        {"records_isolation"},
+        "a record of a deleted session",
+    ),
+    (
+        "IndexNeverForgets",
+        shared_memory(IndexNeverForgets),
+        {"processing_index"},
+        "after its confirmation settled",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("adapter", "must_fail"), BROKEN, ids=[b[0].__name__ for b in BROKEN])
-def test_each_broken_adapter_fails_the_right_checks(
-    adapter: Callable[[], Any], must_fail: set[str]
+@pytest.mark.parametrize(
+    ("factory", "must_fail", "phrase"), [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN]
+)
+def test_each_broken_adapter_fails_the_checks_that_name_its_bug(
+    factory: Callable[[], Any], must_fail: set[str], phrase: str
 ) -> None:
-    report = check_session_storage(adapter, seed=3)
+    report = check_session_storage(factory, seed=3)
     assert not report.ok
     failed = {r.name for r in report.failed}
     assert must_fail <= failed, str(report)
     assert "round_trip" not in failed  # the bug is named, not everything
+    first = report[sorted(must_fail, key=list(CHECKS).index)[0]]
+    assert first.detail.startswith(PROPERTIES[first.name]), first.detail
+    assert phrase in "\n".join(report[name].detail for name in must_fail), str(report)
+
+
+def test_a_private_store_fails_only_the_check_that_names_it() -> None:
+    """The other checks fall back to one instance, so each still reports its own property."""
+    report = check_session_storage(DictStorage, seed=2, processes=False)
+    assert {r.name for r in report.failed} == {"instances_share_a_store"}
 
 
 def test_raising_on_conflict_is_reported_as_an_untyped_error() -> None:
-    report = check_session_storage(RaisesOnConflict, only=["create_only"])
+    report = check_session_storage(shared(RaisesOnConflict), only=["create_only"])
     assert "UNTYPED RuntimeError" in report["create_only"].detail
 
 
@@ -111,27 +253,36 @@ def test_raising_on_conflict_is_reported_as_an_untyped_error() -> None:
     [(TimeoutAsConflict, "reported as a conflict"), (LeaksDriverError, "UNTYPED TimeoutError")],
 )
 def test_bad_error_mapping_fails_error_mapping(faulty: Any, message: str) -> None:
-    healthy, data, lock = _shared()
+    store = Store()
     report = check_session_storage(
-        healthy, make_faulty_storage=lambda: faulty(data, lock), only=["error_mapping"]
+        lambda: DictStorage(store),
+        make_faulty_storage=lambda: faulty(store),
+        only=["error_mapping"],
     )
     assert not report.ok
     assert message in report["error_mapping"].detail
+    assert report["error_mapping"].detail.startswith(PROPERTIES["error_mapping"])
 
 
 def test_a_faulty_factory_that_injects_nothing_proves_nothing() -> None:
-    healthy, _, _ = _shared()
+    healthy = shared(DictStorage)
     report = check_session_storage(healthy, make_faulty_storage=healthy, only=["error_mapping"])
     assert "injected no fault" in report["error_mapping"].detail
 
 
 def test_broken_async_adapter_fails_under_the_async_prefix() -> None:
     class AsyncLastWriteWins(AsyncDictStorage):
-        def __init__(self) -> None:
-            self._sync = LastWriteWins()
+        def __init__(self, store: Store) -> None:
+            self._sync = LastWriteWins(store)
 
-    report = check_session_storage(None, make_async=AsyncLastWriteWins, only=["cas_race_threads"])
+    report = check_session_storage(
+        None, make_async=shared(AsyncLastWriteWins), only=["cas_race_threads"]
+    )
     assert [(r.name, r.status) for r in report.results] == [("async:cas_race_threads", "failed")]
+
+
+def test_every_check_states_its_property() -> None:
+    assert set(PROPERTIES) == set(CHECKS)
 
 
 def test_bad_arguments_are_config_errors() -> None:
@@ -162,7 +313,6 @@ def test_a_history_without_contention_fails_the_kit_instead_of_passing(
 
     lonely = dataclasses.replace(_kit.PROFILES["default"], history_workers=1)
     monkeypatch.setitem(_kit.PROFILES, "default", lonely)
-    healthy, _, _ = _shared()
-    report = check_session_storage(healthy, only=["linearizability_threads"], seed=7)
+    report = check_session_storage(shared(DictStorage), only=["linearizability_threads"], seed=7)
     assert not report.ok
     assert "no contention" in report["linearizability_threads"].detail

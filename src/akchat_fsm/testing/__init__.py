@@ -9,11 +9,12 @@
 from __future__ import annotations
 
 from . import doubles as doubles  # recording upstream and chat memory (sync and asyncio)
-from .conformance import CHECKS, CheckOutcome, ConformanceReport, check_session_storage
+from .conformance import CHECKS, PROPERTIES, CheckOutcome, ConformanceReport, check_session_storage
 from .faulty import AsyncFaultyStorage, FaultyStorage, InjectedFault
 
 __all__ = [
     "CHECKS",
+    "PROPERTIES",
     "AsyncFaultyStorage",
     "CheckOutcome",
     "ConformanceReport",

@@ -34,8 +34,21 @@ class EventLoopThread:
         self.loop.close()
 
 
+#: Optional methods the bridge forwards when the async adapter has them.
+_OPTIONAL = (
+    "delete",
+    "open_connections",
+    "load_record",
+    "save_record",
+    "list_records",
+    "delete_record",
+    "list_processing",
+)
+
+
 class AsyncBridge:
-    """A synchronous face over an async adapter (load/save/delete/close/open_connections)."""
+    """A synchronous face over an async adapter: load/save, close, and every optional
+    method it has (delete, open_connections, records, the processing index)."""
 
     def __init__(self, loop: EventLoopThread, factory: Callable[[], Any]) -> None:
         self._loop = loop
@@ -44,22 +57,23 @@ class AsyncBridge:
             return await maybe_await(factory())
 
         self.inner = loop.run(make())
-        if callable(getattr(self.inner, "delete", None)):
-            self.delete = self._delete
-        if callable(getattr(self.inner, "open_connections", None)):
-            self.open_connections = self._open_connections
+        for name in _OPTIONAL:
+            if callable(getattr(self.inner, name, None)):
+                setattr(self, name, self._forward(name))
+
+    def _forward(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._loop.run(maybe_await(method(*args, **kwargs)))
+
+        return call
 
     def load(self, session_id: str) -> Any:
         return self._loop.run(maybe_await(self.inner.load(session_id)))
 
     def save(self, snapshot: Any, expected_cursor: int | None) -> Any:
         return self._loop.run(maybe_await(self.inner.save(snapshot, expected_cursor)))
-
-    def _delete(self, session_id: str) -> Any:
-        return self._loop.run(maybe_await(self.inner.delete(session_id)))
-
-    def _open_connections(self) -> Any:
-        return self._loop.run(maybe_await(self.inner.open_connections()))
 
     def close(self) -> None:
         inner = self.inner

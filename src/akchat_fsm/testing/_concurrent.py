@@ -1,17 +1,14 @@
-"""Checks under concurrency: races behind a barrier, a counter, recorded histories, processes.
+"""Checks under concurrency: races behind a barrier, a counter, recorded histories.
 
 Threads start together behind a :class:`threading.Barrier` and the interpreter switch
 interval is lowered while they run (OpenTelemetry's trick) so check-then-act bugs show up.
-Processes use the ``spawn`` start method and rebuild the adapter from a picklable factory
-(a storage URL for :func:`akchat_fsm.storage.url.open_storage`, or a module-level callable).
+The spawned-process races are in :mod:`akchat_fsm.testing._processes`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import multiprocessing
-import pickle
 import random
 import sys
 import threading
@@ -24,7 +21,6 @@ from ._envelopes import fresh_session_id, make_snapshot, observe
 from ._kit import (
     CheckSkipped,
     KitContext,
-    close_storage,
     describe,
     expect_save,
     has_delete,
@@ -43,7 +39,7 @@ def _high_contention() -> Iterator[None]:
         sys.setswitchinterval(previous)
 
 
-def _run_threads(count: int, target: Callable[[int, threading.Barrier], Any]) -> list[Any]:
+def run_threads(count: int, target: Callable[[int, threading.Barrier], Any]) -> list[Any]:
     """Run ``target(i, barrier)`` on ``count`` threads; results or the exceptions raised."""
     barrier = threading.Barrier(count)
     results: list[Any] = [None] * count
@@ -64,15 +60,15 @@ def _run_threads(count: int, target: Callable[[int, threading.Barrier], Any]) ->
     return results
 
 
-def _errors(results: list[Any]) -> list[str]:
+def errors_of(results: list[Any]) -> list[str]:
     """What the workers raised, the cause first (the others only saw a broken barrier)."""
     raised = [r for r in results if isinstance(r, BaseException)]
     raised.sort(key=lambda exc: isinstance(exc, threading.BrokenBarrierError))
     return [describe(exc) for exc in raised]
 
 
-def _one_winner(results: list[Any], markers: list[str], stored: Any, what: str) -> str:
-    errors = _errors(results)
+def one_winner(results: list[Any], markers: list[str], stored: Any, what: str) -> str:
+    errors = errors_of(results)
     if errors:
         raise AssertionError(f"{what}: racers raised {errors[:3]}")
     winners = [markers[i] for i, r in enumerate(results) if r is True]
@@ -84,8 +80,8 @@ def _one_winner(results: list[Any], markers: list[str], stored: Any, what: str) 
 
 
 def create_race_threads(ctx: KitContext) -> str:
-    """K racers create the same session at once: exactly one wins."""
-    storage = ctx.storage()
+    """K racers (over several instances) create the same session at once: exactly one wins."""
+    clients = ctx.instances()
     k, rounds = ctx.profile.racers, ctx.profile.race_rounds
     markers = [f"racer-{i}" for i in range(k)]
     for _ in range(rounds):
@@ -94,47 +90,75 @@ def create_race_threads(ctx: KitContext) -> str:
         def race(i: int, barrier: threading.Barrier, sid: str = sid) -> bool:
             snapshot = make_snapshot(sid, 1, markers[i])
             barrier.wait()
-            return saved(storage, snapshot, None, "create race")
+            return saved(clients[i % len(clients)], snapshot, None, "create race")
 
-        results = _run_threads(k, race)
-        _one_winner(results, markers, observe(storage.load(sid)), "create race")
+        results = run_threads(k, race)
+        one_winner(results, markers, _final(clients, sid), "create race")
     return f"{rounds} rounds of {k} racers: one winner each"
 
 
 def cas_race_threads(ctx: KitContext) -> str:
-    """K racers update from the same cursor at once: exactly one wins."""
-    storage = ctx.storage()
+    """K racers (over several instances) update from the same cursor at once: one wins."""
+    clients = ctx.instances()
     k, rounds = ctx.profile.racers, ctx.profile.race_rounds
     markers = [f"racer-{i}" for i in range(k)]
     for _ in range(rounds):
         sid = fresh_session_id()
-        expect_save(storage, make_snapshot(sid, 1, "base"), None, True, "create")
+        expect_save(clients[0], make_snapshot(sid, 1, "base"), None, True, "create")
+        for client in clients:  # every client has seen the base (and may cache it)
+            observe(client.load(sid), sid)
 
         def race(i: int, barrier: threading.Barrier, sid: str = sid) -> bool:
             snapshot = make_snapshot(sid, 2, markers[i])
             barrier.wait()
-            return saved(storage, snapshot, 1, "cas race")
+            return saved(clients[i % len(clients)], snapshot, 1, "cas race")
 
-        results = _run_threads(k, race)
-        _one_winner(results, markers, observe(storage.load(sid)), "cas race")
+        results = run_threads(k, race)
+        one_winner(results, markers, _final(clients, sid), "cas race")
     return f"{rounds} rounds of {k} racers: one winner each"
+
+
+def _final(clients: list[Any], sid: str) -> Any:
+    """What every client loads after a race; they must agree."""
+    seen = [observe(client.load(sid), sid) for client in clients]
+    if any(other != seen[0] for other in seen):
+        raise AssertionError(
+            f"after the race the instances load different envelopes {sorted(set(map(str, seen)))}"
+            ": an instance serves a cached copy another instance's write did not invalidate"
+        )
+    return seen[0]
+
+
+#: Refusals in a row, with load returning the same cursor each time, that mean it is stuck
+#: (a healthy store moves on after at most one refusal per other worker's save).
+_STUCK = 200
 
 
 def counter_workload(ctx: KitContext) -> str:
     """N workers x M increments through read/CAS retry loops: final cursor == acknowledged saves."""
-    storage = ctx.storage()
+    clients = ctx.instances()
     sid = fresh_session_id()
-    expect_save(storage, make_snapshot(sid, 1, "start"), None, True, "create")
+    expect_save(clients[0], make_snapshot(sid, 1, "start"), None, True, "create")
     workers, increments = ctx.profile.counter_workers, ctx.profile.counter_increments
 
     def work(i: int, barrier: threading.Barrier) -> tuple[int, int, int]:
+        storage = clients[i % len(clients)]
         acked = unknown = refused = 0
         barrier.wait()
         for n in range(increments):
+            same = 0  # refusals in a row from the cursor load keeps returning
+            last: Any = None
             while True:
-                current = observe(storage.load(sid))
+                current = observe(storage.load(sid), sid)
                 if current is None:
                     raise AssertionError("the counter session vanished")
+                same = same + 1 if current == last else 0
+                last = current
+                if same >= _STUCK:
+                    raise AssertionError(
+                        f"save from cursor {current[0]} was refused {same} times in a row "
+                        f"while load kept returning cursor {current[0]}: load serves a stale copy"
+                    )
                 snapshot = make_snapshot(sid, current[0] + 1, f"w{i}-{n}")
                 try:
                     if saved(storage, snapshot, current[0], "increment"):
@@ -148,14 +172,17 @@ def counter_workload(ctx: KitContext) -> str:
                     break
         return acked, unknown, refused
 
-    results = _run_threads(workers, work)
-    errors = _errors(results)
+    results = run_threads(workers, work)
+    for result in results:
+        if isinstance(result, AssertionError):  # a worker's own finding (a stuck stale read)
+            raise result
+    errors = errors_of(results)
     if errors:
         raise AssertionError(f"workers raised {errors[:3]}")
     acked = 1 + sum(r[0] for r in results)
     unknown = sum(r[1] for r in results)
     refused = sum(r[2] for r in results)
-    final = observe(storage.load(sid))
+    final = _final(clients, sid)
     cursor = 0 if final is None else final[0]
     if not acked <= cursor <= acked + unknown:
         raise AssertionError(
@@ -212,7 +239,7 @@ def run_history_worker(
         lockstep()
         try:
             if kind == "load":
-                output: Any = observe(storage.load(key))
+                output: Any = observe(storage.load(key), key)
                 view[key] = output
             elif kind == "save":
                 expected, value = op_input
@@ -234,7 +261,14 @@ def run_history_worker(
     return out
 
 
-def _verdict(result: CheckResult) -> str:
+def verdict_of(result: CheckResult) -> str:
+    if result.verdict == "illegal":
+        raise AssertionError(
+            "no order of the recorded calls, one at a time and each within its call's "
+            "duration, explains what the calls returned: a read saw a value that was already "
+            "overwritten or never acknowledged, an acknowledged write was lost, or two CAS "
+            f"calls won from the same cursor. {result}"
+        )
     if result.verdict != "ok":
         raise AssertionError(str(result))
     return (
@@ -245,19 +279,21 @@ def _verdict(result: CheckResult) -> str:
 
 
 def linearizability_threads(ctx: KitContext) -> str:
-    """A recorded random workload from K threads is linearizable, with real contention."""
-    storage = ctx.storage()
+    """A recorded random workload from K threads (over several instances) is linearizable,
+    with real contention."""
+    clients = ctx.instances()
     p = ctx.profile
     keys = [fresh_session_id() for _ in range(p.history_keys)]
-    deletes = has_delete(storage)
+    deletes = has_delete(clients[0])
 
     def work(i: int, barrier: threading.Barrier) -> list[Operation]:
+        storage = clients[i % len(clients)]
         return run_history_worker(
             storage, i, ctx.seed, keys, p.history_ops, deletes, lambda: barrier.wait(60)
         )
 
-    results = _run_threads(p.history_workers, work)
-    errors = _errors(results)
+    results = run_threads(p.history_workers, work)
+    errors = errors_of(results)
     if errors:
         raise AssertionError(f"workers raised {errors[:3]}")
     ops = [op for part in results for op in part]
@@ -268,112 +304,7 @@ def linearizability_threads(ctx: KitContext) -> str:
         timeout_s=p.timeout_s,
         require_contention=True,
     )
-    return _verdict(result)
-
-
-# --------------------------------------------------------------------------- processes
-
-
-def _build(factory: Any) -> Any:
-    if isinstance(factory, str):
-        from ..storage.url import open_storage
-
-        return open_storage(factory)
-    return factory()
-
-
-def _process_main(
-    factory: Any,
-    worker: int,
-    barrier: Any,
-    plan: dict[str, Any],
-    queue: Any,
-) -> None:
-    """One spawned racer: a create race, a CAS race, then a recorded workload."""
-    report: dict[str, Any] = {"worker": worker}
-    try:
-        storage = _build(factory)
-        try:
-            marker = f"proc-{worker}"
-            create = make_snapshot(plan["create_sid"], 1, marker)
-            update = make_snapshot(plan["cas_sid"], 2, marker)
-            barrier.wait(60)
-            report["create"] = saved(storage, create, None, "create race")
-            barrier.wait(60)
-            report["cas"] = saved(storage, update, 1, "cas race")
-            report["ops"] = run_history_worker(
-                storage,
-                worker,
-                plan["seed"],
-                plan["keys"],
-                plan["ops"],
-                plan["deletes"],
-                lambda: barrier.wait(60),
-            )
-        finally:
-            close_storage(storage)
-    except BaseException as exc:
-        report["error"] = describe(exc)
-        with contextlib.suppress(Exception):
-            barrier.abort()
-    queue.put(report)
-
-
-def processes(ctx: KitContext) -> str:
-    """K spawned processes: one create winner, one CAS winner, a linearizable history."""
-    factory = ctx.process_factory
-    if factory is None:
-        raise CheckSkipped("processes not requested (pass processes=True and a picklable factory)")
-    try:
-        pickle.dumps(factory)
-    except Exception as exc:
-        raise AssertionError(f"the storage factory is not picklable: {exc}") from exc
-    storage = ctx.storage()
-    p = ctx.profile
-    k = p.process_racers
-    plan: dict[str, Any] = {
-        "create_sid": fresh_session_id(),
-        "cas_sid": fresh_session_id(),
-        "keys": [fresh_session_id() for _ in range(p.history_keys)],
-        "seed": ctx.seed,
-        "ops": p.process_ops,
-        "deletes": has_delete(storage),
-    }
-    expect_save(storage, make_snapshot(plan["cas_sid"], 1, "base"), None, True, "create")
-    spawn = multiprocessing.get_context("spawn")
-    barrier = spawn.Barrier(k)
-    queue = spawn.Queue()
-    procs = [
-        spawn.Process(target=_process_main, args=(factory, i, barrier, plan, queue), daemon=True)
-        for i in range(k)
-    ]
-    for proc in procs:
-        proc.start()
-    reports = [queue.get(timeout=p.timeout_s + 120) for _ in procs]
-    for proc in procs:
-        proc.join(30)
-    errors = [r["error"] for r in reports if "error" in r]
-    if errors:
-        raise AssertionError(f"process racers failed: {errors[:3]}")
-    markers = [f"proc-{r['worker']}" for r in reports]
-    _one_winner(
-        [r["create"] for r in reports],
-        markers,
-        observe(storage.load(plan["create_sid"])),
-        "create race",
-    )
-    _one_winner(
-        [r["cas"] for r in reports], markers, observe(storage.load(plan["cas_sid"])), "cas race"
-    )
-    ops = [op for r in reports for op in r["ops"]]
-    result = check_history(
-        ops,
-        CasRegisterModel(),
-        max_steps=p.max_steps,
-        timeout_s=p.timeout_s,
-        require_contention=True,
-    )
-    return f"{k} processes: one create winner, one CAS winner; " + _verdict(result)
+    return verdict_of(result)
 
 
 # --------------------------------------------------------------------------- error mapping

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import AkchatError
-from ._envelopes import Observed, observe
+from ._envelopes import Observed, fresh_session_id, make_snapshot, observe
 
 __all__ = ["PROFILES", "CheckSkipped", "KitContext", "Profile", "close_storage"]
 
@@ -29,8 +29,10 @@ class Profile:
     history_workers: int = 8
     history_ops: int = 40
     history_keys: int = 3
-    large_decisions: int = 8
-    large_confirmations: int = 1_000
+    #: Decisions of the large envelope that carry 65,536 characters (all 1,000 carry some).
+    long_decisions: int = 8
+    #: Adapter instances the cross-instance checks spread their clients over.
+    instances: int = 3
     faulty_calls: int = 60
     process_racers: int = 8
     process_ops: int = 25
@@ -48,7 +50,8 @@ PROFILES: dict[str, Profile] = {
         history_workers=16,
         history_ops=150,
         history_keys=5,
-        large_decisions=64,
+        long_decisions=64,
+        instances=4,
         faulty_calls=500,
         process_racers=16,
         process_ops=100,
@@ -76,14 +79,44 @@ class KitContext:
     seed: int
     make_faulty: Callable[[], Any] | None = None
     process_factory: Any = None
+    #: ``processes=True`` was passed: a factory that cannot race processes fails the check
+    #: instead of skipping it.
+    processes_requested: bool = False
     is_async: bool = False
     opened: list[Any] = field(default_factory=list)
+    #: Whether two instances from the factory see the same data (probed once per run).
+    _shared: bool | None = None
 
     def storage(self) -> Any:
         """A new adapter from the factory, closed at the end of the check."""
         storage = self.make()
         self.opened.append(storage)
         return storage
+
+    def shares_a_store(self) -> bool:
+        """Whether a session saved through one instance is visible through a new one.
+
+        Probed once per run. When it is not, the checks that spread clients over several
+        instances run them on one instance instead, so each still names its own property,
+        and ``instances_share_a_store`` fails naming this one.
+        """
+        if self._shared is None:
+            writer = self.storage()
+            sid = fresh_session_id("ck-probe")
+            try:
+                writer.save(make_snapshot(sid, 1, "probe"), None)
+                self._shared = observe(self.storage().load(sid)) == (1, "probe")
+            except Exception:
+                self._shared = False
+        return self._shared
+
+    def instances(self, count: int | None = None) -> list[Any]:
+        """``count`` (default: the profile's) clients, each its own instance if the
+        instances share a store, else one instance shared by all."""
+        count = self.profile.instances if count is None else count
+        if not self.shares_a_store():
+            return [self.storage()] * count
+        return [self.storage() for _ in range(count)]
 
     def close_all(self) -> None:
         while self.opened:
@@ -125,7 +158,7 @@ def expect_save(storage: Any, snapshot: Any, expected: int | None, want: bool, w
 
 
 def expect_stored(storage: Any, session_id: str, want: Observed, what: str) -> None:
-    got = observe(storage.load(session_id))
+    got = observe(storage.load(session_id), session_id)
     if got != want:
         raise AssertionError(f"{what}: load returned {_show(got)}, expected {_show(want)}")
 

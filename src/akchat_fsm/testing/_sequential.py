@@ -10,13 +10,15 @@ import contextlib
 from typing import Any
 
 from ..errors import AkchatError, StorageError
-from ._envelopes import Observed, decode_loaded, fresh_session_id, make_snapshot, observe
+from ..wire.session import MAX_CONFIRMATIONS, MAX_DECISIONS, MAX_TERMINAL_TURNS
+from ._envelopes import decode_loaded, diff, fresh_session_id, make_snapshot, observe
 from ._kit import (
     CheckSkipped,
     KitContext,
     close_storage,
     expect_save,
     expect_stored,
+    has_delete,
     require_delete,
     saved,
 )
@@ -26,15 +28,27 @@ UNICODE_TEXT = 'héllo 👩‍💻 ﷺ e\u0301 עברית "q" \\ \u0000 \n\t ' *
 
 
 def _round_trip(ctx: KitContext, snapshot: Any) -> str:
-    storage = ctx.storage()
+    writer, reader = ctx.instances(2)
     sid = snapshot.session_id
-    if storage.load(sid) is not None:
+    if writer.load(sid) is not None:
         raise AssertionError(f"load of a fresh session id {sid!r} returned a value")
-    expect_save(storage, snapshot, None, True, "create")
-    loaded = decode_loaded(storage.load(sid))
-    if loaded is None or loaded.to_wire() != snapshot.to_wire():
-        raise AssertionError("the loaded envelope differs from the saved one")
-    return f"{len(snapshot.to_wire().__repr__())} characters round-tripped"
+    expect_save(writer, snapshot, None, True, "create")
+    saved_wire = snapshot.to_wire()
+    for who, storage in (("the instance that saved it", writer), ("another instance", reader)):
+        raw = storage.load(sid)
+        observe(raw, sid)  # the session id first: a wrong envelope is not a diff
+        loaded = decode_loaded(raw)
+        if loaded is None:
+            raise AssertionError(f"load through {who} returned nothing after the create")
+        differences = diff(saved_wire, loaded.to_wire())
+        if differences:
+            raise AssertionError(
+                f"the envelope loaded through {who} differs from the one saved:\n  "
+                + "\n  ".join(differences)
+            )
+        if writer is reader:
+            break
+    return f"{len(snapshot.to_json())} characters round-tripped"
 
 
 def round_trip(ctx: KitContext) -> str:
@@ -51,15 +65,17 @@ def round_trip_unicode(ctx: KitContext) -> str:
 
 
 def round_trip_large(ctx: KitContext) -> str:
-    """A large envelope (long decisions, the maximum of 1,000 confirmations) round-trips."""
-    p = ctx.profile
+    """An envelope at every limit round-trips: 1,000 decisions, 1,000 confirmations, 64
+    terminal turns, decisions of 65,536 characters."""
     text = ("x" * 1023 + "é") * 64  # 65,536 characters, the content limit
     snapshot = make_snapshot(
         fresh_session_id(),
         1,
         "large",
-        decisions=p.large_decisions,
-        confirmations=p.large_confirmations,
+        decisions=MAX_DECISIONS,
+        confirmations=MAX_CONFIRMATIONS,
+        terminal_turns=MAX_TERMINAL_TURNS,
+        long_decisions=ctx.profile.long_decisions,
         text=text,
     )
     return _round_trip(ctx, snapshot)
@@ -80,34 +96,70 @@ def load_returns_a_copy(ctx: KitContext) -> str:
     return f"load returns an immutable {type(raw).__name__}"
 
 
-def create_only(ctx: KitContext) -> str:
-    """expected_cursor=None succeeds only when nothing is stored."""
-    storage = ctx.storage()
+def instances_share_a_store(ctx: KitContext) -> str:
+    """Two instances from the factory see one store: each sees the other's writes at once."""
+    first, second = ctx.storage(), ctx.storage()
     sid = fresh_session_id()
-    expect_save(storage, make_snapshot(sid, 1, "first"), None, True, "first create")
-    expect_save(storage, make_snapshot(sid, 1, "second"), None, False, "second create")
-    expect_stored(storage, sid, (1, "first"), "after a refused create")
-    return "a second create was refused"
+    expect_save(first, make_snapshot(sid, 1, "v1"), None, True, "create through instance 1")
+    seen = observe(second.load(sid), sid)
+    later = observe(ctx.storage().load(sid), sid)
+    if seen is None and later is None:
+        raise AssertionError(
+            "a session created through one instance is invisible through every other: each "
+            "instance has a private store (pass a factory that returns instances over one "
+            "shared store, e.g. `lambda: shared` for an in-memory store, or a database URL)"
+        )
+    if seen != (1, "v1") or later != (1, "v1"):
+        raise AssertionError(
+            f"after a create through instance 1, instance 2 loads {seen} and a new instance "
+            f"loads {later}, expected cursor 1 for both"
+        )
+    expect_save(second, make_snapshot(sid, 2, "v2"), 1, True, "update through instance 2")
+    got = observe(first.load(sid), sid)
+    if got != (2, "v2"):
+        raise AssertionError(
+            f"instance 1 still loads {got} after instance 2 saved cursor 2: it serves a "
+            "cached copy that another instance's write did not invalidate"
+        )
+    expect_save(first, make_snapshot(sid, 3, "v3"), 2, True, "update through instance 1")
+    expect_stored(second, sid, (3, "v3"), "instance 2 after instance 1 saved cursor 3")
+    if has_delete(second):
+        second.delete(sid)
+        expect_stored(first, sid, None, "instance 1 after instance 2 deleted the session")
+    return "creates, updates and deletes through one instance are seen by the others"
+
+
+def create_only(ctx: KitContext) -> str:
+    """expected_cursor=None succeeds only when nothing is stored, whichever instance asks."""
+    s1, s2 = ctx.instances(2)
+    sid = fresh_session_id()
+    expect_save(s1, make_snapshot(sid, 1, "first"), None, True, "first create")
+    expect_save(s1, make_snapshot(sid, 1, "again"), None, False, "second create, same instance")
+    expect_save(s2, make_snapshot(sid, 1, "second"), None, False, "create through another instance")
+    expect_stored(s1, sid, (1, "first"), "after refused creates")
+    expect_stored(s2, sid, (1, "first"), "through the other instance, after refused creates")
+    return "a second create was refused, from the same and from another instance"
 
 
 def stale_cursor_refused(ctx: KitContext) -> str:
     """An expected cursor older than the stored one is a conflict."""
-    storage = ctx.storage()
+    s1, s2 = ctx.instances(2)
     sid = fresh_session_id()
-    expect_save(storage, make_snapshot(sid, 1, "v1"), None, True, "create")
-    expect_save(storage, make_snapshot(sid, 2, "v2"), 1, True, "update 1 -> 2")
-    expect_save(storage, make_snapshot(sid, 2, "stale"), 1, False, "stale update")
-    expect_stored(storage, sid, (2, "v2"), "after a stale update")
+    expect_save(s1, make_snapshot(sid, 1, "v1"), None, True, "create")
+    expect_save(s1, make_snapshot(sid, 2, "v2"), 1, True, "update 1 -> 2")
+    expect_save(s2, make_snapshot(sid, 2, "stale"), 1, False, "stale update (another instance)")
+    expect_save(s1, make_snapshot(sid, 2, "stale"), 1, False, "stale update")
+    expect_stored(s2, sid, (2, "v2"), "after stale updates")
     return "stale expected cursor refused"
 
 
 def future_cursor_refused(ctx: KitContext) -> str:
     """An expected cursor ahead of the stored one is a conflict."""
-    storage = ctx.storage()
+    s1, s2 = ctx.instances(2)
     sid = fresh_session_id()
-    expect_save(storage, make_snapshot(sid, 1, "v1"), None, True, "create")
-    expect_save(storage, make_snapshot(sid, 4, "future"), 3, False, "update from the future")
-    expect_stored(storage, sid, (1, "v1"), "after a future update")
+    expect_save(s1, make_snapshot(sid, 1, "v1"), None, True, "create")
+    expect_save(s2, make_snapshot(sid, 4, "future"), 3, False, "update from the future")
+    expect_stored(s1, sid, (1, "v1"), "after a future update")
     return "future expected cursor refused"
 
 
@@ -123,12 +175,14 @@ def missing_session_refused(ctx: KitContext) -> str:
 
 def cursor_advances_by_one(ctx: KitContext) -> str:
     """Each save moves the stored cursor by exactly one; a jump is refused if enforced."""
-    storage = ctx.storage()
+    clients = ctx.instances(2)
+    storage = clients[0]
     sid = fresh_session_id()
     expect_save(storage, make_snapshot(sid, 1, "c1"), None, True, "create")
     for cursor in range(2, 7):
-        expect_save(storage, make_snapshot(sid, cursor, f"c{cursor}"), cursor - 1, True, "update")
-        expect_stored(storage, sid, (cursor, f"c{cursor}"), f"after update to {cursor}")
+        writer, reader = clients[cursor % 2], clients[(cursor + 1) % 2]
+        expect_save(writer, make_snapshot(sid, cursor, f"c{cursor}"), cursor - 1, True, "update")
+        expect_stored(reader, sid, (cursor, f"c{cursor}"), f"after update to {cursor}")
     try:
         jumped = saved(storage, make_snapshot(sid, 8, "jump"), 6, "a +2 snapshot")
     except StorageError:
@@ -144,37 +198,20 @@ def cursor_advances_by_one(ctx: KitContext) -> str:
 
 def delete(ctx: KitContext) -> str:
     """delete forgets a session, tolerates a missing one, and allows a re-create."""
-    storage = ctx.storage()
+    storage, other = ctx.instances(2)
     require_delete(storage)
     sid = fresh_session_id()
     expect_save(storage, make_snapshot(sid, 1, "v1"), None, True, "create")
+    expect_stored(other, sid, (1, "v1"), "after create")
     storage.delete(sid)
     expect_stored(storage, sid, None, "after delete")
+    expect_stored(other, sid, None, "after delete (another instance)")
     storage.delete(sid)  # a missing session is not an error
     storage.delete(fresh_session_id())
-    expect_save(storage, make_snapshot(sid, 2, "old"), 1, False, "update after delete")
-    expect_save(storage, make_snapshot(sid, 1, "again"), None, True, "re-create after delete")
+    expect_save(other, make_snapshot(sid, 2, "old"), 1, False, "update after delete")
+    expect_save(other, make_snapshot(sid, 1, "again"), None, True, "re-create after delete")
     expect_stored(storage, sid, (1, "again"), "after re-create")
     return "delete, delete of a missing id, re-create"
-
-
-def session_isolation(ctx: KitContext) -> str:
-    """Writes and deletes on one session id never touch another, even a look-alike one."""
-    storage = ctx.storage()
-    base = fresh_session_id()
-    sids = [base, f"{base}-1", f"{base}:x", f"{base}.x", base.upper()]
-    for i, sid in enumerate(sids):
-        expect_save(storage, make_snapshot(sid, 1, f"s{i}"), None, True, f"create {sid}")
-    expect_save(storage, make_snapshot(base, 2, "moved"), 1, True, "update the first")
-    expect_save(storage, make_snapshot(sids[1], 3, "stale"), 2, False, "stale on the second")
-    expected: dict[str, Observed] = {sid: (1, f"s{i}") for i, sid in enumerate(sids)}
-    expected[base] = (2, "moved")
-    if callable(getattr(storage, "delete", None)):
-        storage.delete(sids[2])
-        expected[sids[2]] = None
-    for sid, want in expected.items():
-        expect_stored(storage, sid, want, f"session {sid!r}")
-    return f"{len(sids)} look-alike session ids stayed independent"
 
 
 # --------------------------------------------------------------------------- interleavings
@@ -182,65 +219,67 @@ def session_isolation(ctx: KitContext) -> str:
 
 def interleaving_read_read_save_save(ctx: KitContext) -> str:
     """s1.load s2.load s1.save s2.save -> s2 conflicts; s1's write stays."""
-    storage = ctx.storage()
+    s1, s2 = ctx.instances(2)
     sid = fresh_session_id()
-    expect_save(storage, make_snapshot(sid, 1, "v1"), None, True, "create")
-    c1 = observe(storage.load(sid))
-    c2 = observe(storage.load(sid))
+    expect_save(s1, make_snapshot(sid, 1, "v1"), None, True, "create")
+    c1 = observe(s1.load(sid), sid)
+    c2 = observe(s2.load(sid), sid)
     assert c1 == c2 == (1, "v1"), f"both clients should read cursor 1, got {c1} and {c2}"
-    expect_save(storage, make_snapshot(sid, 2, "s1"), 1, True, "s1.save")
-    expect_save(storage, make_snapshot(sid, 2, "s2"), 1, False, "s2.save")
-    expect_stored(storage, sid, (2, "s1"), "final")
+    expect_save(s1, make_snapshot(sid, 2, "s1"), 1, True, "s1.save")
+    expect_save(s2, make_snapshot(sid, 2, "s2"), 1, False, "s2.save")
+    expect_stored(s2, sid, (2, "s1"), "final (s2)")
+    expect_stored(s1, sid, (2, "s1"), "final (s1)")
     return "second writer conflicted"
 
 
 def interleaving_create_create(ctx: KitContext) -> str:
     """s1.create s2.create -> s2 conflicts; s1's envelope stays."""
-    storage = ctx.storage()
+    s1, s2 = ctx.instances(2)
     sid = fresh_session_id()
-    expect_save(storage, make_snapshot(sid, 1, "s1"), None, True, "s1.create")
-    expect_save(storage, make_snapshot(sid, 1, "s2"), None, False, "s2.create")
-    expect_stored(storage, sid, (1, "s1"), "final")
+    expect_save(s1, make_snapshot(sid, 1, "s1"), None, True, "s1.create")
+    expect_save(s2, make_snapshot(sid, 1, "s2"), None, False, "s2.create")
+    expect_stored(s1, sid, (1, "s1"), "final (s1)")
+    expect_stored(s2, sid, (1, "s1"), "final (s2)")
     return "second create conflicted"
 
 
 def interleaving_stale_after_two_saves(ctx: KitContext) -> str:
     """s1.load s2.save s2.save s1.save -> s1 conflicts (its cursor is two behind)."""
-    storage = ctx.storage()
+    s1, s2 = ctx.instances(2)
     sid = fresh_session_id()
-    expect_save(storage, make_snapshot(sid, 1, "v1"), None, True, "create")
-    seen = observe(storage.load(sid))
-    expect_save(storage, make_snapshot(sid, 2, "s2a"), 1, True, "s2.save")
-    expect_save(storage, make_snapshot(sid, 3, "s2b"), 2, True, "s2.save")
-    assert seen is not None
-    expect_save(storage, make_snapshot(sid, seen[0] + 1, "s1"), seen[0], False, "s1.save")
-    expect_stored(storage, sid, (3, "s2b"), "final")
+    expect_save(s1, make_snapshot(sid, 1, "v1"), None, True, "create")
+    seen = observe(s1.load(sid), sid)
+    expect_save(s2, make_snapshot(sid, 2, "s2a"), 1, True, "s2.save")
+    expect_save(s2, make_snapshot(sid, 3, "s2b"), 2, True, "s2.save")
+    assert seen is not None, "s1 loaded nothing after the create"
+    expect_save(s1, make_snapshot(sid, seen[0] + 1, "s1"), seen[0], False, "s1.save")
+    expect_stored(s1, sid, (3, "s2b"), "final")
     return "stale writer conflicted"
 
 
 def interleaving_save_after_delete(ctx: KitContext) -> str:
     """s1.load s2.delete s1.save -> s1 conflicts; nothing is resurrected."""
-    storage = ctx.storage()
-    require_delete(storage)
+    s1, s2 = ctx.instances(2)
+    require_delete(s2)
     sid = fresh_session_id()
-    expect_save(storage, make_snapshot(sid, 1, "v1"), None, True, "create")
-    storage.load(sid)
-    storage.delete(sid)
-    expect_save(storage, make_snapshot(sid, 2, "s1"), 1, False, "s1.save after s2.delete")
-    expect_stored(storage, sid, None, "final")
+    expect_save(s1, make_snapshot(sid, 1, "v1"), None, True, "create")
+    s1.load(sid)
+    s2.delete(sid)
+    expect_save(s1, make_snapshot(sid, 2, "s1"), 1, False, "s1.save after s2.delete")
+    expect_stored(s1, sid, None, "final")
     return "write after delete conflicted"
 
 
 def interleaving_create_after_delete_race(ctx: KitContext) -> str:
     """s2.delete s1.create s2.create -> exactly s1 creates the new session."""
-    storage = ctx.storage()
-    require_delete(storage)
+    s1, s2 = ctx.instances(2)
+    require_delete(s2)
     sid = fresh_session_id()
-    expect_save(storage, make_snapshot(sid, 1, "v1"), None, True, "create")
-    storage.delete(sid)
-    expect_save(storage, make_snapshot(sid, 1, "s1"), None, True, "s1.create")
-    expect_save(storage, make_snapshot(sid, 1, "s2"), None, False, "s2.create")
-    expect_stored(storage, sid, (1, "s1"), "final")
+    expect_save(s2, make_snapshot(sid, 1, "v1"), None, True, "create")
+    s2.delete(sid)
+    expect_save(s1, make_snapshot(sid, 1, "s1"), None, True, "s1.create")
+    expect_save(s2, make_snapshot(sid, 1, "s2"), None, False, "s2.create")
+    expect_stored(s2, sid, (1, "s1"), "final")
     return "one re-create won"
 
 

@@ -5,16 +5,19 @@ Function form (usable anywhere)::
     from akchat_fsm.testing import check_session_storage
 
     report = check_session_storage(lambda: MyStorage(dsn))
-    print(report)          # one line per check
+    print(report)          # one line per check; a failure states the property it broke
     assert report.ok
 
 Pytest form: subclass :class:`akchat_fsm.testing.pytest_plugin.SessionStorageConformance`;
 each check becomes its own test.
 
-``make_storage()`` may return an adapter on a database shared with earlier calls: every check
-uses fresh random session ids and never assumes an empty store. Checks that need an optional
-capability (``delete``, ``open_connections()``, a faulty factory, processes) are *skipped*,
-not failed, when it is absent; ``report.ok`` is true when nothing failed.
+Every instance ``make_storage()`` returns must work on one shared store, as instances over
+one database do: the checks write through one instance and read, race and delete through
+others (ADR-0097). The store may be shared with earlier calls: every check uses fresh random
+session ids and never assumes an empty store. Checks that need an optional capability
+(``delete``, records, the processing index, ``open_connections()``, a faulty factory,
+processes) are *skipped*, not failed, when it is absent; ``report.ok`` is true when nothing
+failed.
 """
 
 from __future__ import annotations
@@ -26,12 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ConfigError
-from . import _concurrent, _sequential
+from . import _concurrent, _ids, _processes, _records, _sequential
 from ._bridge import AsyncBridge, EventLoopThread
 from ._kit import PROFILES, CheckSkipped, KitContext, describe
 
 __all__ = [
     "CHECKS",
+    "PROPERTIES",
+    "SYNC_ONLY",
     "CheckOutcome",
     "ConformanceReport",
     "check_session_storage",
@@ -46,13 +51,14 @@ CHECKS: dict[str, Callable[[KitContext], str]] = {
     "round_trip_unicode": _sequential.round_trip_unicode,
     "round_trip_large": _sequential.round_trip_large,
     "load_returns_a_copy": _sequential.load_returns_a_copy,
+    "instances_share_a_store": _sequential.instances_share_a_store,
     "create_only": _sequential.create_only,
     "stale_cursor_refused": _sequential.stale_cursor_refused,
     "future_cursor_refused": _sequential.future_cursor_refused,
     "missing_session_refused": _sequential.missing_session_refused,
     "cursor_advances_by_one": _sequential.cursor_advances_by_one,
     "delete": _sequential.delete,
-    "session_isolation": _sequential.session_isolation,
+    "session_isolation": _ids.session_isolation,
     "interleaving_read_read_save_save": _sequential.interleaving_read_read_save_save,
     "interleaving_create_create": _sequential.interleaving_create_create,
     "interleaving_stale_after_two_saves": _sequential.interleaving_stale_after_two_saves,
@@ -62,9 +68,72 @@ CHECKS: dict[str, Callable[[KitContext], str]] = {
     "cas_race_threads": _concurrent.cas_race_threads,
     "counter_workload": _concurrent.counter_workload,
     "linearizability_threads": _concurrent.linearizability_threads,
-    "processes": _concurrent.processes,
+    "processes": _processes.processes,
     "error_mapping": _concurrent.error_mapping,
+    "records_cas": _records.records_cas,
+    "records_isolation": _records.records_isolation,
+    "record_cas_race": _records.record_cas_race,
+    "processing_index": _records.processing_index,
     "no_open_connections": _sequential.no_open_connections,
+}
+
+#: Checks with no async form: processes rebuild sync adapters; the faulty factory is sync.
+SYNC_ONLY = frozenset({"processes", "error_mapping"})
+
+#: What each check holds an adapter to, in its author's words: the first line of a failure.
+PROPERTIES: dict[str, str] = {
+    "round_trip": "load must return exactly the envelope save stored",
+    "round_trip_unicode": "load must return exactly the envelope save stored, whatever "
+    "characters it holds (astral emoji, combining marks, RTL, NUL, quotes)",
+    "round_trip_large": "load must return exactly the envelope save stored, even at every "
+    "limit (1,000 decisions, 1,000 confirmations, 64 terminal turns, 65,536-character text)",
+    "load_returns_a_copy": "changing what load returned must not change what is stored",
+    "instances_share_a_store": "every instance your factory returns must work on the same "
+    "store, and see the other instances' writes at once (no private store, no stale cache)",
+    "create_only": "save(snapshot, None) must create only: it returns False when the session "
+    "exists, whichever instance asks",
+    "stale_cursor_refused": "save must return False when expected_cursor is older than the "
+    "stored cursor",
+    "future_cursor_refused": "save must return False when expected_cursor is ahead of the "
+    "stored cursor",
+    "missing_session_refused": "save with an int expected_cursor must return False, and create "
+    "nothing, when the session does not exist",
+    "cursor_advances_by_one": "each successful save must store its snapshot (cursor + 1), "
+    "visible to every instance",
+    "delete": "delete must forget the session for every instance, tolerate a missing one, and "
+    "allow a re-create",
+    "session_isolation": "every session id must be its own key: ids of 1 to 128 characters, "
+    "prefixes of one another, ids differing only in case, and look-alike ids never read, "
+    "overwrite or delete each other",
+    "interleaving_read_read_save_save": "of two clients that read the same cursor, only the "
+    "first save may succeed",
+    "interleaving_create_create": "of two clients creating the same session, only the first "
+    "may succeed",
+    "interleaving_stale_after_two_saves": "a client whose cursor is two saves behind must be "
+    "refused",
+    "interleaving_save_after_delete": "a save from a cursor read before a delete must be "
+    "refused, and must not bring the session back",
+    "interleaving_create_after_delete": "after a delete, only one of two creates may succeed",
+    "create_race_threads": "of concurrent creates of one session, exactly one may succeed, and "
+    "its envelope is the one stored",
+    "cas_race_threads": "of concurrent saves from the same cursor, exactly one may succeed, "
+    "and its envelope is the one stored",
+    "counter_workload": "every acknowledged save must be kept: the final cursor equals the "
+    "number of saves that returned True",
+    "linearizability_threads": "concurrent load/save/delete calls must behave as if each took "
+    "effect at one instant during the call",
+    "processes": "the compare-and-set must hold across processes too",
+    "error_mapping": "a failing driver must surface as StorageUnavailable (nothing applied) or "
+    "OutcomeUnknown (may have applied), chained to its cause, never as False or a raw error",
+    "records_cas": "save_record must follow the compare-and-set rule with versions: create "
+    "only once, +1 per update, refuse stale, future and missing versions",
+    "records_isolation": "records of different sessions and keys must never touch each "
+    "other, and delete(session_id) must remove the session's records",
+    "record_cas_race": "of concurrent save_record calls from the same version, exactly one "
+    "may succeed",
+    "processing_index": "list_processing must list exactly the sessions holding processing "
+    "work, oldest last write first, filtered by written_before_ms",
+    "no_open_connections": "close() must release every connection",
 }
 
 
@@ -133,22 +202,27 @@ def _run_one(name: str, ctx: KitContext) -> CheckOutcome:
     except CheckSkipped as exc:
         status, detail = "skipped", str(exc)
     except AssertionError as exc:
-        status, detail = "failed", str(exc) or type(exc).__name__
+        status, detail = "failed", _broken(name, str(exc) or type(exc).__name__)
     except Exception as exc:  # an adapter raising anything else is a failure, not a crash
-        status, detail = "failed", f"raised {describe(exc)}"
+        status, detail = "failed", _broken(name, f"raised {describe(exc)}")
     return CheckOutcome(name, status, detail, time.monotonic() - started)
 
 
+def _broken(name: str, what: str) -> str:
+    """A failure's detail: the property the adapter broke, then what the kit saw."""
+    return f"{PROPERTIES[name]}. Seen: {what}"
+
+
 def _process_factory(make_storage: Any, processes: bool | None) -> Any:
+    """What spawned racers rebuild the adapter from; ``None`` when processes are off.
+
+    On by default: the ``processes`` check skips (or, with ``processes=True``, fails) a
+    factory that cannot be sent to another process or whose store stays in one process.
+    """
     if processes is False:
         return None
-    if processes is None:
-        # Auto: a URL names a database other processes can open too, unless it is private.
-        shared = isinstance(make_storage, str) and not (
-            make_storage.startswith("memory:")
-            or make_storage in ("sqlite://", "sqlite:///:memory:")
-        )
-        return make_storage if shared else None
+    if isinstance(make_storage, str) and make_storage in ("sqlite://", "sqlite:///:memory:"):
+        return "memory://"  # private to the process either way: let the probe say so
     return make_storage
 
 
@@ -180,10 +254,11 @@ def check_session_storage(
     ``make_storage``: a zero-argument factory of a sync adapter, or a storage URL for
     ``open_storage``. ``make_async``: a factory (sync or async) of the asyncio twin; its
     checks are reported as ``async:<name>``. ``make_faulty_storage``: an adapter on the same
-    data whose driver fails, for the ``error_mapping`` check. ``processes``: also race
-    ``spawn`` processes (needs a picklable factory; ``None`` = only for a shared-database
-    URL). ``seed`` makes the workloads replay; ``progress`` is called after each check;
-    ``only`` restricts the run to some check names.
+    data whose driver fails, for the ``error_mapping`` check. ``processes``: race ``spawn``
+    processes (``None``, the default: whenever the factory can be sent to another process
+    and its store is visible there, skipped otherwise; ``True``: fail instead of skipping;
+    ``False``: off). ``seed`` makes the workloads replay; ``progress`` is called after each
+    check; ``only`` restricts the run to some check names.
     """
     if profile not in PROFILES:
         raise ConfigError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
@@ -209,6 +284,7 @@ def check_session_storage(
             seed=seed,
             make_faulty=make_faulty_storage,
             process_factory=_process_factory(make_storage, processes),
+            processes_requested=processes is True,
         )
         for name in names:
             record(_run_one(name, ctx))
@@ -223,7 +299,7 @@ def check_session_storage(
                 is_async=True,
             )
             for name in names:
-                if name in ("processes", "error_mapping"):
+                if name in SYNC_ONLY:
                     continue  # sync-only: processes rebuild sync adapters
                 outcome = _run_one(name, ctx)
                 record(

@@ -5,29 +5,30 @@ walk the history's call/return events, try to linearize each pending call agains
 sequential *model*, cache every ``(set of linearized ops, model state)`` already explored, and
 backtrack when a return is reached before its call was linearized. The history is first split
 per key (P-compositionality: a history is linearizable iff each per-key part is), which keeps
-each search small.
+each search small. The search itself is in :mod:`akchat_fsm.testing._wgl`.
 
 Unknown outcomes follow etcd's convention: an operation that raised "outcome unknown" (or never
 returned) gets ``return_ns = +inf`` and ``output = UNKNOWN``; it may take effect at any time
 after its call, or never. Models are nondeterministic (``step`` returns every possible next
-state), and the checker tracks sets of states, so "applied" and "not applied" are both explored.
+state), and the checker tracks sets of states.
 
-Budget: each part gets at most ``max_steps`` search steps and ``timeout_s`` seconds; when either
-runs out the verdict is ``"unknown"``, never ``"ok"``.
+Budget: at most ``max_steps`` search steps, ``timeout_s`` seconds and about ``max_memory_mb``
+of memo over the whole history; when one runs out the verdict is ``"unknown"`` (``budget``
+says which), never ``"ok"``. A malformed history raises :class:`MalformedHistory`.
 """
 
 from __future__ import annotations
 
 import math
-import re
-import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
-from ..errors import ConfigError
+from ._history import UNKNOWN, History, MalformedHistory, Operation
+from ._jepsen import JepsenLog, parse_jepsen_log, read_jepsen_log
+from ._simulate import simulated_cas_history
+from ._wgl import Budget, Failure, search
 
 __all__ = [
     "UNKNOWN",
@@ -35,11 +36,15 @@ __all__ = [
     "CheckResult",
     "EtcdRegisterModel",
     "History",
+    "JepsenLog",
+    "MalformedHistory",
     "Model",
     "Operation",
     "check_history",
     "contention",
     "parse_jepsen_log",
+    "read_jepsen_log",
+    "simulated_cas_history",
 ]
 
 S = TypeVar("S", bound=Hashable)
@@ -47,51 +52,15 @@ S = TypeVar("S", bound=Hashable)
 Verdict = Literal["ok", "illegal", "unknown", "invalid"]
 
 
-class _Unknown:
-    """The output of an operation whose outcome is unknown (matches any effect)."""
-
-    _instance: _Unknown | None = None
-
-    def __new__(cls) -> _Unknown:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "UNKNOWN"
-
-    def __reduce__(self) -> str:  # stays a singleton across pickling (process workers)
-        return "UNKNOWN"
-
-
-UNKNOWN: Any = _Unknown()
-
-
-@dataclass(frozen=True)
-class Operation:
-    """One completed (or abandoned) call.
-
-    ``kind`` and ``input`` are interpreted by the model; ``output`` is what the call returned
-    (``UNKNOWN`` if its outcome is unknown). ``call_ns``/``return_ns`` come from
-    :func:`time.monotonic_ns` (comparable across processes on one Linux host); an unknown
-    outcome has ``return_ns = math.inf``.
-    """
-
-    process: int | str
-    kind: str
-    input: Any
-    output: Any
-    call_ns: float
-    return_ns: float
-    key: Hashable = None
-
-    @property
-    def unknown(self) -> bool:
-        return self.output is UNKNOWN
-
-
 class Model(Protocol[S]):
-    """A sequential specification."""
+    """A sequential specification.
+
+    ``step`` may look at an operation's ``kind``, ``input`` and ``output`` only: the search
+    treats two unknown outcomes with the same kind and input as interchangeable. A model
+    may also define ``prepare(ops) -> list[Operation]`` (same length, same order), called on
+    each part before the search: to reject operations it cannot interpret
+    (:class:`MalformedHistory`) and to replace them with equivalent, simpler ones.
+    """
 
     def init(self) -> S:
         """The state before any operation."""
@@ -104,62 +73,6 @@ class Model(Protocol[S]):
     def is_refusal(self, op: Operation) -> bool:
         """Whether ``op`` is a definite conflict (a CAS that lost): a sign of contention."""
         ...
-
-
-# --------------------------------------------------------------------------- recording
-
-
-class History:
-    """A thread-safe recorder of :class:`Operation` s.
-
-    ``with history.record(process, kind, input, key=...) as call: call.output = ...``
-    times the call; if the block raises an exception listed in ``unknown`` the operation is
-    recorded with ``UNKNOWN`` output and ``return_ns = inf``; any other exception drops it.
-    Exceptions always propagate.
-    """
-
-    def __init__(self) -> None:
-        self._ops: list[Operation] = []
-        self._lock = threading.Lock()
-
-    def add(self, op: Operation) -> None:
-        with self._lock:
-            self._ops.append(op)
-
-    def extend(self, ops: Iterable[Operation]) -> None:
-        with self._lock:
-            self._ops.extend(ops)
-
-    @property
-    def operations(self) -> list[Operation]:
-        with self._lock:
-            return list(self._ops)
-
-    @contextmanager
-    def record(
-        self,
-        process: int | str,
-        kind: str,
-        input: Any,
-        *,
-        key: Hashable = None,
-        unknown: tuple[type[BaseException], ...] = (),
-    ) -> Iterator[_Call]:
-        """Time one call; any exception not in ``unknown`` propagates and records nothing
-        (use it for failures that certainly applied nothing, such as ``StorageUnavailable``)."""
-        call = _Call()
-        call_ns = time.monotonic_ns()
-        try:
-            yield call
-        except unknown:
-            self.add(Operation(process, kind, input, UNKNOWN, call_ns, math.inf, key))
-            raise
-        self.add(Operation(process, kind, input, call.output, call_ns, time.monotonic_ns(), key))
-
-
-@dataclass
-class _Call:
-    output: Any = None
 
 
 # --------------------------------------------------------------------------- models
@@ -192,10 +105,67 @@ class CasRegisterModel:
             return (state,) if not matches else ()
         if op.kind == "delete":
             return (state, None) if op.unknown else (None,)
-        raise ConfigError(f"unknown operation kind {op.kind!r}")
+        raise MalformedHistory(f"unknown operation kind {op.kind!r}")
 
     def is_refusal(self, op: Operation) -> bool:
         return op.kind == "save" and op.output is False
+
+    def prepare(self, ops: Sequence[Operation]) -> list[Operation]:
+        """Check each operation's shape, and forget markers no load ever returned.
+
+        Two stored values with the same cursor behave alike for every later ``save`` and
+        ``delete``; only a ``load`` tells their markers apart. So a marker no load returned
+        becomes one shared placeholder: states that differ only by it merge in the search's
+        memo, and unknown saves with the same expected cursor become interchangeable.
+        """
+        seen = {op.output for op in ops if op.kind == "load" and not op.unknown}
+        out = []
+        for n, op in enumerate(ops):
+            if op.kind == "save":
+                value = _cas_save_value(n, op)
+                if value not in seen:
+                    hidden = (op.input[0], (value[0], _UNREAD))
+                    op = Operation(
+                        op.process, op.kind, hidden, op.output, op.call_ns, op.return_ns, op.key
+                    )
+            elif op.kind == "load":
+                if not (op.unknown or op.output is None or _is_value(op.output)):
+                    raise MalformedHistory(
+                        f"operation {n}: a load returned {op.output!r}, "
+                        "not None or (cursor, marker)"
+                    )
+            elif op.kind != "delete":
+                raise MalformedHistory(
+                    f"operation {n}: unknown kind {op.kind!r} (load, save or delete)"
+                )
+            out.append(op)
+        return out
+
+
+class _Unread:
+    def __repr__(self) -> str:
+        return "<a marker no load returned>"
+
+    def __reduce__(self) -> str:
+        return "_UNREAD"
+
+
+_UNREAD = _Unread()
+
+
+def _is_value(value: Any) -> bool:
+    return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], int)
+
+
+def _cas_save_value(n: int, op: Operation) -> Any:
+    shape = op.input
+    if not (isinstance(shape, tuple) and len(shape) == 2 and _is_value(shape[1])):
+        raise MalformedHistory(
+            f"operation {n}: a save's input is {shape!r}, not (expected, (cursor, marker))"
+        )
+    if not (op.unknown or isinstance(op.output, bool)):
+        raise MalformedHistory(f"operation {n}: a save returned {op.output!r}, not a bool")
+    return shape[1]
 
 
 @dataclass(frozen=True)
@@ -217,13 +187,13 @@ class EtcdRegisterModel:
             if op.output is True:
                 return (new,) if state == expected else ()
             return (state,) if state != expected else ()
-        raise ConfigError(f"unknown operation kind {op.kind!r}")
+        raise MalformedHistory(f"unknown operation kind {op.kind!r}")
 
     def is_refusal(self, op: Operation) -> bool:
         return op.kind == "cas" and op.output is False
 
 
-# --------------------------------------------------------------------------- the search
+# --------------------------------------------------------------------------- the verdict
 
 
 @dataclass
@@ -231,9 +201,10 @@ class CheckResult:
     """The verdict on a history.
 
     ``verdict`` is ``"ok"`` (every part linearizable), ``"illegal"`` (some part is not;
-    ``failed_key`` names it and ``detail`` shows the longest legal prefix found),
-    ``"unknown"`` (the budget ran out before a verdict) or ``"invalid"`` (contention was
-    required and the history has none: it proves nothing).
+    ``failed_key`` names it and ``detail`` shows the operations around the point where the
+    longest legal order stopped), ``"unknown"`` (the budget ran out before a verdict;
+    ``budget`` says which: ``"steps"``, ``"time"`` or ``"memory"``) or ``"invalid"``
+    (contention was required and the history has none: it proves nothing).
     """
 
     verdict: Verdict
@@ -246,130 +217,22 @@ class CheckResult:
     failed_key: Hashable = None
     detail: str = ""
     part_verdicts: dict[Hashable, Verdict] = field(default_factory=dict)
+    budget: str | None = None
+    #: The estimated peak size of the search's memo, in bytes.
+    memo_bytes: int = 0
 
     @property
     def ok(self) -> bool:
         return self.verdict == "ok"
 
     def __str__(self) -> str:
+        verdict = self.verdict.upper() + (f" (budget: {self.budget})" if self.budget else "")
         text = (
-            f"linearizability {self.verdict.upper()}: {self.operations} ops in {self.parts} "
+            f"linearizability {verdict}: {self.operations} ops in {self.parts} "
             f"part(s), {self.steps} steps, {self.seconds:.2f}s, "
             f"{self.overlapping_pairs} overlapping pairs, {self.refusals} refusals"
         )
         return f"{text}\n{self.detail}" if self.detail else text
-
-
-class _Budget(Exception):
-    pass
-
-
-class _Node:
-    __slots__ = ("is_call", "match", "next", "op", "op_index", "prev")
-
-    def __init__(self, op_index: int, op: Operation | None, is_call: bool) -> None:
-        self.op_index = op_index
-        self.op = op
-        self.is_call = is_call
-        self.match: _Node | None = None
-        self.prev: _Node | None = None
-        self.next: _Node | None = None
-
-
-def _event_list(ops: Sequence[Operation]) -> _Node:
-    """A doubly linked list of call/return events in time order, behind a sentinel head."""
-    events: list[tuple[float, int, int]] = []
-    for i, op in enumerate(ops):
-        events.append((op.call_ns, 0, i))  # at equal times calls sort first: concurrent
-        events.append((op.return_ns, 1, i))
-    events.sort()
-    head = _Node(-1, None, False)
-    calls: dict[int, _Node] = {}
-    prev = head
-    for _, is_return, i in events:
-        node = _Node(i, ops[i], not is_return)
-        if is_return:
-            node.match = calls[i]
-            calls[i].match = node
-        else:
-            calls[i] = node
-        prev.next = node
-        node.prev = prev
-        prev = node
-    return head
-
-
-def _lift(call: _Node) -> None:
-    """Remove a call and its return from the list."""
-    for node in (call, call.match):
-        assert node is not None and node.prev is not None
-        node.prev.next = node.next
-        if node.next is not None:
-            node.next.prev = node.prev
-
-
-def _unlift(call: _Node) -> None:
-    for node in (call.match, call):
-        assert node is not None and node.prev is not None
-        node.prev.next = node
-        if node.next is not None:
-            node.next.prev = node
-
-
-def _check_part(
-    ops: Sequence[Operation],
-    model: Model[Any],
-    max_steps: int,
-    deadline: float,
-    steps_used: list[int],
-) -> tuple[bool, int]:
-    """WGL over one part. Returns (linearizable, longest linearized prefix)."""
-    head = _event_list(ops)
-    state: frozenset[Any] = frozenset((model.init(),))
-    linearized = 0
-    cache: set[tuple[int, frozenset[Any]]] = set()
-    # The search revisits the same (state, op) pairs many times: step each pair once
-    # (3x faster on the Jepsen corpus).
-    transitions: dict[tuple[frozenset[Any], int], frozenset[Any]] = {}
-    stack: list[tuple[_Node, frozenset[Any]]] = []
-    best = 0
-    entry = head.next
-    steps = 0
-    while head.next is not None:
-        steps += 1
-        if steps & 4095 == 0 and (steps_used[0] + steps > max_steps or time.monotonic() > deadline):
-            steps_used[0] += steps
-            raise _Budget
-        assert entry is not None
-        if entry.is_call:
-            index = entry.op_index
-            new_state = transitions.get((state, index))
-            if new_state is None:
-                op = entry.op
-                assert op is not None
-                new_state = frozenset(s for old in state for s in model.step(old, op))
-                transitions[(state, index)] = new_state
-            if new_state:
-                key = (linearized | (1 << index), new_state)
-                if key not in cache:
-                    cache.add(key)
-                    stack.append((entry, state))
-                    state, linearized = new_state, key[0]
-                    best = max(best, len(stack))
-                    _lift(entry)
-                    entry = head.next
-                    continue
-            entry = entry.next
-        else:
-            if not stack:
-                steps_used[0] += steps
-                return False, best
-            entry, state = stack.pop()
-            linearized &= ~(1 << entry.op_index)
-            _unlift(entry)
-            entry = entry.next
-    steps_used[0] += steps
-    return True, best
 
 
 def contention(ops: Sequence[Operation], model: Model[Any]) -> tuple[int, int]:
@@ -388,12 +251,44 @@ def contention(ops: Sequence[Operation], model: Model[Any]) -> tuple[int, int]:
     return overlapping, sum(1 for op in ops if model.is_refusal(op))
 
 
+def _validate(ops: Sequence[Any]) -> None:
+    """Raise :class:`MalformedHistory` naming the first operation the search cannot use."""
+    for n, op in enumerate(ops):
+        if not isinstance(op, Operation):
+            raise MalformedHistory(f"item {n} is a {type(op).__name__}, not an Operation")
+        for name in ("call_ns", "return_ns"):
+            value = getattr(op, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise MalformedHistory(f"operation {n}: {name} is {value!r}, not a number")
+            if math.isnan(value):
+                raise MalformedHistory(f"operation {n}: {name} is NaN")
+        if math.isinf(op.call_ns):
+            raise MalformedHistory(f"operation {n}: call_ns is {op.call_ns} (not a time)")
+        if op.return_ns < op.call_ns:
+            raise MalformedHistory(
+                f"operation {n} returns before its call ({op.return_ns} < {op.call_ns})"
+            )
+        if math.isinf(op.return_ns) and not op.unknown:
+            raise MalformedHistory(
+                f"operation {n} never returned (return_ns=inf) yet has output {op.output!r}: "
+                "an operation without a return has output=UNKNOWN"
+            )
+        try:
+            hash((op.key, op.kind, op.input, op.output))
+        except TypeError as exc:
+            raise MalformedHistory(
+                f"operation {n}: key, kind, input and output must be hashable "
+                f"(tuples, not lists or dicts): {exc}"
+            ) from exc
+
+
 def check_history(
     ops: Iterable[Operation],
     model: Model[Any],
     *,
     max_steps: int = 2_000_000,
     timeout_s: float = 30.0,
+    max_memory_mb: float = 400.0,
     require_contention: bool = False,
     partition: Callable[[Operation], Hashable] | None = None,
 ) -> CheckResult:
@@ -402,27 +297,30 @@ def check_history(
     The history is split per ``op.key`` (or ``partition(op)``). With ``require_contention``,
     a history where no two same-key operations overlap, or no operation was refused, is
     ``"invalid"``: it would pass against a last-write-wins store too. The budget
-    (``max_steps`` search steps, ``timeout_s`` seconds, over all parts) turns into an
-    ``"unknown"`` verdict when exhausted.
+    (``max_steps`` search steps, ``timeout_s`` seconds, about ``max_memory_mb`` of memo, over
+    all parts) turns into an ``"unknown"`` verdict when exhausted. Raises
+    :class:`MalformedHistory` for a history that cannot be checked.
     """
     ops = list(ops)
+    _validate(ops)
     started = time.monotonic()
     overlapping, refusals = contention(ops, model)
     keyed = partition or (lambda op: op.key)
     parts: dict[Hashable, list[Operation]] = {}
     for op in ops:
         parts.setdefault(keyed(op), []).append(op)
-    steps = [0]
+    used = [0, 0]  # steps, memo bytes
 
     def result(verdict: Verdict, **extra: Any) -> CheckResult:
         return CheckResult(
             verdict,
             len(ops),
             len(parts),
-            steps[0],
+            used[0],
             time.monotonic() - started,
             overlapping,
             refusals,
+            memo_bytes=used[1],
             **extra,
         )
 
@@ -432,93 +330,91 @@ def check_history(
             detail="no contention (no overlapping operations or no refused CAS): "
             "the history cannot tell a CAS store from a last-write-wins one",
         )
+    prepare = getattr(model, "prepare", None)
     verdicts: dict[Hashable, Verdict] = {}
     deadline = started + timeout_s
-    unknown = False
+    ran_out: str | None = None
     for key, part in parts.items():
+        searched = prepare(part) if callable(prepare) else part
         try:
-            legal, best = _check_part(part, model, max_steps, deadline, steps)
-        except _Budget:
+            failure = search(
+                searched,
+                model,
+                max_steps=max_steps,
+                deadline=deadline,
+                max_bytes=int(max_memory_mb * 1024 * 1024),
+                used=used,
+            )
+        except Budget as exc:
             verdicts[key] = "unknown"
-            unknown = True
+            ran_out = ran_out or exc.what
+            if exc.what != "steps" or used[0] > max_steps:
+                break  # time and memory are spent for every part alike
             continue
-        if not legal:
+        if failure is not None:
             verdicts[key] = "illegal"
             return result(
                 "illegal",
                 failed_key=key,
                 part_verdicts=verdicts,
-                detail=f"key {key!r}: no legal order; the longest legal prefix linearizes "
-                f"{best} of {len(part)} operations\n" + _timeline(part),
+                detail=_failure_report(key, part, failure),
             )
         verdicts[key] = "ok"
-    if unknown:
+    if ran_out is not None:
         return result(
             "unknown",
             part_verdicts=verdicts,
-            detail="search budget exhausted: raise max_steps/timeout_s or shorten the history",
+            budget=ran_out,
+            detail=f"unknown: budget ({ran_out}) exhausted before a verdict; raise "
+            "max_steps / timeout_s / max_memory_mb or shorten the history",
         )
     return result("ok", part_verdicts=verdicts)
 
 
-def _timeline(ops: Sequence[Operation], limit: int = 40) -> str:
-    """A text timeline of the first operations of a failing part."""
-    ordered = sorted(ops, key=lambda o: o.call_ns)[:limit]
-    if not ordered:
-        return ""
-    origin = ordered[0].call_ns
-    lines = []
-    for op in ordered:
-        end = "inf" if math.isinf(op.return_ns) else f"{(op.return_ns - origin) / 1e6:.3f}"
-        lines.append(
-            f"  [{(op.call_ns - origin) / 1e6:.3f} .. {end}] ms  p{op.process} "
+def _failure_report(key: Hashable, part: Sequence[Operation], failure: Failure) -> str:
+    """The operations around the point where the longest legal order stopped."""
+    blocked = part[failure.blocked]
+    placed = list(failure.order[-8:])
+    waiting = [i for i in failure.pending if not part[i].unknown]
+    waiting = sorted([*waiting, failure.blocked], key=lambda i: part[i].call_ns)[-12:]
+    if failure.blocked not in waiting:
+        waiting = [*waiting[1:], failure.blocked]
+    unknown = sum(1 for i in failure.pending if part[i].unknown)
+    clock = _Clock([part[i] for i in (*placed, *waiting)], blocked.call_ns)
+    lines = [
+        f"key {key!r}: no legal order; the longest one places {len(failure.order)} of "
+        f"{len(part)} operations, then cannot place operation #{failure.blocked} before it "
+        f"returned (times {clock.unit} from its call).",
+        "  last operations of that order (oldest first):",
+        *(clock.line(i, part[i]) for i in placed),
+        f"  state after them: {', '.join(sorted(repr(s) for s in failure.states))}",
+        f"  not placed, called before #{failure.blocked} returned:",
+    ]
+    for i in waiting:
+        mark = "   <- cannot take effect in its window" if i == failure.blocked else ""
+        lines.append(clock.line(i, part[i]) + mark)
+    if unknown:
+        lines.append(f"  (and {unknown} earlier unknown outcomes, free to apply or not)")
+    return "\n".join(lines)
+
+
+class _Clock:
+    """Times relative to one instant: in ms for ``monotonic_ns`` histories, else raw."""
+
+    def __init__(self, ops: Sequence[Operation], origin: float) -> None:
+        finite = [t - origin for op in ops for t in (op.call_ns, op.return_ns) if math.isfinite(t)]
+        wide = any(abs(t) >= 100_000 for t in finite)
+        self.scale, self.unit = (1e6, "in ms") if wide else (1.0, "in the history's units")
+        self.origin = origin
+
+    def at(self, t: float) -> str:
+        if math.isinf(t):
+            return "inf"
+        value = (t - self.origin) / self.scale
+        return f"{value:+.3f}" if self.scale != 1.0 else f"{value:+g}"
+
+    def line(self, i: int, op: Operation) -> str:
+        return (
+            f"    #{i} [{self.at(op.call_ns)} .. {self.at(op.return_ns)}] p{op.process} "
             f"{op.kind}({op.input!r}) -> {op.output!r}"
         )
-    more = "" if len(ops) <= limit else f"\n  ... {len(ops) - limit} more"
-    return "\n".join(lines) + more
-
-
-# --------------------------------------------------------------------------- Jepsen logs
-
-_JEPSEN_LINE = re.compile(r"^INFO\s+jepsen\.util\s+-\s+(\d+)\s+:(\w+)\s+:(\w+)\s+(.*?)\s*$")
-
-
-def _jepsen_value(text: str) -> Any:
-    if text == "nil":
-        return None
-    if text.startswith("["):
-        a, b = text.strip("[]").split()
-        return (_jepsen_value(a), _jepsen_value(b))
-    if text.lstrip("-").isdigit():
-        return int(text)
-    return text  # e.g. ":timed-out"
-
-
-def parse_jepsen_log(text: str) -> list[Operation]:
-    """Operations of a Jepsen etcd register log (porcupine's corpus), for EtcdRegisterModel.
-
-    Times are line numbers. ``:ok`` and ``:fail`` end an operation (a failed ``cas`` did not
-    swap); ``:info``, a ``:fail :read :timed-out`` and an invocation that never returns have
-    an unknown outcome.
-    """
-    pending: dict[int, tuple[str, Any, int]] = {}
-    ops: list[Operation] = []
-    for line_no, line in enumerate(text.splitlines()):
-        match = _JEPSEN_LINE.match(line)
-        if match is None:
-            continue
-        process, kind, f, value = int(match[1]), match[2], match[3], _jepsen_value(match[4])
-        if kind == "invoke":
-            pending[process] = (f, None if f == "read" else value, line_no)
-            continue
-        f_invoked, op_input, call = pending.pop(process)
-        if kind == "ok":
-            output = value if f == "read" else True
-            ops.append(Operation(process, f, op_input, output, call, line_no))
-        elif kind == "fail" and f == "cas":
-            ops.append(Operation(process, f, op_input, False, call, line_no))
-        else:  # :info, or a read that timed out
-            ops.append(Operation(process, f_invoked, op_input, UNKNOWN, call, math.inf))
-    for process, (f, op_input, call) in pending.items():
-        ops.append(Operation(process, f, op_input, UNKNOWN, call, math.inf))
-    return ops

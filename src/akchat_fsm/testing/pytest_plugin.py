@@ -18,12 +18,17 @@ or override the ``storage_factory`` fixture to use other fixtures::
 
 Optional overrides: ``make_async_storage`` / fixture ``async_storage_factory`` (adds
 ``test_async_<check>`` tests), ``make_faulty_storage`` / ``faulty_storage_factory`` (the
-``error_mapping`` check), ``processes`` (``True`` for spawn racers; the factory must be
-picklable, e.g. a storage URL). A check the adapter lacks a capability for is skipped,
-unless the class lists it in ``skip_checks`` (then no test is generated for it at all).
+``error_mapping`` check), ``processes`` (``None``, the default: spawn racers whenever the
+factory can be sent to another process and its store is seen there; ``True``: fail when it
+cannot; ``False``: off). A check the adapter lacks a capability for is skipped, unless the
+class lists it in ``skip_checks`` (then no test is generated for it at all).
+
+The checks driven by a seed or by thread scheduling (``SEEDED``) run with several seeds
+in each test (3 by default); a failure names the seed that failed and how to replay it.
 
 As a plugin (entry point ``pytest11``: ``akchat_fsm = akchat_fsm.testing.pytest_plugin``) it
-adds ``--akchat-conformance-profile`` (``default``/``deep``) and ``--akchat-conformance-seed``.
+adds ``--akchat-conformance-profile`` (``default``/``deep``), ``--akchat-conformance-seeds``
+(how many seeds; raise it to soak an adapter) and ``--akchat-conformance-seed`` (replay one).
 """
 
 from __future__ import annotations
@@ -34,9 +39,23 @@ from typing import Any
 
 import pytest
 
-from .conformance import CHECKS, run_check
+from .conformance import CHECKS, SYNC_ONLY, run_check
 
-__all__ = ["SessionStorageConformance", "pytest_addoption"]
+__all__ = ["DEFAULT_SEEDS", "SEEDED", "SessionStorageConformance", "pytest_addoption"]
+
+#: Checks whose workload depends on the seed or on how threads interleave: each test runs
+#: them with several seeds. The others are deterministic, or (processes, error mapping,
+#: the ~170 ids of session_isolation) too slow to repeat by default.
+SEEDED = frozenset(
+    {
+        "create_race_threads",
+        "cas_race_threads",
+        "counter_workload",
+        "linearizability_threads",
+        "record_cas_race",
+    }
+)
+DEFAULT_SEEDS = 3
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,7 +70,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--akchat-conformance-seed",
         type=int,
         default=None,
-        help="seed for the conformance workloads (default: random, printed on failure)",
+        help="replay one seed of the conformance workloads (default: random, printed on failure)",
+    )
+    group.addoption(
+        "--akchat-conformance-seeds",
+        type=int,
+        default=DEFAULT_SEEDS,
+        help=f"seeds per randomized conformance check (default: {DEFAULT_SEEDS}; raise to soak)",
     )
 
 
@@ -65,8 +90,9 @@ def _option(config: pytest.Config, name: str, default: Any) -> Any:
 class SessionStorageConformance:
     """Mixin: one test per conformance check against ``make_storage()``."""
 
-    #: ``True``: also race ``spawn`` processes (the factory must be picklable).
-    processes: bool | None = False
+    #: ``None``: race ``spawn`` processes when the factory allows it (skip otherwise);
+    #: ``True``: fail when it does not; ``False``: never.
+    processes: bool | None = None
     #: Checks this adapter declares it cannot pass (a missing optional capability, say
     #: ``{"no_open_connections"}``): no test is generated for them, instead of a skip.
     skip_checks: frozenset[str] = frozenset()
@@ -80,7 +106,7 @@ class SessionStorageConformance:
                 continue
             if has_sync:
                 setattr(cls, f"test_{name}", _sync_test(name))
-            if has_async and name not in ("processes", "error_mapping"):
+            if has_async and name not in SYNC_ONLY:
                 setattr(cls, f"test_async_{name}", _async_test(name))
 
     def make_storage(self) -> Any:
@@ -121,24 +147,31 @@ class SessionStorageConformance:
         async_factory: Callable[[], Any] | None,
         faulty_factory: Callable[[], Any] | None,
     ) -> None:
-        seed = _option(request.config, "akchat_conformance_seed", None)
-        seed = random.randrange(2**32) if seed is None else seed
-        outcome = run_check(
-            name,
-            sync_factory,
-            make_async=async_factory,
-            make_faulty_storage=faulty_factory,
-            profile=_option(request.config, "akchat_conformance_profile", "default"),
-            seed=seed,
-            processes=self.processes,
-        )
-        if outcome.status == "skipped":
-            pytest.skip(outcome.detail)
-        if outcome.status == "failed":
-            pytest.fail(
-                f"{outcome.name} (replay: --akchat-conformance-seed={seed}): {outcome.detail}",
-                pytrace=False,
+        replay = _option(request.config, "akchat_conformance_seed", None)
+        count = max(1, _option(request.config, "akchat_conformance_seeds", DEFAULT_SEEDS))
+        if replay is not None:
+            seeds = [replay]
+        else:
+            base = random.randrange(2**32)
+            seeds = [(base + n) % 2**32 for n in range(count if name in SEEDED else 1)]
+        for n, seed in enumerate(seeds, start=1):
+            outcome = run_check(
+                name,
+                sync_factory,
+                make_async=async_factory,
+                make_faulty_storage=faulty_factory,
+                profile=_option(request.config, "akchat_conformance_profile", "default"),
+                seed=seed,
+                processes=self.processes,
             )
+            if outcome.status == "skipped":
+                pytest.skip(outcome.detail)
+            if outcome.status == "failed":
+                pytest.fail(
+                    f"{outcome.name} failed with seed {seed} (seed {n} of {len(seeds)}; "
+                    f"replay: --akchat-conformance-seed={seed}): {outcome.detail}",
+                    pytrace=False,
+                )
 
 
 def _overrides(cls: type, *names: str) -> bool:

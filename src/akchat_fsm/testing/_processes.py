@@ -1,0 +1,195 @@
+"""The spawned-process check: the compare-and-set across processes, not just threads.
+
+Processes use the ``spawn`` start method and rebuild the adapter from a picklable factory
+(a storage URL for :func:`akchat_fsm.storage.url.open_storage`, or a module-level callable).
+On by default: a factory that cannot be sent, or whose store a spawned process does not see
+(asked of one process first), skips the check unless ``processes=True`` was asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import pickle
+import queue as queue_module
+import time
+from typing import Any
+
+from ._concurrent import one_winner, run_history_worker, verdict_of
+from ._envelopes import fresh_session_id, make_snapshot, observe
+from ._kit import CheckSkipped, KitContext, close_storage, describe, expect_save, has_delete, saved
+from .linearizability import CasRegisterModel, check_history
+
+__all__ = ["processes"]
+
+
+def _build(factory: Any) -> Any:
+    if isinstance(factory, str):
+        from ..storage.url import open_storage
+
+        return open_storage(factory)
+    return factory()
+
+
+def _process_main(
+    factory: Any,
+    worker: int,
+    barrier: Any,
+    plan: dict[str, Any],
+    queue: Any,
+) -> None:
+    """One spawned racer: a create race, a CAS race, then a recorded workload.
+
+    With ``plan["probe"]`` it only reports what it loads for the CAS session, which the
+    parent created: whether the factory's store crosses the process boundary at all.
+    """
+    report: dict[str, Any] = {"worker": worker}
+    try:
+        storage = _build(factory)
+        try:
+            report["sees_parent"] = observe(storage.load(plan["cas_sid"])) == (1, "base")
+            if plan.get("probe"):
+                queue.put(report)
+                return
+            marker = f"proc-{worker}"
+            create = make_snapshot(plan["create_sid"], 1, marker)
+            update = make_snapshot(plan["cas_sid"], 2, marker)
+            barrier.wait(60)
+            report["create"] = saved(storage, create, None, "create race")
+            barrier.wait(60)
+            report["cas"] = saved(storage, update, 1, "cas race")
+            report["ops"] = run_history_worker(
+                storage,
+                worker,
+                plan["seed"],
+                plan["keys"],
+                plan["ops"],
+                plan["deletes"],
+                lambda: barrier.wait(60),
+            )
+        finally:
+            close_storage(storage)
+    except BaseException as exc:
+        report["error"] = describe(exc)
+        with contextlib.suppress(Exception):
+            barrier.abort()
+    queue.put(report)
+
+
+def _spawn(factory: Any, k: int, plan: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
+    """Run ``k`` racers; their reports. A racer that dies without one (the factory did not
+    unpickle there, the interpreter crashed) raises :class:`_Died` instead of a long wait."""
+    spawn = multiprocessing.get_context("spawn")
+    barrier = spawn.Barrier(k)
+    queue = spawn.Queue()
+    procs = [
+        spawn.Process(target=_process_main, args=(factory, i, barrier, plan, queue), daemon=True)
+        for i in range(k)
+    ]
+    for proc in procs:
+        proc.start()
+    reports: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while len(reports) < k and time.monotonic() < deadline:
+        try:
+            reports.append(queue.get(timeout=0.5))
+        except queue_module.Empty:
+            if all(not proc.is_alive() for proc in procs) and queue.empty():
+                break
+    for proc in procs:
+        proc.join(30)
+    if len(reports) < k:
+        codes = sorted({proc.exitcode for proc in procs if proc.exitcode}, key=str)
+        raise _Died(
+            f"{k - len(reports)} of {k} spawned processes ended without a report "
+            f"(exit codes {codes}): the factory could not be rebuilt there, or it crashed"
+        )
+    return reports
+
+
+class _Died(Exception):
+    pass
+
+
+def _not_available(ctx: KitContext, why: str) -> CheckSkipped | AssertionError:
+    """Skip when processes were only on by default; fail when they were asked for."""
+    if ctx.processes_requested:
+        return AssertionError(f"processes=True, but {why}")
+    return CheckSkipped(why)
+
+
+def processes(ctx: KitContext) -> str:
+    """K spawned processes: one create winner, one CAS winner, a linearizable history."""
+    factory = ctx.process_factory
+    if factory is None:
+        raise CheckSkipped("processes turned off (processes=False)")
+    try:
+        pickle.dumps(factory)
+    except Exception as exc:
+        raise _not_available(
+            ctx,
+            f"the storage factory cannot be sent to another process ({type(exc).__name__}): "
+            "pass a storage "
+            "URL or a module-level callable to race processes",
+        ) from exc
+    storage = ctx.storage()
+    p = ctx.profile
+    k = p.process_racers
+    plan: dict[str, Any] = {
+        "create_sid": fresh_session_id(),
+        "cas_sid": fresh_session_id(),
+        "keys": [fresh_session_id() for _ in range(p.history_keys)],
+        "seed": ctx.seed,
+        "ops": p.process_ops,
+        "deletes": has_delete(storage),
+    }
+    expect_save(storage, make_snapshot(plan["cas_sid"], 1, "base"), None, True, "create")
+    timeout = p.timeout_s + 120
+    if not isinstance(factory, str) or factory.startswith("memory:"):
+        # A callable may hand each process a private store: ask one process first.
+        try:
+            (probe,) = _spawn(factory, 1, {**plan, "probe": True}, timeout)
+        except _Died as exc:
+            raise _not_available(ctx, str(exc)) from exc
+        if "error" in probe:
+            raise AssertionError(f"a spawned process could not use the factory: {probe['error']}")
+        if not probe["sees_parent"]:
+            raise _not_available(
+                ctx,
+                "a session saved in this process is invisible to a spawned one: the "
+                "factory's store does not cross a process boundary (in-memory?)",
+            )
+    try:
+        reports = _spawn(factory, k, plan, timeout)
+    except _Died as exc:
+        raise AssertionError(str(exc)) from exc
+    errors = [r["error"] for r in reports if "error" in r]
+    if errors:
+        raise AssertionError(f"process racers failed: {errors[:3]}")
+    if not any(r["sees_parent"] for r in reports):
+        raise AssertionError(
+            "no spawned process sees the session this process saved: instances in "
+            "different processes do not share a store"
+        )
+    markers = [f"proc-{r['worker']}" for r in reports]
+    one_winner(
+        [r["create"] for r in reports],
+        markers,
+        observe(storage.load(plan["create_sid"]), plan["create_sid"]),
+        "create race",
+    )
+    one_winner(
+        [r["cas"] for r in reports],
+        markers,
+        observe(storage.load(plan["cas_sid"]), plan["cas_sid"]),
+        "cas race",
+    )
+    ops = [op for r in reports for op in r["ops"]]
+    result = check_history(
+        ops,
+        CasRegisterModel(),
+        max_steps=p.max_steps,
+        timeout_s=p.timeout_s,
+        require_contention=True,
+    )
+    return f"{k} processes: one create winner, one CAS winner; " + verdict_of(result)
