@@ -14,7 +14,13 @@ import pytest
 from storage_harness import Client, snap
 
 from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageUnavailable
-from akchat_fsm.storage.postgres import AsyncPostgresStorage, PostgresStorage, map_pg_error
+from akchat_fsm.storage.postgres import (
+    WRITE_ATTEMPTS,
+    AsyncPostgresStorage,
+    PostgresStorage,
+    map_pg_error,
+    must_resend,
+)
 from akchat_fsm.storage.url import open_storage
 
 pytestmark = pytest.mark.postgres
@@ -96,7 +102,28 @@ def test_blocked_loser_sees_the_winners_outcome(
         assert stored == "other" if winner == "commit" else json.loads(stored or "")["cursor"] == 2
 
 
-def test_real_serialization_failure_maps_to_conflict(pg_url: str, table: str) -> None:
+@pytest.mark.parametrize("isolation", ["repeatable_read", "serializable"])
+def test_a_delete_that_loses_a_serialization_conflict_is_sent_again(
+    pg_url: str, table: str, unique_id: str, isolation: str
+) -> None:
+    """s1.update(blocking) s2.delete s1.commit: s2 gets 40001 and must not report success
+    with the row still there (the conformance kit's cross-instance history found this)."""
+    with PostgresStorage(pg_url, table=table, isolation=isolation) as st, _admin(pg_url) as admin:
+        assert st.save(snap(unique_id, 1), None)
+        assert st.save_record(unique_id, "call:a", "{}", None)
+        with psycopg.connect(pg_url) as holder:  # not autocommit: holds the row lock
+            holder.execute(f"UPDATE {table} SET cursor = 2 WHERE session_id = %s", (unique_id,))
+            t, box = _in_thread(lambda: st.delete(unique_id))
+            _wait_until_blocked(admin, _pid(st))
+            holder.commit()
+            t.join(timeout=30)
+        assert not t.is_alive()
+        assert "error" not in box, box
+        assert st.load(unique_id) is None
+        assert st.load_record(unique_id, "call:a") is None
+
+
+def test_a_real_serialization_failure_is_resent_never_a_conflict(pg_url: str, table: str) -> None:
     with _admin(pg_url) as a, psycopg.connect(pg_url) as b, psycopg.connect(pg_url) as c:
         a.execute(f"CREATE TABLE {table} (k int PRIMARY KEY, v int)")
         a.execute(f"INSERT INTO {table} VALUES (1, 0)")
@@ -108,10 +135,15 @@ def test_real_serialization_failure_maps_to_conflict(pg_url: str, table: str) ->
         c.commit()
         with pytest.raises(psycopg.errors.SerializationFailure) as info:
             b.execute(f"UPDATE {table} SET v = 1 WHERE k = 1")
-        assert map_pg_error(info.value, sent=True, write=True, broken=False) is None
-        assert isinstance(
-            map_pg_error(info.value, sent=True, write=False, broken=False), StorageUnavailable
-        )
+        # Rolled back, nothing applied, and it does not say the compared cursor moved: the
+        # adapter re-sends the statement; if refusals persist the call is StorageUnavailable.
+        assert must_resend(info.value, write=True, attempt=0)
+        assert not must_resend(info.value, write=False, attempt=0)
+        assert not must_resend(info.value, write=True, attempt=WRITE_ATTEMPTS - 1)
+        for write in (True, False):
+            assert isinstance(
+                map_pg_error(info.value, sent=True, write=write, broken=False), StorageUnavailable
+            )
 
 
 def _open(mode: str, pg_url: str, table: str, **kwargs: Any) -> Client:

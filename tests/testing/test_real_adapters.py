@@ -213,7 +213,7 @@ class TestPostgresConformance(SessionStorageConformance):
 
 @pytest.mark.postgres
 class TestPostgresSerializableConformance(TestPostgresConformance):
-    """SERIALIZABLE turns the losers' waits into 40001 errors, which must map to False."""
+    """SERIALIZABLE turns waits into 40001 errors: re-sent, so answers stay linearizable."""
 
     @pytest.fixture
     def storage_factory(self, pg_kit_url: str) -> str:
@@ -222,22 +222,6 @@ class TestPostgresSerializableConformance(TestPostgresConformance):
     @pytest.fixture
     def async_storage_factory(self, pg_kit_url: str) -> Callable[[], Any]:
         return lambda: open_async_storage(f"{pg_kit_url}&isolation=serializable")
-
-
-# A real bug the cross-instance history found (issue 15): under SERIALIZABLE, a DELETE that
-# loses to a concurrent UPDATE gets SQLSTATE 40001, which storage/postgres.py maps to "a
-# conflict" and ``delete`` then returns as if it had applied; the session stays. The fix
-# belongs to storage/postgres.py (retry the delete, or raise StorageUnavailable).
-_DELETE_LOST = pytest.mark.xfail(
-    reason="postgres SERIALIZABLE: a delete that loses a serialization conflict reports success",
-    strict=False,
-)
-for _name in ("test_linearizability_threads", "test_async_linearizability_threads"):
-    setattr(
-        TestPostgresSerializableConformance,
-        _name,
-        _DELETE_LOST(getattr(TestPostgresSerializableConformance, _name)),
-    )
 
 
 @pytest.mark.redis

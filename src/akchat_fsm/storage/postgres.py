@@ -9,7 +9,12 @@ Each call is one autocommit statement, so no transaction (and no snapshot) outli
 
 A returned row means the write committed; no row means a definite conflict. Correct under
 READ COMMITTED (the loser waits for the winner, re-checks ``cursor`` and matches no row) and
-under REPEATABLE READ / SERIALIZABLE (the loser gets SQLSTATE 40001, mapped to ``False``).
+under REPEATABLE READ / SERIALIZABLE, where a statement can fail with SQLSTATE 40001 (or a
+deadlock, 40P01) without the compared cursor having moved: SSI refuses on read/write
+dependencies, not only on a lost row. Its transaction rolled back, so nothing applied; the
+adapter sends the same conditional statement again, which then answers from committed state
+(``False`` only if the cursor really moved). After ``WRITE_ATTEMPTS`` such refusals the call
+is ``StorageUnavailable`` — never a conflict it cannot vouch for, never a delete reported done.
 
 Records live in ``<table>__records`` (primary key ``(session_id, key)``, same statements with
 ``version`` for ``cursor``). The processing index is the ``processing``/``written_ms`` columns
@@ -56,8 +61,13 @@ ISOLATIONS = {
     "serializable": "serializable",
 }
 
-#: Definite conflicts: the statement was rolled back because another writer won.
-CONFLICT_STATES = frozenset({"40001", "40P01", "23505"})
+#: Definite conflicts: a create found the row already there (unique violation).
+CONFLICT_STATES = frozenset({"23505"})
+#: Rolled back for a reason that does not say the compared value moved (serialization
+#: failure, deadlock): nothing applied, so the same conditional statement is sent again.
+RESEND_STATES = frozenset({"40001", "40P01"})
+#: How many times one call sends its statement before giving up with ``StorageUnavailable``.
+WRITE_ATTEMPTS = 8
 #: The server says it does not know whether the commit happened.
 UNKNOWN_STATES = frozenset({"40003", "08007"})
 
@@ -87,6 +97,12 @@ def map_pg_error(
     ):
         return OutcomeUnknown(f"PostgreSQL write may have applied: {exc}")
     return StorageUnavailable(f"PostgreSQL: {exc}")
+
+
+def must_resend(exc: BaseException, *, write: bool, attempt: int) -> bool:
+    """Whether a write refused by ``exc`` is sent again (nothing applied; attempts remain)."""
+    state = getattr(exc, "sqlstate", None)
+    return write and state in RESEND_STATES and attempt + 1 < WRITE_ATTEMPTS
 
 
 def _idle_and_quiet(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
@@ -327,20 +343,24 @@ class PostgresStorage(Closing):
         """
         with self._lock:
             conn = self._connection()
-            try:
-                cur = conn.execute(sql, params)
-                if every:
-                    return cur.fetchall()
-                return cur.fetchone() if cur.description is not None else None
-            except psycopg.Error as exc:
-                error = map_pg_error(exc, sent=True, write=write, broken=conn.broken)
-                if error is None:
-                    return None
-                raise error from exc
-            except BaseException:
-                conn.close()  # interrupted mid-protocol: never reuse
-                self._conn = None
-                raise
+            for attempt in range(WRITE_ATTEMPTS):
+                try:
+                    cur = conn.execute(sql, params)
+                    if every:
+                        return cur.fetchall()
+                    return cur.fetchone() if cur.description is not None else None
+                except psycopg.Error as exc:
+                    if must_resend(exc, write=write, attempt=attempt):
+                        continue
+                    error = map_pg_error(exc, sent=True, write=write, broken=conn.broken)
+                    if error is None:
+                        return None
+                    raise error from exc
+                except BaseException:
+                    conn.close()  # interrupted mid-protocol: never reuse
+                    self._conn = None
+                    raise
+            raise AssertionError("unreachable: the last attempt returns or raises")
 
     def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
@@ -462,20 +482,24 @@ class AsyncPostgresStorage(AsyncClosing):
     ) -> Any:
         async with self._lock:
             conn = await self._connection()
-            try:
-                cur = await conn.execute(sql, params)
-                if every:
-                    return await cur.fetchall()
-                return await cur.fetchone() if cur.description is not None else None
-            except psycopg.Error as exc:
-                error = map_pg_error(exc, sent=True, write=write, broken=conn.broken)
-                if error is None:
-                    return None
-                raise error from exc
-            except BaseException:
-                await conn.close()
-                self._conn = None
-                raise
+            for attempt in range(WRITE_ATTEMPTS):
+                try:
+                    cur = await conn.execute(sql, params)
+                    if every:
+                        return await cur.fetchall()
+                    return await cur.fetchone() if cur.description is not None else None
+                except psycopg.Error as exc:
+                    if must_resend(exc, write=write, attempt=attempt):
+                        continue
+                    error = map_pg_error(exc, sent=True, write=write, broken=conn.broken)
+                    if error is None:
+                        return None
+                    raise error from exc
+                except BaseException:
+                    await conn.close()
+                    self._conn = None
+                    raise
+            raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
