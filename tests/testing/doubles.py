@@ -539,3 +539,16 @@ class OnlyInThisProcess:
         if state["pid"] != os.getpid():
             raise RuntimeError("this factory only works in the process that made it")
         self.__dict__.update(state)
+
+
+class ReturnsUnvalidatedSnapshots(DictStorage):
+    """``load`` hands back a ``SessionSnapshot`` built without validation (protocol "x")."""
+
+    def load(self, session_id: str) -> Any:
+        with self._lock:
+            stored = self._data.get(session_id)
+        if stored is None:
+            return None
+        snapshot = SessionSnapshot.model_validate(stored)
+        fields = {name: getattr(snapshot, name) for name in type(snapshot).model_fields}
+        return SessionSnapshot.model_construct(**{**fields, "protocol": "x"})

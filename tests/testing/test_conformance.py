@@ -31,6 +31,7 @@ from doubles import (
     PerInstanceCache,
     RaisesOnConflict,
     RecordLastWriteWins,
+    ReturnsUnvalidatedSnapshots,
     SecondInstanceCreateOverwrites,
     StaleReads,
     Store,
@@ -316,3 +317,9 @@ def test_a_history_without_contention_fails_the_kit_instead_of_passing(
     report = check_session_storage(shared(DictStorage), only=["linearizability_threads"], seed=7)
     assert not report.ok
     assert "no contention" in report["linearizability_threads"].detail
+
+
+def test_a_snapshot_built_without_validation_is_not_trusted_by_the_kit() -> None:
+    report = check_session_storage(shared(ReturnsUnvalidatedSnapshots), seed=3)
+    assert not report.ok
+    assert "undecodable" in "\n".join(r.detail for r in report.failed), str(report)

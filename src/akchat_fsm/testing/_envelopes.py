@@ -106,8 +106,7 @@ def decode_loaded(raw: object) -> SessionSnapshot | None:
     """
     if raw is None:
         return None
-    if isinstance(raw, SessionSnapshot):
-        return raw
+    # A SessionSnapshot is re-validated too: one built with model_construct is not trusted.
     result = decode_session_snapshot(raw)
     if not result.ok or result.snapshot is None:
         raise AssertionError(f"load returned an undecodable value: {result.diagnostic}")
