@@ -41,7 +41,7 @@ def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> RecordsBackend:
 
 BACKENDS: dict[str, Callable[[Path, pytest.FixtureRequest], RecordsBackend]] = {
     "memory": _memory,
-    # "sqlite": _sqlite,  (enabled once the storage branch's SQLite records land)
+    "sqlite": _sqlite,
 }
 
 
