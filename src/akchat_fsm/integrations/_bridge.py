@@ -523,7 +523,7 @@ def _resume(ctx: BridgeContext, run: RunRecord) -> Plan[RunOutcome]:
         result: RuntimeResult = yield Invoke(
             "runtime", "resume", (run, readiness.decisions, ctx.guard(approved))
         )
-    except BaseException:
+    except Exception:  # never on GeneratorExit or a kill: a dead process releases nothing
         # Every body that ran is in the ledger, so the run may go back to paused: the next
         # continuation replays those bodies. If this save fails, reconcile recovers the claim.
         released = replace(run, state=RunState.PAUSED, claim=None, updated_ms=ctx.clock())
