@@ -94,6 +94,21 @@ def resolution_rows(out: str) -> list[Row]:
     return rows
 
 
+def bridge_rows(out: str) -> list[Row]:
+    found = re.search(r"^\s+ratio\s+([\d.]+)x", out, flags=re.M)
+    return (
+        [
+            Row(
+                "bridge per approved call / its raw CAS saves (SQLite)",
+                float(found.group(1)),
+                "<= 1.3",
+            )
+        ]
+        if found
+        else []
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the 100,000-confirmation run")
@@ -115,6 +130,7 @@ def main() -> None:
             run("bench_resolution.py", "--resolutions", "200", *long),
             resolution_rows,
         ),
+        "bench_bridge.py": (run("bench_bridge.py", "--calls", "200"), bridge_rows),
     }
     rows: list[Row] = []
     for script, (out, parse) in outputs.items():
