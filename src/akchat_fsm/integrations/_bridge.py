@@ -21,6 +21,7 @@ it is given. Everything else is here, written once as plans run by the drivers o
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -195,9 +196,20 @@ class ExecutionGuard:
                 f"Tool call {tool_call_id!r} reached execution without an approved "
                 "confirmation in this session; refusing to run it."
             )
-        return await self.ledger.execute(
-            tool_call_id, tool, args, body, idempotent=tool in self.idempotent_tools
+        claimed = asyncio.ensure_future(
+            self.ledger.execute(
+                tool_call_id, tool, args, body, idempotent=tool in self.idempotent_tools
+            )
         )
+        try:
+            return await asyncio.shield(claimed)
+        except asyncio.CancelledError:
+            # The runtime cancels running siblings when one call fails. A body already claimed
+            # finishes and records its outcome (the next continuation replays it) instead of
+            # being cut mid-side-effect into an unknown outcome; then the cancel proceeds.
+            with contextlib.suppress(Exception):
+                await claimed
+            raise
 
 
 # --------------------------------------------------------------------------- upstream + memory
