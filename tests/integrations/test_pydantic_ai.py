@@ -314,6 +314,25 @@ def test_storage_without_records_is_refused_naming_the_capability() -> None:
         PydanticAIBridge(build_agent([EMAIL], Counts()), session, storage)
 
 
+def test_a_session_of_the_other_flavour_is_refused_before_anything_runs(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent = build_agent([EMAIL], counts)
+
+    async def async_session() -> Any:
+        return await resume_chat_session_async(
+            DEFINITION, session_id=SID, storage=records_backend.async_()
+        )
+
+    with pytest.raises(ConfigError, match="ChatSession"):
+        PydanticAIBridge(agent, asyncio.run(async_session()), records_backend.sync())
+    sync_session = resume_chat_session(DEFINITION, session_id=SID, storage=records_backend.sync())
+    with pytest.raises(ConfigError, match="AsyncChatSession"):
+        AsyncPydanticAIBridge(agent, sync_session, records_backend.async_())
+    assert counts.requests == 0
+
+
 def test_a_used_run_id_is_refused(records_backend: RecordsBackend) -> None:
     counts = Counts()
     agent, _ = _start(records_backend, [EMAIL], counts)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import inspect
 import json
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -699,6 +700,8 @@ def plan_run(ctx: BridgeContext, run_id: str) -> Plan[RunRecord | None]:
 
 class _BridgeBase:
     runtime_name = "runtime"
+    #: Which session flavour (and so which driver) this facade runs with.
+    is_async = False
 
     def __init__(
         self,
@@ -710,6 +713,11 @@ class _BridgeBase:
         clock: Callable[[], int] = now_ms,
         idempotent_tools: Sequence[str] = (),
     ) -> None:
+        if inspect.iscoroutinefunction(getattr(session, "reload", None)) is not self.is_async:
+            raise ConfigError(
+                f"{type(self).__name__} needs "
+                + ("an AsyncChatSession." if self.is_async else "a ChatSession (sync).")
+            )
         self.session = session
         self.storage = require_records(storage)
         self.session_id = check_session_id(session.session_id)
@@ -794,6 +802,8 @@ class Bridge(_BridgeBase):
 
 class AsyncBridge(_BridgeBase):
     """The asyncio bridge: an :class:`AsyncChatSession` over an async record-capable storage."""
+
+    is_async = True
 
     async def _run(self, plan: Plan[T]) -> T:
         ports = {
