@@ -60,6 +60,22 @@ def storage_rows(out: str) -> list[Row]:
     return rows
 
 
+def index_rows(out: str) -> list[Row]:
+    rows = []
+    for backend, sessions, stuck, adapter_ms, ratio in re.findall(
+        r"^(sqlite|postgres)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+[\d.]+\s+([\d.]+)", out, re.M
+    ):
+        rows.append(
+            Row(
+                f"{backend} find {stuck} stuck of {sessions} (ms)",
+                float(adapter_ms),
+                "<= 1000",
+            )
+        )
+        rows.append(Row(f"{backend} list_processing / same SQL raw", float(ratio), "report"))
+    return rows
+
+
 def core_rows(out: str) -> list[Row]:
     found = re.search(r"ratio machine/table\s+(\d+)x", out)
     return (
@@ -124,6 +140,10 @@ def main() -> None:
         "bench_storage.py": (
             run("bench_storage.py", "--saves", "200", "--rounds", "3", "--seconds", "1"),
             storage_rows,
+        ),
+        "bench_processing_index.py": (
+            run("bench_processing_index.py", "--only", "sqlite,postgres", "--no-saves"),
+            index_rows,
         ),
         "bench_core.py": (run("bench_core.py"), core_rows),
         "bench_resolution.py": (
