@@ -432,3 +432,14 @@ def test_the_suite_bites_a_bridge_that_runs_bodies_without_the_ledger(
     while any(isinstance(e, BaseExceptionGroup) for e in errors):
         errors = [x for e in errors for x in getattr(e, "exceptions", [e])]
     assert any(re.search(r"ran [2-9]\d* times", str(e)) for e in errors), errors
+
+
+@pytest.mark.redis
+def test_bridge_protocol_redis(redis_url: str) -> None:
+    from akchat_fsm.storage.redis import RedisStorage
+
+    store = RedisStorage(redis_url, prefix=f"bp:{uuid.uuid4().hex[:12]}:")
+    try:
+        run_bridge_protocol(lambda: store, max_examples=30, stateful_step_count=80)
+    finally:
+        store.close()
