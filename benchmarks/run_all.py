@@ -141,6 +141,21 @@ def linearizability_rows(out: str) -> list[Row]:
     return rows
 
 
+def bridge_rows(out: str) -> list[Row]:
+    found = re.search(r"^\s+ratio\s+([\d.]+)x", out, flags=re.M)
+    return (
+        [
+            Row(
+                "bridge per approved call / its raw CAS saves (SQLite)",
+                float(found.group(1)),
+                "<= 1.3",
+            )
+        ]
+        if found
+        else []
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the 100,000-confirmation run")
@@ -171,6 +186,7 @@ def main() -> None:
             run("bench_linearizability.py", "--seeds", "2"),
             linearizability_rows,
         ),
+        "bench_bridge.py": (run("bench_bridge.py", "--calls", "200"), bridge_rows),
     }
     rows: list[Row] = []
     for script, (out, parse) in outputs.items():
