@@ -64,6 +64,7 @@ INFLIGHT_BUGS = {
 LEDGER_BUGS = {
     "BUG_NO_LEDGER_CLAIM": "body_once",  # a tool body run without its ledger claim
     "BUG_RERUN_UNKNOWN": "body_once",  # an execution whose claimant is gone is run again
+    "BUG_RUN_APPROVING": "body_approved",  # a body run on the approve claim, before `approved`
 }
 
 _TRUNCATED = (

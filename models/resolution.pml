@@ -38,6 +38,8 @@
  *   -DBUG_NO_LEDGER_CLAIM  (with -DLEDGER) a tool body runs without its ledger claim: the
  *                          continuation only looks for a recorded result, then runs the body
  *   -DBUG_RERUN_UNKNOWN    (with -DLEDGER) an execution whose claimant is gone is run again
+ *   -DBUG_RUN_APPROVING    (with -DLEDGER) a body runs once the approve claim is saved, before
+ *                          the record is `approved` (the continuation does not wait)
  */
 
 #include "confirmation_table.pml"
@@ -197,11 +199,22 @@ bool ran[NCONF];             /* the tool body of call i has run */
 bool bad_double = false;     /* a tool body ran twice */
 bool bad_unapproved = false; /* a tool body ran while its confirmation was not approved */
 
+/* A call is settled for the continuation when its record is final; whether it runs, when it is
+ * approved. */
+#ifdef BUG_RUN_APPROVING
+#define SETTLED(i) (FINAL(i) || reg_st[i] == ST_APPROVING)
+#define RUNS(i) (reg_st[i] == ST_APPROVED || reg_st[i] == ST_APPROVING)
+#else
+#define SETTLED(i) FINAL(i)
+#define RUNS(i) (reg_st[i] == ST_APPROVED)
+#endif
 #if NCONF > 1
+#define ALL_SETTLED (SETTLED(0) && SETTLED(1))
 #define ALL_FINAL (FINAL(0) && FINAL(1))
 #define BLOCKED (EX_UNKNOWN(0) || EX_UNKNOWN(1))
 #define EXEC_APPROVED (EX_APPROVED(0) && EX_APPROVED(1))
 #else
+#define ALL_SETTLED SETTLED(0)
 #define ALL_FINAL FINAL(0)
 #define BLOCKED EX_UNKNOWN(0)
 #define EXEC_APPROVED EX_APPROVED(0)
@@ -215,10 +228,11 @@ bool bad_unapproved = false; /* a tool body ran while its confirmation was not a
  * operator (never re-run). */
 #ifdef BUG_RERUN_UNKNOWN
 #define RECLAIMABLE \
-  ((run_st == RUN_PAUSED && ALL_FINAL) || (run_st == RUN_CONTINUING && run_owner == 0))
+  ((run_st == RUN_PAUSED && ALL_SETTLED) || (run_st == RUN_CONTINUING && run_owner == 0))
 #else
 #define RECLAIMABLE \
-  ((run_st == RUN_PAUSED && ALL_FINAL) || (run_st == RUN_CONTINUING && run_owner == 0 && !BLOCKED))
+  ((run_st == RUN_PAUSED && ALL_SETTLED) || \
+   (run_st == RUN_CONTINUING && run_owner == 0 && !BLOCKED))
 #endif
 
 #if NCONF > 1
@@ -482,8 +496,8 @@ inline execute(k) {
 inline run_calls() {
   k = 0;
   do
-  :: k < NCONF && reg_st[k] != ST_APPROVED -> k++
-  :: k < NCONF && reg_st[k] == ST_APPROVED ->
+  :: k < NCONF && !RUNS(k) -> k++
+  :: k < NCONF && RUNS(k) ->
      execute(k);
      if
      :: res == LED_UNKNOWN || res == LED_GAVE_UP -> break
@@ -677,7 +691,7 @@ restart:
   atomic { crashed = false; k = 0; rv = 0; res = 0 };
 end_idle:
   atomic {
-    ((run_st == RUN_PAUSED && ALL_FINAL) || (reclaims && RECLAIMABLE)) ->
+    ((run_st == RUN_PAUSED && ALL_SETTLED) || (reclaims && RECLAIMABLE)) ->
     run_st = RUN_CONTINUING; run_ver++; rv = run_ver; run_owner = me;
     MAYBE_CRASH                           /* after the run claim */
   };
