@@ -65,6 +65,9 @@ LEDGER_BUGS = {
     "BUG_NO_LEDGER_CLAIM": "body_once",  # a tool body run without its ledger claim
     "BUG_RERUN_UNKNOWN": "body_once",  # an execution whose claimant is gone is run again
     "BUG_RUN_APPROVING": "body_approved",  # a body run on the approve claim, before `approved`
+    # reconcile does not re-claim a crashed continuation: the run is left processing, which
+    # the assertion run's check of the state after reconcile reports
+    "BUG_NO_RECLAIM": ASSERTIONS,
 }
 
 _TRUNCATED = (

@@ -40,6 +40,7 @@
  *   -DBUG_RERUN_UNKNOWN    (with -DLEDGER) an execution whose claimant is gone is run again
  *   -DBUG_RUN_APPROVING    (with -DLEDGER) a body runs once the approve claim is saved, before
  *                          the record is `approved` (the continuation does not wait)
+ *   -DBUG_NO_RECLAIM       (with -DLEDGER) reconcile never re-claims a crashed continuation
  */
 
 #include "confirmation_table.pml"
@@ -226,7 +227,9 @@ bool bad_unapproved = false; /* a tool body ran while its confirmation was not a
 /* The run reconciler continues a run when every call is settled and no continuation is
  * alive; it reads the ledger first and leaves a run that waits on an unknown outcome to the
  * operator (never re-run). */
-#ifdef BUG_RERUN_UNKNOWN
+#ifdef BUG_NO_RECLAIM
+#define RECLAIMABLE (run_st == RUN_PAUSED && ALL_SETTLED)
+#elif defined(BUG_RERUN_UNKNOWN)
 #define RECLAIMABLE \
   ((run_st == RUN_PAUSED && ALL_SETTLED) || (run_st == RUN_CONTINUING && run_owner == 0))
 #else
