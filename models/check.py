@@ -30,8 +30,17 @@ from pathlib import Path
 
 MODELS = Path(__file__).resolve().parent
 SOURCES = ("resolution.pml", "confirmation_table.pml")
-SAFETY_CLAIMS = ("no_replay", "no_false_completion", "terminal_immutable", "cursor_exact")
+SAFETY_CLAIMS = (
+    "no_replay",
+    "no_false_completion",
+    "terminal_immutable",
+    "cursor_exact",
+    "expiry_honoured",
+)
 LIVENESS_CLAIMS = ("claim_settles", "processing_resolves")
+#: The tool-execution ledger's claims (only in -DLEDGER builds; ADR-0100, ADR-0109).
+LEDGER_SAFETY_CLAIMS = ("body_once", "body_approved")
+LEDGER_LIVENESS_CLAIMS = ("run_settles",)
 #: DESIGN's strict wording ("no call at all once upstream acted"): holds only when the
 #: reconciler never resumes (-DNO_RESUME); ADR-0012's resume re-issues a no-op call by design.
 SINGLE_CALL = "single_call"
@@ -44,10 +53,21 @@ SEEDED_BUGS = {
     "BUG_LWW": "cursor_exact",
     "BUG_RELEASE_LIVE": "no_replay",
     "BUG_NO_NONCE": "no_replay",
+    # a generated mutant table (models/gen_promela.py SEEDED_MACHINES): reject ignores expiry
+    "BUG_REJECT_IGNORES_EXPIRY": "expiry_honoured",
 }
 #: Seeded bugs that only show when an unknown write can land late (-DINFLIGHT, both strategies).
 INFLIGHT_BUGS = {
     "BUG_NO_FENCE": "no_replay",  # resume without re-saving the claim first: ADR-0054
+}
+#: Seeded bugs of the run continuation and its ledger (-DLEDGER).
+LEDGER_BUGS = {
+    "BUG_NO_LEDGER_CLAIM": "body_once",  # a tool body run without its ledger claim
+    "BUG_RERUN_UNKNOWN": "body_once",  # an execution whose claimant is gone is run again
+    "BUG_RUN_APPROVING": "body_approved",  # a body run on the approve claim, before `approved`
+    # reconcile does not re-claim a crashed continuation: the run is left processing, which
+    # the assertion run's check of the state after reconcile reports
+    "BUG_NO_RECLAIM": ASSERTIONS,
 }
 
 _TRUNCATED = (
@@ -89,7 +109,7 @@ class Check:
 
     @property
     def fair(self) -> bool:
-        return self.prop in LIVENESS_CLAIMS
+        return self.prop in LIVENESS_CLAIMS or self.prop in LEDGER_LIVENESS_CLAIMS
 
 
 @dataclass
@@ -166,10 +186,62 @@ DEEP_ANY = _config(
     NO_RESUME=None,
 )
 DEEP_FOUR = _config("4c-1r", NCLIENTS=4, NCONF=1, MAXOPS=1, MAXCRASH=2, **_FAULTS)
+#: the run continuation and the tool-execution ledger (ADR-0100): a continuer and the run
+#: reconciler race for the run; crashes after the run claim, the execution claim, the body and
+#: the recorded result.  Release-only confirmation reconciler: with both strategies the same
+#: bounds are 17.3 M states (deep).
+QUICK_LEDGER = _config(
+    "quick-ledger",
+    NCLIENTS=3,
+    NCONF=1,
+    MAXOPS=1,
+    MAXCRASH=1,
+    NO_RESUME=None,
+    LEDGER=None,
+    **_FAULTS,
+)
+#: 2 clients (approve, reject), 1 crash: enough for every seeded ledger bug, found in ~17 k states
+QUICK_LEDGER_BUGS = _config(
+    "quick-ledger-2c",
+    NCLIENTS=2,
+    NCONF=1,
+    MAXOPS=1,
+    MAXCRASH=1,
+    NO_RESUME=None,
+    LEDGER=None,
+    **_FAULTS,
+)
+LEDGER_RELEASE = _config(
+    "3c-1r-ledger-release",
+    NCLIENTS=3,
+    NCONF=1,
+    MAXOPS=1,
+    MAXCRASH=2,
+    NO_RESUME=None,
+    LEDGER=None,
+    **_FAULTS,
+)
+LEDGER_MIXED = _config(
+    "3c-1r-ledger", NCLIENTS=3, NCONF=1, MAXOPS=1, MAXCRASH=1, LEDGER=None, **_FAULTS
+)
+#: two tool calls in one run: it continues once, when both are settled
+LEDGER_TWO = _config(
+    "3c-2r-ledger-release",
+    NCLIENTS=3,
+    NCONF=2,
+    MAXOPS=1,
+    MAXCRASH=1,
+    NO_RESUME=None,
+    LEDGER=None,
+    **_FAULTS,
+)
 
 
 def _props(config: Config, *props: str) -> list[Check]:
-    return [Check(config, prop) for prop in props or (ASSERTIONS, *SAFETY_CLAIMS, *LIVENESS_CLAIMS)]
+    every = (ASSERTIONS, *SAFETY_CLAIMS, *LIVENESS_CLAIMS)
+    if "LEDGER" in dict(config.defines):
+        every += (*LEDGER_SAFETY_CLAIMS, *LEDGER_LIVENESS_CLAIMS)
+    return [Check(config, prop) for prop in props or every]
 
 
 def _resume_finding(config: Config) -> Check:
@@ -181,9 +253,12 @@ def _late_release_fixed(config: Config = INFLIGHT_MIXED) -> Check:
     return Check(config, "no_replay")
 
 
-def _seeded(config: Config, inflight: Config = QUICK_INFLIGHT) -> list[Check]:
+def _seeded(
+    config: Config, inflight: Config = QUICK_INFLIGHT, ledger: Config = QUICK_LEDGER_BUGS
+) -> list[Check]:
     checks = [Check(config, prop, bug) for bug, prop in SEEDED_BUGS.items()]
-    return [*checks, *(Check(inflight, prop, bug) for bug, prop in INFLIGHT_BUGS.items())]
+    checks += [Check(inflight, prop, bug) for bug, prop in INFLIGHT_BUGS.items()]
+    return [*checks, *(Check(ledger, prop, bug) for bug, prop in LEDGER_BUGS.items())]
 
 
 PROFILES: dict[str, list[Check]] = {
@@ -192,6 +267,7 @@ PROFILES: dict[str, list[Check]] = {
         *_props(QUICK_RELEASE, SINGLE_CALL),
         _resume_finding(QUICK),
         _late_release_fixed(QUICK_INFLIGHT),
+        *_props(QUICK_LEDGER, ASSERTIONS),
         *_seeded(QUICK),
     ],
     "default": [
@@ -204,6 +280,7 @@ PROFILES: dict[str, list[Check]] = {
         # runs, so 3c-1r-inflight-resume / -release are left to the deep profile
         *_props(INFLIGHT_MIXED, ASSERTIONS),
         _late_release_fixed(),
+        *_props(LEDGER_RELEASE, ASSERTIONS, *LEDGER_SAFETY_CLAIMS, *LEDGER_LIVENESS_CLAIMS),
         *_seeded(QUICK),
     ],
     "deep": [
@@ -219,7 +296,10 @@ PROFILES: dict[str, list[Check]] = {
         *_props(INFLIGHT_RESUME),
         *_props(INFLIGHT_RELEASE),
         *_props(INFLIGHT_MIXED),
-        *_seeded(RESUME, INFLIGHT_MIXED),
+        *_props(LEDGER_RELEASE),
+        *_props(LEDGER_MIXED, ASSERTIONS, *LEDGER_SAFETY_CLAIMS),
+        *_props(LEDGER_TWO, ASSERTIONS, *LEDGER_SAFETY_CLAIMS, *LEDGER_LIVENESS_CLAIMS),
+        *_seeded(RESUME, INFLIGHT_MIXED, LEDGER_RELEASE),
     ],
 }
 
@@ -252,7 +332,9 @@ class Runner:
         for name in SOURCES:
             shutil.copy(MODELS / name, build / name)
         _run(["spin", *spin_flags, "-a", "resolution.pml"], build, self.timeout_s)
-        gcc = ["gcc", self.cc_opt, "-w", f"-DMEMLIM={self.memlim_mb}", "-DCOLLAPSE"]
+        # A counterexample search stops at the first error, so compiling dominates: -O0.
+        cc_opt = "-O0" if check.expects_counterexample else self.cc_opt
+        gcc = ["gcc", cc_opt, "-w", f"-DMEMLIM={self.memlim_mb}", "-DCOLLAPSE"]
         if asserts:
             gcc += ["-DNOCLAIM", "-DSAFETY"]
         else:

@@ -21,6 +21,26 @@
 #define IS_FINAL(s) ((s) == ST_APPROVED || (s) == ST_REJECTED || (s) == ST_EXPIRED)
 #define IS_PROCESSING(s) ((s) == ST_APPROVING || (s) == ST_REJECTING || (s) == ST_EXPIRING)
 
+#if defined(BUG_REJECT_IGNORES_EXPIRY)
+/* Seeded bug: the table of models/gen_promela.py RejectIgnoresExpiry. */
+/* out = the state the machine moves to on event ev from state s, with the
+ * `expired` guard equal to exp; ST_NONE when the machine refuses the event. */
+inline fsm_next(s, ev, exp, out) {
+  if
+  :: (s) == ST_PENDING && (ev) == EV_APPROVE && !(exp) -> out = ST_APPROVING
+  :: (s) == ST_PENDING && (ev) == EV_APPROVE && (exp) -> out = ST_EXPIRING
+  :: (s) == ST_PENDING && (ev) == EV_REJECT -> out = ST_REJECTING
+  :: (s) == ST_PENDING && (ev) == EV_EXPIRE && (exp) -> out = ST_EXPIRING
+  :: (s) == ST_APPROVING && (ev) == EV_COMPLETE -> out = ST_APPROVED
+  :: (s) == ST_APPROVING && (ev) == EV_RELEASE -> out = ST_PENDING
+  :: (s) == ST_REJECTING && (ev) == EV_COMPLETE -> out = ST_REJECTED
+  :: (s) == ST_REJECTING && (ev) == EV_RELEASE -> out = ST_PENDING
+  :: (s) == ST_EXPIRING && (ev) == EV_COMPLETE -> out = ST_EXPIRED
+  :: (s) == ST_EXPIRING && (ev) == EV_RELEASE -> out = ST_PENDING
+  :: else -> out = ST_NONE
+  fi
+}
+#else
 /* out = the state the machine moves to on event ev from state s, with the
  * `expired` guard equal to exp; ST_NONE when the machine refuses the event. */
 inline fsm_next(s, ev, exp, out) {
@@ -39,3 +59,4 @@ inline fsm_next(s, ev, exp, out) {
   :: else -> out = ST_NONE
   fi
 }
+#endif

@@ -12,6 +12,12 @@
  * or, only when the host knows the claimant is gone, release back to pending; a resume
  * first re-saves the unchanged claim (a fence, ADR-0054) and calls upstream only if it applied.
  *
+ * With -DLEDGER the approved tool calls of the session's one agent run are executed by a run
+ * continuation through the tool-execution ledger (ADR-0100): the continuation claims the run
+ * record by CAS, claims each approved call's execution record by a create-only CAS (absent ->
+ * executing), runs the body, records the result (executing -> executed) and completes the run;
+ * it may crash after any of those steps, and a run reconciler re-claims a crashed continuation.
+ *
  * The lifecycle itself (which event moves which status where) is NOT written here: it comes
  * from confirmation_table.pml, generated from the python-statemachine class.
  *
@@ -19,6 +25,7 @@
  *           -DNO_RELEASE  the reconciler never releases (release_untouched=False, the default)
  *           -DINFLIGHT    an unknown save may still be travelling and land later
  *           -DANY_INTENT  every client may approve, reject or expire (else a fixed intent each)
+ *           -DLEDGER      the run continuation and the tool-execution ledger (ADR-0100)
  * Seeded protocol bugs (each must produce a counterexample; see models/check.py):
  *   -DBUG_UPSTREAM_FIRST   call upstream before the claim is saved
  *   -DBUG_TERMINAL_FIRST   save the terminal status before upstream returns
@@ -27,6 +34,13 @@
  *   -DBUG_NO_NONCE         an unknown save is settled by comparing snapshots without a nonce
  *   -DBUG_NO_FENCE         a resume calls upstream without first re-saving the claim (the
  *                          protocol before ADR-0054's fix; needs -DINFLIGHT to show)
+ *   -DBUG_REJECT_IGNORES_EXPIRY  the machine's reject ignores expiry (a generated mutant table)
+ *   -DBUG_NO_LEDGER_CLAIM  (with -DLEDGER) a tool body runs without its ledger claim: the
+ *                          continuation only looks for a recorded result, then runs the body
+ *   -DBUG_RERUN_UNKNOWN    (with -DLEDGER) an execution whose claimant is gone is run again
+ *   -DBUG_RUN_APPROVING    (with -DLEDGER) a body runs once the approve claim is saved, before
+ *                          the record is `approved` (the continuation does not wait)
+ *   -DBUG_NO_RECLAIM       (with -DLEDGER) reconcile never re-claims a crashed continuation
  */
 
 #include "confirmation_table.pml"
@@ -91,6 +105,8 @@ bool bad_replay = false;     /* a 2nd client called for one claim, or a conflict
 bool bad_second = false;     /* any call (client or resume) after upstream acted */
 bool bad_false = false;      /* a terminal status saved that upstream did not perform */
 bool bad_sticky = false;     /* a terminal status changed */
+bool claim_late[NCONF];      /* the record's current claim was decided at or after expiresAt */
+bool bad_expiry = false;     /* approved/rejected reached through a claim made at or after expiry */
 
 #ifdef ANY_INTENT
 #define INTENT(ev) if :: ev = EV_APPROVE :: ev = EV_REJECT :: ev = EV_EXPIRE fi
@@ -121,7 +137,7 @@ bool bad_sticky = false;     /* a terminal status changed */
 
 /* Apply one write to the register (the compare already passed).  claimant: the client that
  * will act on a claim it just wrote (0: nobody, e.g. the host or a write landing late). */
-inline apply_write(i, expect, newst, writer, claimant) {
+inline apply_write(i, expect, newst, writer, claimant, late) {
   if
   :: IS_FINAL(reg_st[i]) && newst != reg_st[i] -> bad_sticky = true
   :: else -> skip
@@ -131,7 +147,12 @@ inline apply_write(i, expect, newst, writer, claimant) {
   :: else -> skip
   fi;
   if
-  :: newst == ST_PENDING -> called[i] = false       /* a release starts a new claim */
+  :: newst == ST_PENDING -> called[i] = false; claim_late[i] = false  /* a release: new claim */
+  :: reg_st[i] == ST_PENDING && IS_PROCESSING(newst) -> claim_late[i] = late   /* a claim */
+  :: else -> skip
+  fi;
+  if                                  /* only expiry may finish a claim made after expiresAt */
+  :: IS_FINAL(newst) && newst != ST_EXPIRED && claim_late[i] -> bad_expiry = true
   :: else -> skip
   fi;
   reg_cursor = expect + 1;
@@ -145,15 +166,94 @@ inline apply_write(i, expect, newst, writer, claimant) {
 #ifdef ASSERTS
   assert(!bad_sticky);
   assert(!bad_false);
+  assert(!bad_expiry);
   assert(reg_cursor == CURSOR0 + applied);
 #endif
   skip
 }
 
+#ifdef LEDGER
+/* ---------------------------------------------------------------- the ledger (ADR-0100) */
+/* One agent run holds every tool call (one per confirmation).  Its record run:<id> and each
+ * call's execution record call:<id> are CAS records beside the envelope. */
+#define RUN_PAUSED 0
+#define RUN_CONTINUING 1
+#define RUN_COMPLETED 2
+#define EX_ABSENT 0
+#define EX_EXECUTING 1
+#define EX_EXECUTED 2
+#define RCONT (NCLIENTS + 2)   /* the continuer's id (the owner it writes) */
+#define RRECON (NCLIENTS + 3)  /* the run reconciler's id */
+/* Outcomes of one call's execution step, beside SAVE_OK / SAVE_UNKNOWN. */
+#define LED_RECORDED 3         /* executed already: its recorded result, the body is not run */
+#define LED_UNKNOWN 4          /* executing, claimant gone: outcome unknown, never re-run */
+#define LED_GAVE_UP 5          /* our claim's save did not apply: leave the run to reconcile */
+
+byte run_st = RUN_PAUSED;
+byte run_ver = 1;            /* the run record's version: every save is a CAS on it */
+byte ex_st[NCONF];           /* call:<i>: absent / executing / executed */
+byte ex_by[NCONF];           /* its stored claimant (the record's owner field) */
+/* ghosts */
+byte run_owner = 0;          /* the live process holding the run's continuation, 0: none */
+byte ex_owner[NCONF];        /* the live claimant of call i's execution, 0: gone or finished */
+bool ran[NCONF];             /* the tool body of call i has run */
+bool bad_double = false;     /* a tool body ran twice */
+bool bad_unapproved = false; /* a tool body ran while its confirmation was not approved */
+
+/* A call is settled for the continuation when its record is final; whether it runs, when it is
+ * approved. */
+#ifdef BUG_RUN_APPROVING
+#define SETTLED(i) (FINAL(i) || reg_st[i] == ST_APPROVING)
+#define RUNS(i) (reg_st[i] == ST_APPROVED || reg_st[i] == ST_APPROVING)
+#else
+#define SETTLED(i) FINAL(i)
+#define RUNS(i) (reg_st[i] == ST_APPROVED)
+#endif
+#if NCONF > 1
+#define ALL_SETTLED (SETTLED(0) && SETTLED(1))
+#define ALL_FINAL (FINAL(0) && FINAL(1))
+#define BLOCKED (EX_UNKNOWN(0) || EX_UNKNOWN(1))
+#define EXEC_APPROVED (EX_APPROVED(0) && EX_APPROVED(1))
+#else
+#define ALL_SETTLED SETTLED(0)
+#define ALL_FINAL FINAL(0)
+#define BLOCKED EX_UNKNOWN(0)
+#define EXEC_APPROVED EX_APPROVED(0)
+#endif
+/* An execution whose claimant is gone: the body may or may not have run. */
+#define EX_UNKNOWN(i) (ex_st[i] == EX_EXECUTING && ex_owner[i] == 0)
+/* Every executed (or executing) call's confirmation is approved. */
+#define EX_APPROVED(i) (ex_st[i] == EX_ABSENT || reg_st[i] == ST_APPROVED)
+/* The run reconciler continues a run when every call is settled and no continuation is
+ * alive; it reads the ledger first and leaves a run that waits on an unknown outcome to the
+ * operator (never re-run). */
+#ifdef BUG_NO_RECLAIM
+#define RECLAIMABLE (run_st == RUN_PAUSED && ALL_SETTLED)
+#elif defined(BUG_RERUN_UNKNOWN)
+#define RECLAIMABLE \
+  ((run_st == RUN_PAUSED && ALL_SETTLED) || (run_st == RUN_CONTINUING && run_owner == 0))
+#else
+#define RECLAIMABLE \
+  ((run_st == RUN_PAUSED && ALL_SETTLED) || \
+   (run_st == RUN_CONTINUING && run_owner == 0 && !BLOCKED))
+#endif
+
+#if NCONF > 1
+#define DISOWN_EX if :: ex_owner[0] == me -> ex_owner[0] = 0 :: else -> skip fi; \
+                  if :: ex_owner[1] == me -> ex_owner[1] = 0 :: else -> skip fi
+#else
+#define DISOWN_EX if :: ex_owner[0] == me -> ex_owner[0] = 0 :: else -> skip fi
+#endif
+#define DISOWN_LEDGER ; if :: run_owner == me -> run_owner = 0 :: else -> skip fi; DISOWN_EX
+#else
+#define DISOWN_LEDGER
+#endif
+
 #ifdef INFLIGHT
 /* One write whose request is still travelling: it may land later, or never (ADR-0066). */
 bool fly = false;
 byte fly_i, fly_expect, fly_st, fly_writer;
+bool fly_late;
 byte fly_claimant;           /* ghost: the writer, until it gives the write up */
 
 active proctype Network() {
@@ -163,10 +263,11 @@ end_net:
        fly ->
        if
        :: reg_cursor == fly_expect ->
-          apply_write(fly_i, fly_expect, fly_st, fly_writer, fly_claimant)
+          apply_write(fly_i, fly_expect, fly_st, fly_writer, fly_claimant, fly_late)
        :: else -> skip                               /* it lands and is refused */
        fi;
-       fly = false; fly_i = 0; fly_expect = 0; fly_st = 0; fly_writer = 0; fly_claimant = 0
+       fly = false; fly_i = 0; fly_expect = 0; fly_st = 0; fly_writer = 0; fly_claimant = 0;
+       fly_late = false
      }
   od
 }
@@ -174,15 +275,16 @@ end_net:
 
 /* Register write, atomic with the compare.  writer: the write's nonce (client id; 0 for the
  * reconciler's release/complete, RFENCE for its resume fence).  claimant: who becomes the live
- * owner of a processing status it writes (the writer for a client claim, 0 for a fence). */
-inline cas_save_as(i, expect, newst, writer, claimant, res) {
+ * owner of a processing status it writes (the writer for a client claim, 0 for a fence).
+ * late (ghost): a claim decided on a clock reading at or after expiresAt. */
+inline cas_save_as(i, expect, newst, writer, claimant, late, res) {
   atomic {
     if
 #ifdef INFLIGHT
     :: unknowns < MAXUNKNOWN ->           /* the request is still on its way: unknown now */
        unknowns++; res = SAVE_UNKNOWN;
        fly = true; fly_i = i; fly_expect = expect; fly_st = newst; fly_writer = writer;
-       fly_claimant = claimant
+       fly_claimant = claimant; fly_late = late
 #endif
     :: true ->
        if
@@ -191,7 +293,7 @@ inline cas_save_as(i, expect, newst, writer, claimant, res) {
 #else
        :: reg_cursor == expect ->
 #endif
-          apply_write(i, expect, newst, writer, claimant);
+          apply_write(i, expect, newst, writer, claimant, late);
           res = SAVE_OK
        :: else -> res = SAVE_CONFLICT
        fi;
@@ -203,7 +305,8 @@ inline cas_save_as(i, expect, newst, writer, claimant, res) {
   }
 }
 
-#define cas_save(i, expect, newst, writer, res) cas_save_as(i, expect, newst, writer, writer, res)
+#define cas_save(i, expect, newst, writer, res) \
+  cas_save_as(i, expect, newst, writer, writer, false, res)
 
 /* Upstream approve/deny for tool call i, claimed as st; by a client (me > 0) or a resume (0).
  * Upstream acts only while the call requires confirmation; otherwise the call is a no-op. */
@@ -247,9 +350,9 @@ inline upstream_call(i, st, who, res) {
 #endif
 
 #if NCONF > 1
-#define DISOWN_ALL DISOWN(0); DISOWN(1)
+#define DISOWN_ALL DISOWN(0); DISOWN(1) DISOWN_LEDGER
 #else
-#define DISOWN_ALL DISOWN(0)
+#define DISOWN_ALL DISOWN(0) DISOWN_LEDGER
 #endif
 
 /* Optionally crash right after the step this ends (which is the same as crashing before the
@@ -307,11 +410,127 @@ inline finish() {
   od
 }
 
+#ifdef LEDGER
+/* Execute call k of the run we hold, through its ledger record call:<k>. */
+inline execute(k) {
+  atomic {                                /* claim: create-only CAS (or read what exists) */
+#ifdef BUG_NO_LEDGER_CLAIM
+    if                                    /* looks for a recorded result, claims nothing */
+    :: ex_st[k] == EX_EXECUTED -> res = LED_RECORDED
+    :: else -> res = SAVE_OK
+    fi;
+#else
+    if
+    :: ex_st[k] == EX_ABSENT ->
+       if
+       :: ex_st[k] = EX_EXECUTING; ex_by[k] = me; ex_owner[k] = me; res = SAVE_OK;
+          if
+          :: unknowns < MAXUNKNOWN -> unknowns++; res = SAVE_UNKNOWN   /* reply lost */
+          :: true -> skip
+          fi
+       :: unknowns < MAXUNKNOWN -> unknowns++; res = SAVE_UNKNOWN      /* not applied */
+       fi
+    :: ex_st[k] == EX_EXECUTED -> res = LED_RECORDED
+#ifdef BUG_RERUN_UNKNOWN
+    :: ex_st[k] == EX_EXECUTING ->        /* takes the orphaned claim over and runs again */
+       ex_by[k] = me; ex_owner[k] = me; res = SAVE_OK
+#else
+    :: ex_st[k] == EX_EXECUTING -> res = LED_UNKNOWN
+#endif
+    fi;
+#endif
+    MAYBE_CRASH                           /* after the claim */
+  };
+  ON_CRASH;
+  if
+  :: res == SAVE_UNKNOWN ->               /* settle by re-reading the record's owner */
+     atomic {
+       if
+       :: ex_st[k] == EX_EXECUTING && ex_by[k] == me -> res = SAVE_OK
+       :: else -> res = LED_GAVE_UP
+       fi;
+       MAYBE_CRASH
+     };
+     ON_CRASH
+  :: else -> skip
+  fi;
+  if
+  :: res == SAVE_OK ->
+     atomic {                             /* the tool body */
+       if
+       :: reg_st[k] != ST_APPROVED -> bad_unapproved = true
+       :: else -> skip
+       fi;
+       if
+       :: ran[k] -> bad_double = true
+       :: else -> ran[k] = true
+       fi;
+#ifdef ASSERTS
+       assert(!bad_double && !bad_unapproved);
+#endif
+       MAYBE_CRASH                        /* after the body, before its result is recorded */
+     };
+     ON_CRASH;
+     atomic {                             /* CAS executing (ours) -> executed, with the result */
+#ifdef BUG_NO_LEDGER_CLAIM
+       ex_st[k] = EX_EXECUTED; ex_by[k] = me;
+#else
+       if
+       :: ex_st[k] == EX_EXECUTING && ex_by[k] == me -> ex_st[k] = EX_EXECUTED
+       :: else -> skip
+       fi;
+#endif
+       if
+       :: ex_owner[k] == me -> ex_owner[k] = 0
+       :: else -> skip
+       fi;
+       res = SAVE_OK;
+       MAYBE_CRASH                        /* before the continuation completes */
+     };
+     ON_CRASH
+  :: else -> skip
+  fi
+}
+
+/* Run every approved call of the run we hold (rv: the version our claim wrote), then complete
+ * the run with a CAS on that version.  Rejected and expired calls get their denial, which
+ * runs nothing.  A call whose outcome is unknown stops the continuation: the run waits for
+ * the operator. */
+inline run_calls() {
+  k = 0;
+  do
+  :: k < NCONF && !RUNS(k) -> k++
+  :: k < NCONF && RUNS(k) ->
+     execute(k);
+     if
+     :: res == LED_UNKNOWN || res == LED_GAVE_UP -> break
+     :: else -> k++
+     fi
+  :: k >= NCONF ->
+     atomic {
+       if
+       :: run_st == RUN_CONTINUING && run_ver == rv -> run_st = RUN_COMPLETED; run_ver++
+       :: else -> skip
+       fi
+     };
+     break
+  od;
+  atomic {
+    if
+    :: run_owner == me -> run_owner = 0
+    :: else -> skip
+    fi;
+    k = 0; rv = 0; res = 0
+  }
+}
+
+#endif
+
 proctype Client(byte me) {
   byte ops = 0, i, cur, claim, fin, res, up;
-  bool crashed;
+  bool crashed, late;
 restart:
-  atomic { crashed = false; i = 0; cur = 0; claim = 0; fin = 0; res = 0; up = 0 };
+  atomic { crashed = false; i = 0; cur = 0; claim = 0; fin = 0; res = 0; up = 0; late = false };
   do
   :: ops >= MAXOPS -> break
   :: ops < MAXOPS ->
@@ -330,6 +549,10 @@ restart:
        cur = reg_cursor;
        INTENT(fin);                       /* fin holds the event for a moment */
        fsm_next(reg_st[i], fin, clock_past, claim);
+       if
+       :: claim != ST_NONE -> late = clock_past   /* ghost: the claim read a clock past expiry */
+       :: else -> skip
+       fi;
        fin = 0;
        MAYBE_CRASH
      };
@@ -342,7 +565,8 @@ restart:
         ON_CRASH;
 #endif
         atomic {                          /* CAS#1: the claim */
-          cas_save(i, cur, claim, me, res);
+          cas_save_as(i, cur, claim, me, me, late, res);
+          late = false;
           MAYBE_CRASH
         };
         ON_CRASH;
@@ -383,7 +607,7 @@ restart:
         :: else -> DISOWN(i)              /* conflict: another writer won, nothing to do */
         fi
      fi;
-     atomic { i = 0; cur = 0; claim = 0; fin = 0; res = 0; up = 0 }
+     atomic { i = 0; cur = 0; claim = 0; fin = 0; res = 0; up = 0; late = false }
   od
 }
 
@@ -418,7 +642,7 @@ end_idle:
      res = SAVE_OK;                       /* call upstream unfenced (the protocol before 0054) */
 #else
      /* the fence: the unchanged claim, saved with CAS (claimant 0: it takes over no ghost) */
-     cas_save_as(i, cur, st, RFENCE, 0, res);
+     cas_save_as(i, cur, st, RFENCE, 0, false, res);
      atomic {
        if
        :: res == SAVE_UNKNOWN && OURS_AS(i, cur, st, RFENCE) -> res = SAVE_OK   /* re-read */
@@ -455,13 +679,65 @@ end_idle:
   goto end_idle
 }
 
+#ifdef LEDGER
+/* The processes that continue the agent run.  The continuer (the host's worker, or the last
+ * approver) continues the run once all its calls are settled; the run reconciler does too, and
+ * also re-claims a continuation whose process is gone.  Either claims the run with one CAS on
+ * its version (paused -> continuing, or continuing -> continuing for a re-claim), so two of
+ * them never hold it at once; the ledger then says, per approved call, run it (absent), return
+ * its result (executed) or leave it (executing, claimant gone: outcome unknown).  Either may
+ * crash after any step, like a client; a restarted reconciler picks the run up again. */
+proctype Runner(byte me; bool reclaims) {
+  byte k, rv, res;
+  bool crashed;
+restart:
+  atomic { crashed = false; k = 0; rv = 0; res = 0 };
+end_idle:
+  atomic {
+    ((run_st == RUN_PAUSED && ALL_SETTLED) || (reclaims && RECLAIMABLE)) ->
+    run_st = RUN_CONTINUING; run_ver++; rv = run_ver; run_owner = me;
+    MAYBE_CRASH                           /* after the run claim */
+  };
+  ON_CRASH;
+  run_calls();
+  goto end_idle
+}
+
+#ifdef ASSERTS
+/* When nothing can move any more (every client done, every reconciler idle): nothing is left
+ * processing except executions whose outcome is unknown, a settled run was continued, and
+ * every approved call of a completed run was executed exactly once. */
+#if NCONF > 1
+#define QUIET_CALLS (QUIET_CALL(0) && QUIET_CALL(1) && !PROC(0) && !PROC(1))
+#else
+#define QUIET_CALLS (QUIET_CALL(0) && !PROC(0))
+#endif
+#define QUIET_CALL(i) \
+  (EX_APPROVED(i) && (ex_st[i] != EX_EXECUTED || ran[i]) && (!ran[i] || ex_st[i] != EX_ABSENT) && \
+   (ex_st[i] != EX_EXECUTING || ex_owner[i] == 0) && \
+   (run_st != RUN_COMPLETED || reg_st[i] != ST_APPROVED || ex_st[i] == EX_EXECUTED))
+active proctype Quiet() {
+  atomic {
+    timeout ->
+    assert(QUIET_CALLS);
+    assert(run_st != RUN_CONTINUING || BLOCKED);
+    assert(!ALL_FINAL || run_st != RUN_PAUSED)
+  }
+}
+#endif
+#endif
+
 init {
   byte k = 1;
   atomic {
     do
     :: k <= NCLIENTS -> run Client(k); k++
     :: else -> break
-    od
+    od;
+#ifdef LEDGER
+    run Runner(RCONT, false);
+    run Runner(RRECON, true)
+#endif
   }
 }
 
@@ -472,6 +748,17 @@ ltl single_call { [] !bad_second }
 ltl no_false_completion { [] !bad_false }
 ltl terminal_immutable { [] !bad_sticky }
 ltl cursor_exact { [] (reg_cursor == CURSOR0 + applied) }
+/* Only expiry finishes a claim that was made at or after expiresAt. */
+ltl expiry_honoured { [] !bad_expiry }
+#ifdef LEDGER
+/* A tool body runs at most once per tool call. */
+ltl body_once { [] !bad_double }
+/* A body runs only for an approved confirmation; every execution's confirmation is approved. */
+ltl body_approved { [] (!bad_unapproved && EXEC_APPROVED) }
+/* Once every call is settled, the run is eventually completed, or waits only on an execution
+ * whose outcome is unknown (never re-run). */
+ltl run_settles { [] (ALL_FINAL -> <> (run_st == RUN_COMPLETED || BLOCKED)) }
+#endif
 /* A claimed record is eventually terminal, or orphaned (its claimant gone). */
 ltl claim_settles { [] (PROC(0) -> <> (FINAL(0) || ORPHANED(0))) }
 /* With the reconciler running, no record stays processing forever. */

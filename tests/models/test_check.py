@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -72,7 +73,7 @@ def test_a_seeded_bug_needs_an_error_and_a_trail() -> None:
 
 
 def test_every_profile_proves_with_three_clients_and_catches_every_seeded_bug() -> None:
-    every_bug = set(check.SEEDED_BUGS) | set(check.INFLIGHT_BUGS)
+    every_bug = set(check.SEEDED_BUGS) | set(check.INFLIGHT_BUGS) | set(check.LEDGER_BUGS)
     for name, checks in check.PROFILES.items():
         assert all(dict(c.config.defines)["NCLIENTS"] >= 2 for c in checks), name
         caught = {c.bug for c in checks if c.bug}
@@ -82,8 +83,58 @@ def test_every_profile_proves_with_three_clients_and_catches_every_seeded_bug() 
             for c in checks
             if not c.expects_counterexample and dict(c.config.defines)["NCLIENTS"] >= 3
         }
-        wanted = {check.ASSERTIONS, check.SINGLE_CALL, "processing_resolves"}
+        wanted = {check.ASSERTIONS, check.SINGLE_CALL, "processing_resolves", "expiry_honoured"}
         assert wanted <= proven, name
+
+
+def _ledger(config: object) -> bool:
+    return "LEDGER" in dict(config.defines)  # type: ignore[attr-defined]
+
+
+def test_every_profile_proves_the_ledger_with_three_clients_and_catches_its_bugs() -> None:
+    # The assertion run of a -DLEDGER build checks body-at-most-once, body-only-when-approved
+    # and the quiescent state; the ledger's seeded bugs need the ledger in their build.
+    for name, checks in check.PROFILES.items():
+        ledger_proofs = {
+            c.prop
+            for c in checks
+            if _ledger(c.config)
+            and not c.expects_counterexample
+            and dict(c.config.defines)["NCLIENTS"] >= 3
+            and dict(c.config.defines)["MAXCRASH"] >= 1
+        }
+        assert check.ASSERTIONS in ledger_proofs, name
+        for c in checks:
+            if c.bug in check.LEDGER_BUGS:
+                assert _ledger(c.config), name
+                assert c.prop in {*check.LEDGER_SAFETY_CLAIMS, check.ASSERTIONS}, name
+            elif c.bug:
+                assert not _ledger(c.config), name
+    default = {c.prop for c in check.PROFILES["default"] if _ledger(c.config)}
+    assert {*check.LEDGER_SAFETY_CLAIMS, *check.LEDGER_LIVENESS_CLAIMS} <= default
+
+
+def test_ledger_claims_are_only_asked_of_ledger_builds() -> None:
+    for checks in check.PROFILES.values():
+        for c in checks:
+            if c.prop in (*check.LEDGER_SAFETY_CLAIMS, *check.LEDGER_LIVENESS_CLAIMS):
+                assert _ledger(c.config), c
+    (settles,) = [c for c in check.PROFILES["default"] if c.prop == "run_settles"]
+    assert settles.fair, "a liveness claim is checked under weak fairness (pan -f)"
+
+
+def test_a_counterexample_build_is_compiled_without_optimisation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands: list[list[str]] = []
+    monkeypatch.setattr(check, "_run", lambda cmd, cwd, timeout_s: commands.append(cmd))
+    runner = check.Runner(tmp_path, memlim_mb=64, timeout_s=5, depth=10, cc_opt="-O2")
+    runner._build(check.Check(check.QUICK, "no_replay"))
+    runner._build(check.Check(check.QUICK, "no_replay", "BUG_LWW"))
+    gccs = [cmd for cmd in commands if cmd[0] == "gcc"]
+    assert [cmd[1] for cmd in gccs] == ["-O2", "-O0"]
+    spins = [cmd for cmd in commands if cmd[0] == "spin"]
+    assert "-DBUG_LWW" in spins[1] and "-DBUG_LWW" not in spins[0]
 
 
 def _both_strategies_in_flight(config: object) -> bool:
@@ -129,7 +180,7 @@ def test_quick_profile_proves_the_protocol_and_catches_the_seeded_bugs() -> None
     assert proc.returncode == 0, proc.stdout + proc.stderr
     total = len(check.PROFILES["quick"])
     assert f"profile quick: {total}/{total} checks ok" in proc.stdout
-    for bug in (*check.SEEDED_BUGS, *check.INFLIGHT_BUGS):
+    for bug in (*check.SEEDED_BUGS, *check.INFLIGHT_BUGS, *check.LEDGER_BUGS):
         (line,) = [row for row in proc.stdout.splitlines() if f"[{bug}]" in row]
         assert "counterexample  ok" in line
     assert set(MODELS.iterdir()) == before, "check.py must not leave files in models/"

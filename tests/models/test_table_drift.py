@@ -31,18 +31,66 @@ def test_executed_and_declared_tables_agree_and_cover_every_claim() -> None:
     assert not [r for r in rows if r[0].is_terminal], "a final state must have no way out"
 
 
+def _inline_of(text: str, flag: str | None) -> list[str]:
+    """The branches of the ``fsm_next`` that ``spin -D<flag>`` (or no flag) compiles."""
+    lines = text.splitlines()
+    if flag is None:
+        start = lines.index("#else") if "#else" in lines else 0
+    else:
+        start = next(n for n, line in enumerate(lines) if line.endswith(f"defined({flag})"))
+    end = lines.index("}", start)
+    return [line for line in lines[start:end] if line.startswith("  :: (s) ==")]
+
+
+def _branch_count(rows: list[tuple[S, str, bool, S]]) -> int:
+    guard_free = {(s, e) for s, e, x, t in rows if (s, e, not x, t) in rows}
+    return len(rows) - len(guard_free)
+
+
 def test_the_rendered_inline_has_one_branch_per_move() -> None:
     text = gen.render()
-    branches = [line for line in text.splitlines() if line.startswith("  :: (s) ==")]
-    rows = gen.table()
-    guard_free = {(s, e) for s, e, x, t in rows if (s, e, not x, t) in rows}
-    assert len(branches) == len(rows) - len(guard_free)
+    assert len(_inline_of(text, None)) == _branch_count(gen.table())
+    for flag, mutant in gen.SEEDED_MACHINES.items():
+        assert len(_inline_of(text, flag)) == _branch_count(gen.table(mutant))
     for state in S:
         assert f"#define ST_{state.name} " in text
 
 
+def _cells(machine: object) -> dict[tuple[S, str, bool], S]:
+    return {(s, e, x): t for s, e, x, t in gen.table(machine)}
+
+
+def test_the_seeded_mutant_differs_from_the_machine_in_exactly_the_reject_expiry_cell() -> None:
+    """BUG_REJECT_IGNORES_EXPIRY is the real machine with one cell changed: if the machine
+    changes anywhere else, this fails until the mutant is updated with it."""
+    real = _cells(ConfirmationLifecycle)
+    mutant = _cells(gen.SEEDED_MACHINES["BUG_REJECT_IGNORES_EXPIRY"])
+    changed = {cell for cell in real.keys() | mutant.keys() if real.get(cell) != mutant.get(cell)}
+    assert changed == {(S.PENDING, "reject", True)}
+    assert (real[(S.PENDING, "reject", True)], mutant[(S.PENDING, "reject", True)]) == (
+        S.EXPIRING,
+        S.REJECTING,
+    )
+
+
+def test_the_seeded_table_is_compiled_only_under_its_flag() -> None:
+    text = gen.render()
+    bug = _inline_of(text, "BUG_REJECT_IGNORES_EXPIRY")
+    assert "  :: (s) == ST_PENDING && (ev) == EV_REJECT -> out = ST_REJECTING" in bug
+    real = _inline_of(text, None)
+    assert "  :: (s) == ST_PENDING && (ev) == EV_REJECT && (exp) -> out = ST_EXPIRING" in real
+    assert not [line for line in real if "EV_REJECT -> out = ST_REJECTING" in line]
+    assert gen.render(seeded={}).count("inline fsm_next") == 1
+
+
+def test_every_seeded_machine_is_a_seeded_bug_the_runner_checks() -> None:
+    check = load("check")
+    assert set(gen.SEEDED_MACHINES) <= set(check.SEEDED_BUGS)
+    assert check.SEEDED_BUGS["BUG_REJECT_IGNORES_EXPIRY"] == "expiry_honoured"
+
+
 class _Mutant(StateMachine):
-    """The real machine with the reference's gap reopened: reject ignores expiry."""
+    """A machine whose approve ignores expiry (not a seeded bug: a changed declaration)."""
 
     pending = State(initial=True, value=S.PENDING)
     approving = State(value=S.APPROVING)
@@ -52,18 +100,38 @@ class _Mutant(StateMachine):
     rejected = State(final=True, value=S.REJECTED)
     expired = State(final=True, value=S.EXPIRED)
 
-    approve = pending.to(approving, unless="expired") | pending.to(expiring, cond="expired")
-    reject = pending.to(rejecting)
+    approve = pending.to(approving)
+    reject = pending.to(rejecting, unless="expired") | pending.to(expiring, cond="expired")
     expire = pending.to(expiring, cond="expired")
     complete = approving.to(approved) | rejecting.to(rejected) | expiring.to(expired)
     release = approving.to(pending) | rejecting.to(pending) | expiring.to(pending)
 
 
 def test_a_changed_machine_changes_the_generated_table() -> None:
-    mutant = gen.render(_Mutant)
-    assert mutant != gen.render()
-    assert "(s) == ST_PENDING && (ev) == EV_REJECT -> out = ST_REJECTING" in mutant
-    assert "(s) == ST_PENDING && (ev) == EV_REJECT && (exp) -> out = ST_EXPIRING" not in mutant
+    mutant = gen.render(_Mutant, seeded={})
+    assert mutant != gen.render(seeded={})
+    assert "(s) == ST_PENDING && (ev) == EV_APPROVE -> out = ST_APPROVING" in mutant
+    assert "(s) == ST_PENDING && (ev) == EV_APPROVE && (exp) -> out = ST_EXPIRING" not in mutant
+
+
+class _NoExpiringState(StateMachine):
+    pending = State(initial=True, value=S.PENDING)
+    approving = State(value=S.APPROVING)
+    rejecting = State(value=S.REJECTING)
+    approved = State(final=True, value=S.APPROVED)
+    rejected = State(final=True, value=S.REJECTED)
+
+    approve = pending.to(approving)
+    reject = pending.to(rejecting)
+    expire = pending.to(rejecting, cond="expired")
+    complete = approving.to(approved) | rejecting.to(rejected)
+    release = approving.to(pending) | rejecting.to(pending)
+
+
+def test_a_seeded_machine_of_another_shape_stops_generation() -> None:
+    # The #defines come from the real machine; a mutant with other states would be misread.
+    with pytest.raises(gen.TableError, match="_NoExpiringState"):
+        gen.render(seeded={"BUG_X": _NoExpiringState})
 
 
 class _UnmodelledGuard(StateMachine):
@@ -77,7 +145,7 @@ class _UnmodelledGuard(StateMachine):
 
 def test_a_guard_the_model_cannot_feed_stops_generation() -> None:
     with pytest.raises(gen.TableError, match="has_quota"):
-        gen.render(_UnmodelledGuard)
+        gen.render(_UnmodelledGuard, seeded={})
 
 
 def test_check_mode_reports_a_stale_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
