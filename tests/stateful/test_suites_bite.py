@@ -2,6 +2,11 @@
 
 Each broken plan is built from the library's own core commands and shell pieces, in the wrong
 order, so the only difference from the real coordinator is the ordering the protocol forbids.
+
+The unknown-outcome mutants (a resume without its fence, a write nonce dropped from
+``updatedAt``, an unknown outcome settled by cursor alone) are each killed by a unit test; here
+they must also fail the stateful suite with lost and late-landing writes
+(``test_late_writes.py``), a second layer that does not know how they are built.
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
 from akchat_fsm import core
-from akchat_fsm.core.effects import CallApprove, CallDeny
+from akchat_fsm.core.effects import CallApprove, CallDeny, SaveSnapshot
 from akchat_fsm.machines.confirmation import ConfirmationEvent
+from akchat_fsm.session import _state
 from akchat_fsm.session._confirm import _complete
 from akchat_fsm.session._state import SessionHolder, apply
 from akchat_fsm.session.effects import Plan
@@ -23,6 +29,7 @@ from akchat_fsm.session.ports import UpstreamFailed
 from akchat_fsm.storage.memory import MemoryStorage
 
 from ._machine import ResolutionProtocol
+from .test_late_writes import LateWritesProtocol
 
 
 def _upstream(holder: SessionHolder, token: str, effect: Any) -> Plan[None]:
@@ -97,3 +104,69 @@ def test_broken_coordinator_is_caught(plan: Any, symptom: str) -> None:
     with pytest.raises((AssertionError, Flaky)) as info:
         _run_broken(plan)
     assert symptom in str(info.value)
+
+
+# --------------------------------------------------------------------------- unknown outcomes
+_real_reconcile = core.reconcile
+_real_settle = core.settle_uncertain
+
+
+def resume_without_fence(*args: Any, **kwargs: Any) -> core.Step:
+    """Reconcile, but a resume re-issues the claimed call without first re-saving the claim."""
+    step = _real_reconcile(*args, **kwargs)
+    calls = tuple(e for e in step.effects if isinstance(e, CallApprove | CallDeny))
+    if calls and any(isinstance(e, SaveSnapshot) for e in step.effects):
+        return core.Step(args[0], calls)  # the state as loaded: no save moved the cursor
+    return step
+
+
+def no_write_nonce(updated_at: str, nonce: int) -> str:
+    """Every write keeps the core's millisecond ``updatedAt``: same-ms writes are identical."""
+    return updated_at
+
+
+def settled_by_cursor(
+    state: core.SessionState, attempted: SaveSnapshot, stored: Any
+) -> tuple[core.SessionState, bool]:
+    """An unknown save counts as applied when the stored cursor is the one it wrote."""
+    settled, _ = _real_settle(state, attempted, stored)
+    return settled, stored is not None and stored.cursor == attempted.snapshot.cursor
+
+
+MUTANTS: dict[str, tuple[Any, str, Any]] = {
+    "resume-without-fence": (core, "reconcile", resume_without_fence),
+    "nonce-dropped": (_state, "with_write_nonce", no_write_nonce),
+    "settled-by-cursor": (core, "settle_uncertain", settled_by_cursor),
+}
+
+
+def _run_late_writes() -> None:
+    machine = type("Mutated", (LateWritesProtocol,), {"make_storage": staticmethod(MemoryStorage)})
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            settings(),
+            max_examples=300,
+            database=None,
+            print_blob=False,
+            report_multiple_bugs=False,
+            derandomize=True,
+            phases=[Phase.explicit, Phase.generate],
+        ),
+    )
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_unknown_outcome_mutant_fails_the_late_writes_suite(
+    mutant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module, name, broken = MUTANTS[mutant]
+    monkeypatch.setattr(module, name, broken)
+    with pytest.raises((AssertionError, Flaky)) as info:
+        _run_late_writes()
+    print(f"{mutant}: {str(info.value).splitlines()[0]}")
+
+
+def test_the_late_writes_suite_passes_the_real_coordinator_at_the_same_settings() -> None:
+    # The control: the failures above come from the mutants, not from an unfair world.
+    _run_late_writes()

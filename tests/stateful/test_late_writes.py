@@ -1,0 +1,171 @@
+"""The resolution protocol when an unknown outcome did *not* apply, or applies later.
+
+The base suite's ``unknown`` fault always applies the write before reporting the outcome as
+unknown. Real networks do two more things, and this suite adds them to the same machine:
+
+- **lost**: the request never reached the store; the client is told "unknown" and nothing
+  was written. With every client on the same clock (it only moves on a ``tick``), another
+  client often makes the same change from the same base in the same millisecond, so the
+  re-read finds a snapshot that differs from ours only by the write nonce;
+- **late**: the request is still in flight when the client gives up and re-reads; it lands
+  later, just before the next write reaches the store, and applies iff the cursor it expected
+  is still current (the store's CAS decides then, as a delayed PostgreSQL or Redis request
+  does). Reconciliation's saves can be late too, so a release that the host thought failed can
+  land in the middle of a later resume.
+
+Unknown-outcome faults cycle applied / lost / late (deterministic, so a failure replays). The
+invariants are the base machine's: no upstream replay, no terminal status without its upstream
+call, terminal records immutable, cursor +1 per applied save, no acknowledged save lost.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from akchat_fsm.errors import AkchatError, OutcomeUnknown
+from akchat_fsm.session import _confirm, _ops
+from akchat_fsm.session.effects import Save
+from akchat_fsm.storage.memory import MemoryStorage
+from akchat_fsm.storage.sqlite import SQLiteStorage
+from akchat_fsm.wire.session import SessionSnapshot
+
+from ._machine import DEFINITION, ResolutionProtocol
+from ._world import Stepper, perform
+
+#: How successive unknown outcomes end (the base machine only has the first).
+UNKNOWN_ENDINGS = ("applied", "lost", "late")
+
+
+class LateWritesProtocol(ResolutionProtocol):
+    """The base machine, with lost and late-landing writes (clients and reconciliation)."""
+
+    #: Every ``release_every``-th releasing reconciliation has its first save land late.
+    release_every: ClassVar[int] = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: Writes in flight: the snapshot, its expected cursor, and the client run that sent it
+        #: (``None`` for reconciliation, which never holds a claim across steps).
+        self.in_flight: list[tuple[SessionSnapshot, int | None, tuple[int, Stepper] | None]] = []
+        self.unknowns = 0
+        self.releases = 0
+
+    # ------------------------------------------------------------------ the network
+    def _land_in_flight(self) -> None:
+        """Writes still in flight land now, each applying iff its expected cursor is current."""
+        flying, self.in_flight = self.in_flight, []
+        for snapshot, expected, sender in flying:
+            before = self.stored()
+            landed = self.recording.save(snapshot, expected)
+            self.coverage[f"late:{'landed' if landed else 'refused'}"] += 1
+            if landed and sender is not None:
+                index, run = sender
+                if self.clients[index].run is run and not run.done:
+                    # The sender has not re-read yet: when it does, it finds its own write and
+                    # goes on as the claimant. Reconcile must treat it as a live claimant.
+                    self._note_claims(index, before)
+
+    def _unknown(
+        self, effect: Save, ending: str, sender: tuple[int, Stepper] | None
+    ) -> OutcomeUnknown:
+        self.coverage[f"fault:unknown-{ending}"] += 1
+        if ending == "late":
+            self.in_flight.append((effect.snapshot, effect.expected_cursor, sender))
+        return OutcomeUnknown(f"injected: save outcome unknown (the write is {ending})")
+
+    # ------------------------------------------------------------------ clients
+    def _step(self, index: int, fault: str) -> None:
+        client = self.clients[index]
+        run = client.run
+        assert run is not None
+        effect = run.next
+        if isinstance(effect, Save):
+            self._land_in_flight()  # the old request arrives first
+        if fault == "unknown" and isinstance(effect, Save):
+            self.unknowns += 1
+            ending = UNKNOWN_ENDINGS[self.unknowns % len(UNKNOWN_ENDINGS)]
+            if ending != "applied":
+                before = self.stored()
+                self.coverage[f"effect:{type(effect).__name__}"] += 1
+                run.throw(self._unknown(effect, ending, (index, run)))
+                self._note_claims(index, before)
+                self._after_step(index, client)
+                return
+        super()._step(index, fault)
+
+    # ------------------------------------------------------------------ recovery
+    def _reconcile(self, release: bool) -> None:
+        resume = Stepper(_ops.plan_resume(DEFINITION, self.session_id, self.clock))
+        while not resume.done:
+            resume.feed(perform(resume.next, self.storage, self.upstream, self.memory))
+        assert resume.error is None, resume.error
+        late = False
+        if release:
+            self.releases += 1
+            late = self.releases % self.release_every == 0
+        run = Stepper(_confirm.plan_reconcile(resume.result, release_untouched=release))
+        while not run.done:
+            effect = run.next
+            if isinstance(effect, Save):
+                self._land_in_flight()
+                if late:  # this save is the one left in flight
+                    late = False
+                    run.throw(self._unknown(effect, "late", None))
+                    continue
+            run.feed(perform(effect, self.storage, self.upstream, self.memory))
+        self.finished.append(run)
+        if run.error is not None:
+            # The late save was settled by re-reading ("did not apply") or lost a race: the
+            # host sees a typed error, exactly what a real reconcile would report.
+            assert isinstance(run.error, AkchatError), run.error
+            self.coverage[f"reconcile:{type(run.error).__name__}"] += 1
+            return
+        for outcome in run.result:
+            self.coverage[f"reconcile:{outcome.action}"] += 1
+
+
+#: A run must have exercised each of these, or it proves nothing about lost and late writes.
+FLOOR = (
+    "fault:unknown-lost",
+    "fault:unknown-late",
+    "late:landed",
+    "late:refused",
+    "approve:ResolutionInProgress",
+    "reconcile:resumed",
+)
+
+
+def run_late_writes(
+    make_storage: Callable[[], Any], machine: type[LateWritesProtocol] = LateWritesProtocol
+) -> Counter[str]:
+    coverage: Counter[str] = Counter()
+    protocol = type(
+        "LateWrites",
+        (machine,),
+        {"make_storage": staticmethod(make_storage), "coverage": coverage},
+    )
+    run_state_machine_as_test(protocol, settings=settings(settings()))
+    return coverage
+
+
+def test_late_writes_in_memory() -> None:
+    coverage = run_late_writes(MemoryStorage)
+    print("coverage:", dict(sorted(coverage.items())))  # shown with -s
+    missing = [what for what in FLOOR if not coverage[what]]
+    assert not missing, f"the run never exercised {missing}: {sorted(coverage.items())}"
+
+
+def test_late_writes_sqlite(tmp_path: Path) -> None:
+    store = SQLiteStorage(tmp_path / "sessions.db")
+    try:
+        coverage = run_late_writes(lambda: store)
+    finally:
+        store.close()
+    missing = [what for what in FLOOR if not coverage[what]]
+    assert not missing, f"the run never exercised {missing}: {sorted(coverage.items())}"
