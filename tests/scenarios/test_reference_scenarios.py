@@ -84,30 +84,6 @@ def test_a_token_from_another_session_is_inert() -> None:
     assert mine.confirmations[0].status == "pending"
 
 
-def test_two_clients_race_one_upstream_call() -> None:
-    async def scenario() -> None:
-        storage = AsyncMemoryStorage(MemoryStorage())
-        upstream = AsyncRecordingUpstream()
-        first = await resume_chat_session_async(DEFINITION, session_id="s", storage=storage)
-        token = (await first.confirmations_for(upstream).propose("email.send", {})).token
-        a = await resume_chat_session_async(DEFINITION, session_id="s", storage=storage)
-        b = await resume_chat_session_async(DEFINITION, session_id="s", storage=storage)
-        assert a.cursor == b.cursor == 1  # both resumed from the same stored snapshot
-        upstream.gate = asyncio.Event()
-        winner = asyncio.create_task(a.confirmations_for(upstream).approve(token))
-        await upstream.entered.wait()  # a's claim is saved and upstream is executing
-        with pytest.raises(ResolutionInProgress) as lost:
-            await b.confirmations_for(upstream).approve(token)
-        assert lost.value.record.status == "approving"
-        upstream.gate.set()
-        assert (await winner).status == "approved"
-        assert upstream.sync.executed == {lost.value.record.tool_call_id: 1}
-        stored = await resume_chat_session_async(DEFINITION, session_id="s", storage=storage)
-        assert stored.confirmations[0].status == "approved"
-
-    asyncio.run(scenario())
-
-
 def test_upstream_failure_keeps_an_accurate_processing_claim() -> None:
     storage, upstream = MemoryStorage(), RecordingUpstream()
     session = resume_chat_session(DEFINITION, session_id="s", storage=storage)
