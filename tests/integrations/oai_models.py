@@ -32,8 +32,14 @@ class ScriptedModel(Model):
 
     def __init__(self, batches: Sequence[Batch]) -> None:
         self.batches = [list(b) for b in batches]
+        self.requests = 0  # model requests made in this process
+        #: request numbers (1-based) that fail, as a provider outage would
+        self.fail_on: set[int] = set()
 
     async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kw: Any) -> ModelResponse:
+        self.requests += 1
+        if self.requests in self.fail_on:
+            raise ConnectionError(f"scripted outage on request {self.requests}")
         items = _items(input)
         prompt = next(str(i.get("content")) for i in items if i.get("role") == "user")
         seed = hashlib.sha256(prompt.encode()).hexdigest()[:10]
