@@ -1,0 +1,198 @@
+"""The I/O the ledger and the run records ask for, and the two drivers that perform it.
+
+Like the session layer (ADR-0060), every ledger and run-record operation is written once as a
+plan: a generator that yields these effects and receives their results (or has their exception
+thrown into it). :func:`run_sync` needs a sync :class:`~akchat_fsm.storage.port.RecordStorage`
+and a sync body; :func:`run_async` awaits whatever is awaitable, so an asyncio host may pass an
+async or a sync storage and body (a runtime's async tool hook over a sync SQLite store, say).
+
+Storage exceptions that are not already ours are mapped here, once: a failed read changed
+nothing (:class:`StorageUnavailable`), a failed write may have applied (:class:`OutcomeUnknown`).
+A body's exception is never mapped: it is handed to the plan as a :class:`BodyOutcome`, because
+only the plan knows what it must record before re-raising it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar
+
+from ..errors import AkchatError, ConfigError, OutcomeUnknown, StorageUnavailable
+
+__all__ = [
+    "BodyOutcome",
+    "Effect",
+    "ListRecords",
+    "LoadRecord",
+    "Plan",
+    "RunBody",
+    "SaveRecord",
+    "require_records",
+    "run_async",
+    "run_sync",
+]
+
+T = TypeVar("T")
+
+RECORDS_NEEDED = (
+    "This storage lacks the RecordStorage capability (load_record, save_record, list_records, "
+    "delete_record) that the tool-execution ledger and agent bridges need."
+)
+RECORDS_HINT = "Use a shipped adapter (memory, SQLite, PostgreSQL, Redis) or add the capability."
+ASYNC_BODY = "An async tool body was given to a sync API; use the async twin."
+_RECORD_METHODS = ("load_record", "save_record", "list_records", "delete_record")
+
+
+def require_records(storage: Any) -> Any:
+    """Return ``storage`` if it has the ``RecordStorage`` capability, else ``ConfigError``."""
+    if not all(callable(getattr(storage, name, None)) for name in _RECORD_METHODS):
+        raise ConfigError(RECORDS_NEEDED, hint=RECORDS_HINT)
+    return storage
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRecord:
+    """``storage.load_record(session_id, key)`` → ``(version, text)`` or ``None``."""
+
+    session_id: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class SaveRecord:
+    """``storage.save_record(...)`` → ``True`` (applied) or ``False`` (definite conflict)."""
+
+    session_id: str
+    key: str
+    text: str
+    expected_version: int | None
+    processing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ListRecords:
+    """``storage.list_records(session_id, prefix)`` → sorted keys."""
+
+    session_id: str
+    prefix: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunBody:
+    """Run the guarded tool body once; the result is a :class:`BodyOutcome`, never an error."""
+
+
+@dataclass(frozen=True, slots=True)
+class BodyOutcome:
+    """What the body did: returned ``value``, or raised ``error``."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+
+Effect: TypeAlias = LoadRecord | SaveRecord | ListRecords | RunBody
+Plan: TypeAlias = Generator[Effect, Any, T]
+Body = Callable[[], Any]
+
+
+def _mapped(effect: Effect, exc: Exception) -> AkchatError:
+    if isinstance(exc, AkchatError):
+        return exc
+    err: AkchatError
+    if isinstance(effect, SaveRecord):
+        err = OutcomeUnknown(f"record save failed and may have applied: {exc!r}")
+    else:
+        err = StorageUnavailable(f"record read failed: {exc!r}")
+    err.__cause__ = exc
+    return err
+
+
+def _call(storage: Any, effect: LoadRecord | SaveRecord | ListRecords) -> Any:
+    """Issue the storage call (its result may be an awaitable for an async storage)."""
+    if isinstance(effect, LoadRecord):
+        return storage.load_record(effect.session_id, effect.key)
+    if isinstance(effect, SaveRecord):
+        return storage.save_record(
+            effect.session_id,
+            effect.key,
+            effect.text,
+            effect.expected_version,
+            processing=effect.processing,
+        )
+    return storage.list_records(effect.session_id, effect.prefix)
+
+
+def _advance(plan: Plan[Any], value: Any, error: Exception | None) -> tuple[bool, Any]:
+    try:
+        return False, plan.send(value) if error is None else plan.throw(error)
+    except StopIteration as stop:
+        return True, stop.value
+
+
+def _no_body() -> Any:
+    raise ConfigError("This plan has no tool body to run.")
+
+
+def _run_sync_body(body: Body) -> BodyOutcome:
+    try:
+        result = body()
+    except Exception as exc:  # recorded by the plan, then re-raised by it
+        return BodyOutcome(error=exc)
+    if inspect.isawaitable(result):
+        # An async body on the sync API never ran: close it and fail loudly, never record a
+        # coroutine object as the tool's result.
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+        return BodyOutcome(error=ConfigError(ASYNC_BODY))
+    return BodyOutcome(value=result)
+
+
+def run_sync(plan: Plan[T], storage: Any, body: Body = _no_body) -> T:
+    """Run ``plan`` to completion with a sync storage and a sync ``body``."""
+    done, out = _advance(plan, None, None)
+    while not done:
+        value: Any = None
+        error: Exception | None = None
+        if isinstance(out, RunBody):
+            value = _run_sync_body(body)
+        else:
+            try:
+                value = _call(storage, out)
+                if inspect.isawaitable(value):
+                    close = getattr(value, "close", None)
+                    if close is not None:
+                        close()
+                    raise ConfigError(
+                        "An asyncio storage was given to a sync API; use the async twin."
+                    )
+            except Exception as exc:
+                error = _mapped(out, exc)
+        done, out = _advance(plan, value, error)
+    return out  # type: ignore[no-any-return]
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+async def run_async(plan: Plan[T], storage: Any, body: Callable[[], Any] = _no_body) -> T:
+    """Run ``plan`` to completion, awaiting storage calls and the body where they are awaitable."""
+    done, out = _advance(plan, None, None)
+    while not done:
+        value: Any = None
+        error: Exception | None = None
+        if isinstance(out, RunBody):
+            try:
+                value = BodyOutcome(value=await _maybe_await(body()))
+            except Exception as exc:  # recorded by the plan, then re-raised by it
+                value = BodyOutcome(error=exc)
+        else:
+            try:
+                value = await _maybe_await(_call(storage, out))
+            except Exception as exc:
+                error = _mapped(out, exc)
+        done, out = _advance(plan, value, error)
+    return out  # type: ignore[no-any-return]

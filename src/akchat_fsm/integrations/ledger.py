@@ -1,0 +1,628 @@
+"""The tool-execution ledger: an approved tool body runs at most once per tool call (ADR-0100).
+
+One record per tool call, key ``call:<tool-call-id>``, in the session's
+:class:`~akchat_fsm.storage.port.RecordStorage`, beside the envelope:
+
+==============  ===========================================================  ===================
+state           meaning                                                      next
+==============  ===========================================================  ===================
+(absent)        the body never started here                                  ``executing``
+``executing``   a process claimed the body and may be running it             ``executed`` or,
+                (owner, attempt, claim nonce, start time); saved with        by an operator,
+                ``processing=True``                                          ``released``
+``executed``    the body returned or raised; outcome and result recorded    terminal
+``released``    an operator said an unknown execution did not happen         ``executing``
+==============  ===========================================================  ===================
+
+Every decision is a pure function of (stored entry, request): :func:`decide_claim`,
+:func:`decide_finish`, :func:`decide_settle`. The plans order the I/O around them and the two
+drivers of :mod:`._bridge_io` perform it, so :class:`ToolLedger` and :class:`AsyncToolLedger`
+differ only in the driver.
+
+The body runs only in the process whose claim save applied (a create, or for a tool the host
+declares idempotent a re-claim with ``attempt + 1``). A repeat finds ``executed`` and gets the
+recorded result without running anything. An ``executing`` entry found by anyone but its
+claimant has an unknown outcome: :class:`ExecutionUnknown`, never a re-run by default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import os
+import secrets
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from ..errors import (
+    AlreadyResolved,
+    ConfigError,
+    ConfirmationError,
+    OutcomeUnknown,
+    StorageUnavailable,
+)
+from ..storage._cas import check_record_key, check_session_id, now_ms
+from ._bridge_io import (
+    ASYNC_BODY,
+    BodyOutcome,
+    ListRecords,
+    LoadRecord,
+    Plan,
+    RunBody,
+    SaveRecord,
+    require_records,
+    run_async,
+    run_sync,
+)
+
+__all__ = [
+    "LEDGER_PREFIX",
+    "AsyncToolLedger",
+    "ClaimDecision",
+    "ClaimRequest",
+    "Execution",
+    "ExecutionClaimLost",
+    "ExecutionState",
+    "ExecutionUnknown",
+    "LedgerEntry",
+    "ToolCallMismatch",
+    "ToolLedger",
+    "args_digest",
+    "decide_claim",
+    "decide_finish",
+    "decide_settle",
+    "default_owner",
+    "ledger_key",
+    "plan_entries",
+    "plan_execute",
+    "plan_get",
+    "plan_settle",
+]
+
+T = TypeVar("T")
+LEDGER_PREFIX = "call:"
+#: A claim that lost a CAS race re-decides on the fresh entry; a few rounds settle it.
+CLAIM_ATTEMPTS = 4
+#: The body already ran: keep trying to record its outcome (each try re-reads first).
+FINISH_ATTEMPTS = 8
+
+
+class ExecutionState(StrEnum):
+    EXECUTING = "executing"
+    EXECUTED = "executed"
+    RELEASED = "released"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ExecutionUnknown(ConfirmationError):
+    """The tool call was claimed for execution and its outcome is unknown; nothing ran here.
+
+    Its claimant may still be running it, or died after (or before) the body acted. It is
+    never re-run by default: an operator settles it (:meth:`ToolLedger.settle`), or the host
+    declares the tool idempotent. ``record`` is the stored :class:`LedgerEntry`.
+    """
+
+
+class ExecutionClaimLost(ConfirmationError):
+    """This process's execution claim was settled or re-claimed by another meanwhile.
+
+    Raised after the body ran when its outcome could not be recorded as *this* claim's
+    (an operator settled it, or an idempotent re-claim took it). ``record`` is what is stored.
+    """
+
+
+class ToolCallMismatch(ConfigError):
+    """The tool-call id is already recorded for another tool or other arguments."""
+
+
+# --------------------------------------------------------------------------- the entry
+
+
+def args_digest(args: Mapping[str, Any] | str | None) -> str:
+    """SHA-256 of the arguments' canonical JSON (sorted keys): what a claim is bound to."""
+    if isinstance(args, str):
+        with contextlib.suppress(ValueError):
+            args = json.loads(args)
+    text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def ledger_key(tool_call_id: str) -> str:
+    """The record key of a tool call: ``call:<id>``, or ``call:sha256:<hex>`` for odd ids."""
+    if not isinstance(tool_call_id, str) or not tool_call_id:
+        raise ConfigError(f"Invalid tool call id {tool_call_id!r}.")
+    key = LEDGER_PREFIX + tool_call_id
+    try:
+        return check_record_key(key)
+    except ConfigError:
+        digest = hashlib.sha256(tool_call_id.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"{LEDGER_PREFIX}sha256:{digest}"
+
+
+def default_owner() -> str:
+    """``host:pid``: who claimed an execution, for operators reading ``executing`` entries."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One tool call's execution record as stored (``version`` is the storage version)."""
+
+    tool_call_id: str
+    tool: str
+    args_digest: str
+    state: ExecutionState
+    attempt: int
+    claim: str
+    owner: str
+    started_ms: int
+    finished_ms: int | None = None
+    #: ``"returned"``, ``"raised"`` or ``"settled"`` (an operator recorded it) once executed.
+    outcome: str | None = None
+    #: The body's return value as JSON (``outcome == "returned"`` or ``"settled"``).
+    result: Any = None
+    #: ``"<exception type>: <message>"`` when the body raised.
+    error: str | None = None
+    error_type: str | None = None
+    version: int = 0
+
+    def to_json(self) -> str:
+        body = {
+            "v": 1,
+            "toolCallId": self.tool_call_id,
+            "tool": self.tool,
+            "argsDigest": self.args_digest,
+            "state": self.state.value,
+            "attempt": self.attempt,
+            "claim": self.claim,
+            "owner": self.owner,
+            "startedMs": self.started_ms,
+            "finishedMs": self.finished_ms,
+            "outcome": self.outcome,
+            "result": self.result,
+            "error": self.error,
+            "errorType": self.error_type,
+        }
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+    @classmethod
+    def from_stored(cls, stored: tuple[int, str] | None) -> LedgerEntry | None:
+        if stored is None:
+            return None
+        version, text = stored
+        try:
+            raw = json.loads(text)
+            return cls(
+                tool_call_id=str(raw["toolCallId"]),
+                tool=str(raw["tool"]),
+                args_digest=str(raw["argsDigest"]),
+                state=ExecutionState(raw["state"]),
+                attempt=int(raw["attempt"]),
+                claim=str(raw["claim"]),
+                owner=str(raw["owner"]),
+                started_ms=int(raw["startedMs"]),
+                finished_ms=raw.get("finishedMs"),
+                outcome=raw.get("outcome"),
+                result=raw.get("result"),
+                error=raw.get("error"),
+                error_type=raw.get("errorType"),
+                version=int(version),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"A ledger record is not valid: {exc!r}.") from exc
+
+    @property
+    def unknown(self) -> bool:
+        """Claimed and never finished: an execution whose outcome nobody here knows."""
+        return self.state is ExecutionState.EXECUTING
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """What :meth:`ToolLedger.execute` did: ``ran`` here, or replayed the recorded outcome.
+
+    ``value`` is the body's return value when it ran here, the recorded JSON result otherwise.
+    A replayed entry whose ``outcome`` is ``"raised"`` carries the recorded error instead.
+    """
+
+    entry: LedgerEntry
+    ran: bool
+    value: Any = None
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """Who asks to run which call's body, and on what terms."""
+
+    tool_call_id: str
+    tool: str
+    args_digest: str
+    owner: str
+    claim: str
+    now_ms: int
+    idempotent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimDecision:
+    """``run`` (save ``write`` with ``expected``, or nothing when we already hold the claim),
+    ``replay`` (the body already finished: ``entry``), or ``unknown`` (``entry`` is executing)."""
+
+    action: str
+    entry: LedgerEntry | None = None
+    write: LedgerEntry | None = None
+    expected: int | None = None
+
+
+def _check_same_call(stored: LedgerEntry, request: ClaimRequest) -> None:
+    if stored.tool != request.tool or stored.args_digest != request.args_digest:
+        raise ToolCallMismatch(
+            f"Tool call {request.tool_call_id!r} is recorded for tool {stored.tool!r} with "
+            f"other arguments; refusing to run {request.tool!r} under the same id.",
+            hint="A tool call id names one invocation; use a fresh id for a new call.",
+        )
+
+
+def decide_claim(stored: LedgerEntry | None, request: ClaimRequest) -> ClaimDecision:
+    """May ``request`` run the body now? A pure function of the stored entry and the request."""
+
+    def claimed(attempt: int) -> LedgerEntry:
+        return LedgerEntry(
+            tool_call_id=request.tool_call_id,
+            tool=request.tool,
+            args_digest=request.args_digest,
+            state=ExecutionState.EXECUTING,
+            attempt=attempt,
+            claim=request.claim,
+            owner=request.owner,
+            started_ms=request.now_ms,
+        )
+
+    if stored is None:
+        return ClaimDecision("run", write=claimed(1), expected=None)
+    _check_same_call(stored, request)
+    if stored.state is ExecutionState.EXECUTED:
+        return ClaimDecision("replay", entry=stored)
+    if stored.state is ExecutionState.EXECUTING and stored.claim == request.claim:
+        return ClaimDecision("run", entry=stored)  # our own claim (an unknown save applied)
+    if stored.state is ExecutionState.RELEASED or request.idempotent:
+        return ClaimDecision("run", write=claimed(stored.attempt + 1), expected=stored.version)
+    return ClaimDecision("unknown", entry=stored)
+
+
+def decide_finish(
+    stored: LedgerEntry | None, claim: str, outcome: BodyOutcome, result: Any, now_ms: int
+) -> LedgerEntry | None:
+    """The ``executed`` entry to save for our claim, or ``None`` when it is already recorded.
+
+    ``result`` is the body's value already encoded as JSON. Raises :class:`ExecutionClaimLost`
+    when the stored entry is no longer our claim.
+    """
+    if stored is None or stored.claim != claim or stored.state is ExecutionState.RELEASED:
+        raise ExecutionClaimLost(
+            "The tool body ran, but its execution claim was settled or re-claimed meanwhile; "
+            "its outcome was not recorded.",
+            record=stored,
+        )
+    if stored.state is ExecutionState.EXECUTED:
+        return None
+    error = outcome.error
+    return replace(
+        stored,
+        state=ExecutionState.EXECUTED,
+        finished_ms=now_ms,
+        outcome="returned" if error is None else "raised",
+        result=result if error is None else None,
+        error=None if error is None else f"{type(error).__name__}: {error}",
+        error_type=None if error is None else type(error).__qualname__,
+    )
+
+
+def decide_settle(
+    stored: LedgerEntry | None,
+    tool_call_id: str,
+    *,
+    ran: bool,
+    result: Any,
+    now_ms: int,
+    operator: str,
+) -> LedgerEntry | None:
+    """An operator's verdict on an unknown execution: it ran (``result``), or it did not.
+
+    Returns the entry to save, or ``None`` when nothing changes. ``ran=False`` releases the
+    call so the next continuation may run it; only an ``executing`` (or released) entry can
+    be settled.
+    """
+    if stored is None:
+        raise ConfigError(f"No execution is recorded for tool call {tool_call_id!r}.")
+    if stored.state is ExecutionState.EXECUTED:
+        raise AlreadyResolved(
+            f"Tool call {tool_call_id!r} already has a recorded outcome.", record=stored
+        )
+    if not ran:
+        if stored.state is ExecutionState.RELEASED:
+            return None
+        return replace(stored, state=ExecutionState.RELEASED, owner=operator, finished_ms=now_ms)
+    return replace(
+        stored,
+        state=ExecutionState.EXECUTED,
+        owner=operator,
+        finished_ms=now_ms,
+        outcome="settled",
+        result=result,
+    )
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def default_encode(value: Any) -> Any:
+    """The body's value as JSON (``str()`` for what JSON cannot hold)."""
+    return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def _load(session_id: str, key: str) -> Plan[LedgerEntry | None]:
+    return LedgerEntry.from_stored((yield LoadRecord(session_id, key)))
+
+
+def plan_get(session_id: str, tool_call_id: str) -> Plan[LedgerEntry | None]:
+    """The entry of one tool call, or ``None``."""
+    return (yield from _load(session_id, ledger_key(tool_call_id)))
+
+
+def plan_entries(session_id: str) -> Plan[tuple[LedgerEntry, ...]]:
+    """Every ledger entry of the session (key order)."""
+    keys = yield ListRecords(session_id, LEDGER_PREFIX)
+    entries = []
+    for key in keys:
+        entry = yield from _load(session_id, key)
+        if entry is not None:
+            entries.append(entry)
+    return tuple(entries)
+
+
+def _save(session_id: str, key: str, entry: LedgerEntry, expected: int | None) -> Plan[bool]:
+    """One CAS save; an unknown outcome counts as not applied (the caller re-reads to settle)."""
+    try:
+        applied: bool = yield SaveRecord(
+            session_id, key, entry.to_json(), expected, entry.state is ExecutionState.EXECUTING
+        )
+    except OutcomeUnknown:
+        return False
+    return applied
+
+
+def plan_execute(
+    session_id: str,
+    request: ClaimRequest,
+    *,
+    clock: Callable[[], int] = now_ms,
+    encode: Callable[[Any], Any] = default_encode,
+) -> Plan[Execution]:
+    """Claim the call (CAS), run the body once, record its outcome (CAS); or replay / refuse.
+
+    The body's own exception is re-raised after its outcome is recorded.
+    """
+    key = ledger_key(request.tool_call_id)
+    stored = yield from _load(session_id, key)
+    for _ in range(CLAIM_ATTEMPTS):
+        decision = decide_claim(stored, request)
+        if decision.action == "replay":
+            assert decision.entry is not None
+            return Execution(decision.entry, ran=False, value=decision.entry.result)
+        if decision.action == "unknown":
+            entry = decision.entry
+            assert entry is not None
+            raise ExecutionUnknown(
+                f"Tool call {request.tool_call_id!r} ({entry.tool}) was claimed for execution "
+                f"(attempt {entry.attempt}, owner {entry.owner}) and its outcome is unknown; "
+                "it is not run again. Settle it, or declare the tool idempotent.",
+                record=entry,
+            )
+        if decision.write is None:
+            break  # we already hold it
+        if (yield from _save(session_id, key, decision.write, decision.expected)):
+            stored = replace(decision.write, version=(decision.expected or 0) + 1)
+            break
+        # Lost the race, or the save's outcome is unknown: our claim nonce settles it.
+        stored = yield from _load(session_id, key)
+    else:
+        raise ExecutionClaimLost(
+            f"Could not claim tool call {request.tool_call_id!r}: it kept changing.",
+            record=stored,
+        )
+    outcome: BodyOutcome = yield RunBody()
+    result = None
+    if outcome.error is None:
+        try:
+            result = encode(outcome.value)
+        except Exception as exc:  # the body ran: record that, with why its value was dropped
+            result = {"unencodable": repr(exc)}
+    finished = yield from _finish(session_id, key, stored, request, outcome, result, clock)
+    if outcome.error is not None:
+        raise outcome.error
+    return Execution(finished, ran=True, value=outcome.value)
+
+
+def _finish(
+    session_id: str,
+    key: str,
+    stored: LedgerEntry | None,
+    request: ClaimRequest,
+    outcome: BodyOutcome,
+    result: Any,
+    clock: Callable[[], int],
+) -> Plan[LedgerEntry]:
+    for _ in range(FINISH_ATTEMPTS):
+        write = decide_finish(stored, request.claim, outcome, result, clock())
+        if write is None:
+            assert stored is not None
+            return stored
+        try:
+            applied = yield from _save(session_id, key, write, write.version)
+        except StorageUnavailable:
+            applied = False  # nothing applied: retrying is safe
+        if applied:
+            return replace(write, version=write.version + 1)
+        stored = yield from _load(session_id, key)
+    raise OutcomeUnknown(
+        f"Tool call {request.tool_call_id!r} ran, but its outcome could not be recorded; "
+        "its ledger entry stays executing (an unknown outcome for operators to settle)."
+    )
+
+
+def plan_settle(
+    session_id: str,
+    tool_call_id: str,
+    *,
+    ran: bool,
+    result: Any,
+    operator: str,
+    clock: Callable[[], int] = now_ms,
+) -> Plan[LedgerEntry]:
+    """Record an operator's verdict on an unknown execution (one CAS, re-decided on conflict)."""
+    key = ledger_key(tool_call_id)
+    for _ in range(CLAIM_ATTEMPTS):
+        stored = yield from _load(session_id, key)
+        write = decide_settle(
+            stored, tool_call_id, ran=ran, result=result, now_ms=clock(), operator=operator
+        )
+        if write is None:
+            assert stored is not None
+            return stored
+        if (yield from _save(session_id, key, write, write.version)):
+            return replace(write, version=write.version + 1)
+    raise ExecutionClaimLost(f"Tool call {tool_call_id!r} kept changing; not settled.")
+
+
+# --------------------------------------------------------------------------- the facades
+
+
+class _LedgerBase:
+    def __init__(
+        self,
+        storage: Any,
+        session_id: str,
+        *,
+        owner: str | None = None,
+        clock: Callable[[], int] = now_ms,
+        encode: Callable[[Any], Any] = default_encode,
+    ) -> None:
+        self.storage = require_records(storage)
+        self.session_id = check_session_id(session_id)
+        self.owner = owner or default_owner()
+        self._clock = clock
+        self._encode = encode
+
+    def _execute(
+        self, tool_call_id: str, tool: str, args: Mapping[str, Any] | str | None, idempotent: bool
+    ) -> Plan[Execution]:
+        request = ClaimRequest(
+            tool_call_id=tool_call_id,
+            tool=tool,
+            args_digest=args_digest(args),
+            owner=self.owner,
+            claim=secrets.token_hex(16),
+            now_ms=self._clock(),
+            idempotent=idempotent,
+        )
+        return plan_execute(self.session_id, request, clock=self._clock, encode=self._encode)
+
+    def _settle(
+        self, tool_call_id: str, ran: bool, result: Any, operator: str | None
+    ) -> Plan[LedgerEntry]:
+        return plan_settle(
+            self.session_id,
+            tool_call_id,
+            ran=ran,
+            result=result,
+            operator=operator or self.owner,
+            clock=self._clock,
+        )
+
+
+def _unknown(entries: tuple[LedgerEntry, ...]) -> tuple[LedgerEntry, ...]:
+    return tuple(entry for entry in entries if entry.unknown)
+
+
+class ToolLedger(_LedgerBase):
+    """The ledger of one session over a sync ``RecordStorage``.
+
+    ``owner`` names this process in the claims it writes (default ``host:pid``); ``encode``
+    turns a body's value into the JSON that is recorded and replayed.
+    """
+
+    def execute(
+        self,
+        tool_call_id: str,
+        tool: str,
+        args: Mapping[str, Any] | str | None,
+        body: Callable[[], T],
+        *,
+        idempotent: bool = False,
+    ) -> Execution:
+        """Run ``body`` at most once for ``tool_call_id``; a repeat replays the recorded result.
+
+        Raises :class:`ExecutionUnknown` when another claim holds the call with an unknown
+        outcome (unless ``idempotent``), and re-raises the body's own exception once recorded.
+        """
+        if inspect.iscoroutinefunction(body):
+            raise ConfigError(ASYNC_BODY)
+        return run_sync(self._execute(tool_call_id, tool, args, idempotent), self.storage, body)
+
+    def get(self, tool_call_id: str) -> LedgerEntry | None:
+        return run_sync(plan_get(self.session_id, tool_call_id), self.storage)
+
+    def entries(self) -> tuple[LedgerEntry, ...]:
+        return run_sync(plan_entries(self.session_id), self.storage)
+
+    def unknown(self) -> tuple[LedgerEntry, ...]:
+        """Entries claimed and never finished (``execution_unknown`` for operators)."""
+        return _unknown(self.entries())
+
+    def settle(
+        self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
+    ) -> LedgerEntry:
+        """Settle an unknown execution: it ``ran`` (with ``result``), or it did not (released)."""
+        return run_sync(self._settle(tool_call_id, ran, result, operator), self.storage)
+
+
+class AsyncToolLedger(_LedgerBase):
+    """The asyncio twin of :class:`ToolLedger`: async or sync storage, async or sync body."""
+
+    async def execute(
+        self,
+        tool_call_id: str,
+        tool: str,
+        args: Mapping[str, Any] | str | None,
+        body: Callable[[], Awaitable[T] | T],
+        *,
+        idempotent: bool = False,
+    ) -> Execution:
+        return await run_async(
+            self._execute(tool_call_id, tool, args, idempotent), self.storage, body
+        )
+
+    async def get(self, tool_call_id: str) -> LedgerEntry | None:
+        return await run_async(plan_get(self.session_id, tool_call_id), self.storage)
+
+    async def entries(self) -> tuple[LedgerEntry, ...]:
+        return await run_async(plan_entries(self.session_id), self.storage)
+
+    async def unknown(self) -> tuple[LedgerEntry, ...]:
+        return _unknown(await self.entries())
+
+    async def settle(
+        self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
+    ) -> LedgerEntry:
+        return await run_async(self._settle(tool_call_id, ran, result, operator), self.storage)

@@ -1,0 +1,43 @@
+"""Backends for the bridge tests: a record-capable storage per backend, sync and async.
+
+``records_backend`` is parametrized over the adapters that have the ``RecordStorage``
+capability. Every client a test opens is its own adapter instance (its own connection), as
+separate processes' clients are; the memory backend shares one in-process store instead.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
+
+
+@dataclass
+class RecordsBackend:
+    name: str
+    sync: Callable[[], Any]
+    async_: Callable[[], Any]
+
+
+def _memory(tmp_path: Path, request: pytest.FixtureRequest) -> RecordsBackend:
+    shared = MemoryStorage()
+    return RecordsBackend("memory", lambda: shared, lambda: AsyncMemoryStorage(shared))
+
+
+def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> RecordsBackend:
+    from akchat_fsm.storage.sqlite import AsyncSQLiteStorage, SQLiteStorage
+
+    path = tmp_path / f"bridge-{uuid.uuid4().hex[:8]}.db"
+    return RecordsBackend("sqlite", lambda: SQLiteStorage(path), lambda: AsyncSQLiteStorage(path))
+
+
+BACKENDS: dict[str, Callable[[Path, pytest.FixtureRequest], RecordsBackend]] = {
+    "memory": _memory,
+    # "sqlite": _sqlite,  (enabled once the storage branch's SQLite records land)
+}

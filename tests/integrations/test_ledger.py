@@ -1,0 +1,298 @@
+"""The tool-execution ledger: a body runs at most once per tool call (ADR-0100).
+
+Every test runs on each record-capable backend; the async tests drive the same plans through
+the asyncio driver. Bodies count their runs in a list, so "ran once" is counted, not assumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from bridge_harness import RecordsBackend
+
+from akchat_fsm.errors import AlreadyResolved, ConfigError, OutcomeUnknown
+from akchat_fsm.integrations._bridge_io import LoadRecord, RunBody, SaveRecord
+from akchat_fsm.integrations.ledger import (
+    AsyncToolLedger,
+    ClaimRequest,
+    ExecutionState,
+    ExecutionUnknown,
+    LedgerEntry,
+    ToolCallMismatch,
+    ToolLedger,
+    args_digest,
+    decide_claim,
+    ledger_key,
+    plan_execute,
+)
+
+SID = "s-ledger"
+ARGS = {"to": "a@example.com"}
+
+
+def _ledger(backend: RecordsBackend, owner: str = "p1") -> ToolLedger:
+    return ToolLedger(backend.sync(), SID, owner=owner)
+
+
+def test_a_body_runs_once_and_a_repeat_replays_its_recorded_result(
+    records_backend: RecordsBackend,
+) -> None:
+    runs: list[str] = []
+
+    def body() -> dict[str, Any]:
+        runs.append("x")
+        return {"sent": True, "n": len(runs)}
+
+    first = _ledger(records_backend).execute("c1", "send", ARGS, body)
+    again = _ledger(records_backend, "p2").execute("c1", "send", ARGS, body)
+    assert runs == ["x"]
+    assert first.ran and first.value == {"sent": True, "n": 1}
+    assert not again.ran and again.value == {"sent": True, "n": 1}
+    assert again.entry.state is ExecutionState.EXECUTED and again.entry.outcome == "returned"
+    assert again.entry.owner == "p1"
+
+
+def test_concurrent_claimants_run_the_body_exactly_once(records_backend: RecordsBackend) -> None:
+    runs: list[int] = []
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def body() -> str:
+        with lock:
+            runs.append(1)
+        return "done"
+
+    def worker(i: int) -> None:
+        ledger = _ledger(records_backend, f"p{i}")
+        barrier.wait()
+        try:
+            execution = ledger.execute("c1", "send", ARGS, body)
+            label = "ran" if execution.ran else "replayed"
+        except ExecutionUnknown:
+            label = "unknown"  # the winner was still running it
+        with lock:
+            outcomes.append(label)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(runs) == 1
+    assert outcomes.count("ran") == 1 and len(outcomes) == 8
+    entry = _ledger(records_backend).get("c1")
+    assert entry is not None and entry.state is ExecutionState.EXECUTED
+
+
+def _crash_inside_body(storage: Any, tool_call_id: str = "c1") -> None:
+    """Step the real plan until the body would run, then abandon it (the claimant died)."""
+    request = ClaimRequest(tool_call_id, "send", args_digest(ARGS), "dead", "nonce-dead", 5)
+    plan = plan_execute(SID, request)
+    effect = next(plan)
+    while not isinstance(effect, RunBody):
+        if isinstance(effect, LoadRecord):
+            value: Any = storage.load_record(effect.session_id, effect.key)
+        else:
+            assert isinstance(effect, SaveRecord)
+            value = storage.save_record(
+                effect.session_id,
+                effect.key,
+                effect.text,
+                effect.expected_version,
+                processing=effect.processing,
+            )
+        effect = plan.send(value)
+    plan.close()
+
+
+def test_an_unknown_outcome_is_never_rerun_and_is_listed(records_backend: RecordsBackend) -> None:
+    storage = records_backend.sync()
+    _crash_inside_body(storage)
+    runs: list[int] = []
+    ledger = _ledger(records_backend)
+    with pytest.raises(ExecutionUnknown) as caught:
+        ledger.execute("c1", "send", ARGS, lambda: runs.append(1))
+    assert runs == []
+    assert isinstance(caught.value.record, LedgerEntry)
+    assert caught.value.record.owner == "dead"
+    assert [e.tool_call_id for e in ledger.unknown()] == ["c1"]
+    assert [p.session_id for p in storage.list_processing()] == [SID]
+
+
+def test_an_idempotent_tool_is_reclaimed_with_the_next_attempt(
+    records_backend: RecordsBackend,
+) -> None:
+    _crash_inside_body(records_backend.sync())
+    runs: list[int] = []
+    execution = _ledger(records_backend).execute(
+        "c1", "send", ARGS, lambda: runs.append(1) or "again", idempotent=True
+    )
+    assert runs == [1] and execution.ran
+    assert execution.entry.attempt == 2 and execution.entry.state is ExecutionState.EXECUTED
+    assert records_backend.sync().list_processing() == []
+
+
+def test_operators_settle_an_unknown_outcome_either_way(records_backend: RecordsBackend) -> None:
+    _crash_inside_body(records_backend.sync(), "ran")
+    _crash_inside_body(records_backend.sync(), "lost")
+    ledger = _ledger(records_backend)
+    settled = ledger.settle("ran", ran=True, result="receipt-7", operator="ops")
+    assert settled.outcome == "settled" and settled.owner == "ops"
+    runs: list[str] = []
+    replay = ledger.execute("ran", "send", ARGS, lambda: runs.append("ran"))
+    assert not replay.ran and replay.value == "receipt-7"
+    released = ledger.settle("lost", ran=False)
+    assert released.state is ExecutionState.RELEASED
+    rerun = ledger.execute("lost", "send", ARGS, lambda: runs.append("lost") or "ok")
+    assert rerun.ran and rerun.entry.attempt == 2
+    assert runs == ["lost"]
+    with pytest.raises(AlreadyResolved):
+        ledger.settle("lost", ran=False)
+    assert ledger.unknown() == ()
+
+
+def test_a_raising_body_is_recorded_and_not_run_again(records_backend: RecordsBackend) -> None:
+    runs: list[int] = []
+
+    def body() -> None:
+        runs.append(1)
+        raise RuntimeError("smtp down")
+
+    ledger = _ledger(records_backend)
+    with pytest.raises(RuntimeError, match="smtp down"):
+        ledger.execute("c1", "send", ARGS, body)
+    replay = ledger.execute("c1", "send", ARGS, body)
+    assert runs == [1]
+    assert not replay.ran and replay.entry.outcome == "raised"
+    assert replay.entry.error == "RuntimeError: smtp down"
+
+
+def test_an_id_reused_for_another_call_is_refused(records_backend: RecordsBackend) -> None:
+    ledger = _ledger(records_backend)
+    ledger.execute("c1", "send", ARGS, lambda: 1)
+    with pytest.raises(ToolCallMismatch):
+        ledger.execute("c1", "send", {"to": "b@example.com"}, lambda: 2)
+    with pytest.raises(ToolCallMismatch):
+        ledger.execute("c1", "delete", ARGS, lambda: 3)
+
+
+class _UnknownAfterApply:
+    """A real store whose next record save applies and then reports an unknown outcome."""
+
+    def __init__(self, inner: Any, *, apply: bool) -> None:
+        self.inner = inner
+        self.apply = apply
+        self.armed = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def save_record(self, *args: Any, **kwargs: Any) -> bool:
+        if self.armed:
+            self.armed = False
+            if self.apply:
+                self.inner.save_record(*args, **kwargs)
+            raise OutcomeUnknown("injected")
+        return bool(self.inner.save_record(*args, **kwargs))
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_an_unknown_claim_save_is_settled_by_its_nonce(
+    records_backend: RecordsBackend, applied: bool
+) -> None:
+    storage = _UnknownAfterApply(records_backend.sync(), apply=applied)
+    runs: list[int] = []
+    execution = ToolLedger(storage, SID, owner="p1").execute(
+        "c1", "send", ARGS, lambda: runs.append(1) or "ok"
+    )
+    assert runs == [1] and execution.ran
+    assert execution.entry.attempt == 1 and execution.entry.state is ExecutionState.EXECUTED
+
+
+def test_storage_without_records_is_a_config_error_naming_the_capability() -> None:
+    class EnvelopeOnly:
+        def load(self, session_id: str) -> None:
+            return None
+
+        def save(self, snapshot: Any, expected: int | None) -> bool:
+            return True
+
+    with pytest.raises(ConfigError, match="RecordStorage"):
+        ToolLedger(EnvelopeOnly(), SID)
+
+
+def test_an_async_body_on_the_sync_ledger_is_refused_before_any_write(
+    records_backend: RecordsBackend,
+) -> None:
+    async def body() -> str:
+        return "never"
+
+    ledger = _ledger(records_backend)
+    with pytest.raises(ConfigError, match="async"):
+        ledger.execute("c1", "send", ARGS, body)
+    assert ledger.entries() == ()
+
+
+def test_odd_tool_call_ids_get_a_hashed_key(records_backend: RecordsBackend) -> None:
+    odd = "call id with spaces/and/slashes " + "x" * 300
+    assert ledger_key(odd).startswith("call:sha256:")
+    assert ledger_key("toolu_01ABC-x.y:z") == "call:toolu_01ABC-x.y:z"
+    ledger = _ledger(records_backend)
+    ledger.execute(odd, "send", ARGS, lambda: "ok")
+    entry = ledger.get(odd)
+    assert entry is not None and entry.tool_call_id == odd
+
+
+def test_the_claim_decision_table() -> None:
+    req = ClaimRequest("c1", "send", "d", "me", "mine", 10)
+    assert decide_claim(None, req).action == "run"
+
+    def entry(state: ExecutionState, claim: str = "theirs") -> LedgerEntry:
+        return LedgerEntry("c1", "send", "d", state, 1, claim, "o", 1, version=3)
+
+    assert decide_claim(entry(ExecutionState.EXECUTED), req).action == "replay"
+    assert decide_claim(entry(ExecutionState.EXECUTING), req).action == "unknown"
+    own = decide_claim(entry(ExecutionState.EXECUTING, "mine"), req)
+    assert own.action == "run" and own.write is None
+    for stored, idempotent in (
+        (entry(ExecutionState.EXECUTING), True),
+        (entry(ExecutionState.RELEASED), False),
+    ):
+        again = decide_claim(stored, ClaimRequest("c1", "send", "d", "me", "mine", 10, idempotent))
+        assert again.action == "run" and again.expected == 3
+        assert again.write is not None and again.write.attempt == 2
+
+
+def test_the_async_twin_runs_the_same_plans(records_backend: RecordsBackend) -> None:
+    runs: list[str] = []
+
+    async def body() -> str:
+        runs.append("x")
+        await asyncio.sleep(0)
+        return "async-done"
+
+    async def scenario() -> None:
+        storage = records_backend.async_()
+        ledgers = [AsyncToolLedger(storage, SID, owner=f"a{i}") for i in range(4)]
+        results = await asyncio.gather(
+            *(ledger.execute("c1", "send", ARGS, body) for ledger in ledgers),
+            return_exceptions=True,
+        )
+        ran = [r for r in results if not isinstance(r, BaseException) and r.ran]
+        assert len(ran) == 1 and ran[0].value == "async-done"
+        for r in results:
+            assert not isinstance(r, BaseException) or isinstance(r, ExecutionUnknown)
+        replay = await ledgers[0].execute("c1", "send", ARGS, body)
+        assert not replay.ran and replay.value == "async-done"
+        # a sync body on the async ledger works too
+        sync_runs = await ledgers[1].execute("c2", "send", ARGS, lambda: "sync-body")
+        assert sync_runs.ran and sync_runs.value == "sync-body"
+        assert await ledgers[2].unknown() == ()
+        assert len(await ledgers[3].entries()) == 2
+
+    asyncio.run(scenario())
+    assert runs == ["x"]
