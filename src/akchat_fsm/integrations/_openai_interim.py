@@ -27,14 +27,6 @@ REJECTED_MESSAGE = "Tool execution was rejected by the approver."
 EXPIRED_MESSAGE = "The approval request expired before anyone decided; the tool did not run."
 
 
-class ExecutionUnknown(AkchatError):
-    """A tool body was claimed by a process that did not record its outcome: never re-run."""
-
-    def __init__(self, call_id: str) -> None:
-        super().__init__(f"Tool call {call_id!r} started elsewhere and its outcome is unknown.")
-        self.call_id = call_id
-
-
 # --------------------------------------------------------------------------- effects
 
 
@@ -131,52 +123,6 @@ def decision_for(binding: ConfirmationBinding, denial: str | None) -> Decision |
     if status is ConfirmationStatus.EXPIRED:
         return Decision(False, EXPIRED_MESSAGE)
     return None
-
-
-# --------------------------------------------------------------------------- ledger
-
-
-@dataclass(frozen=True)
-class Claim:
-    """``run`` True: this process must run the body; else ``result`` is the recorded one."""
-
-    key: str
-    run: bool
-    version: int
-    body: dict[str, Any]
-
-
-def plan_claim(call: Call, owner: str) -> Plan[Claim]:
-    key = record_key("call", call.call_id)
-    for _ in range(4):
-        stored = yield LoadRecord(key)
-        if stored is None:
-            body = {"state": "executing", "call_id": call.call_id, "tool": call.tool, "args": dict(call.args),
-                    "owner": owner, "attempt": 1}
-            if (yield SaveRecord(key, dumps(body), None, True)):
-                return Claim(key, True, 1, body)
-            continue
-        version, text = stored
-        body = json.loads(text)
-        if body["state"] == "executed":
-            return Claim(key, False, version, body)
-        raise ExecutionUnknown(call.call_id)
-    raise ExecutionUnknown(call.call_id)  # pragma: no cover - a create lost, then vanished
-
-
-def plan_record(claim: Claim, outcome: str, result: Any) -> Plan[None]:
-    body = {**claim.body, "state": "executed", "outcome": outcome, "result": result}
-    for _ in range(16):
-        try:
-            saved = yield SaveRecord(claim.key, dumps(body), claim.version, False)
-        except (StorageUnavailable, OutcomeUnknown):
-            continue
-        if saved:
-            return
-        stored = yield LoadRecord(claim.key)
-        if stored is not None and json.loads(stored[1])["state"] == "executed":
-            return
-    raise OutcomeUnknown("could not record a tool body's outcome")  # pragma: no cover
 
 
 # --------------------------------------------------------------------------- run record

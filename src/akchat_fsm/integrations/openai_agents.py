@@ -37,6 +37,7 @@ from ..machines.confirmation import ConfirmationEvent
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
 from . import _openai_interim as shared
+from .ledger import AsyncToolLedger, ExecutionUnknown, LedgerEntry
 from ._openai_interim import Call, Decision, LoadRecord, Plan, RunRecord, SaveRecord
 
 __all__ = [
@@ -383,13 +384,13 @@ def plan_reconcile(owner: str) -> Plan[BridgeReconcile]:
             runs.append(
                 (yield from plan_resume(record.run_id, owner, take_over=record.state == "continuing"))
             )
-        except shared.ExecutionUnknown:
+        except ExecutionUnknown:
             runs.append(RunOutcome(record.run_id, "continuing"))
     unknown = []
     for key in (yield ListRecords("call:")):
-        stored = yield LoadRecord(key)
-        if stored is not None and json.loads(stored[1])["state"] == "executing":
-            unknown.append(str(json.loads(stored[1])["call_id"]))
+        entry = LedgerEntry.from_stored((yield LoadRecord(key)))
+        if entry is not None and entry.unknown:
+            unknown.append(entry.tool_call_id)
     return BridgeReconcile(tuple(settled), tuple(runs), tuple(unknown))
 
 
@@ -445,25 +446,22 @@ class _Bridge:
         self.run_config = run_config
         self.owner = owner or shared.new_owner()
         self._options: dict[str, Any] = {} if ttl_ms is None else {"ttl_ms": ttl_ms}
+        self._ledger = AsyncToolLedger(storage, session.session_id, owner=self.owner)
 
     async def _plan(self, plan: Plan[Any]) -> Any:
         raise NotImplementedError  # pragma: no cover - each flavour drives plans its own way
 
     async def _guard(self, inner: Invoke, ctx: ToolContext[Any], args_json: str) -> Any:
-        """One tool body through the ledger: claimed by CAS, its outcome recorded, replayed."""
-        call = Call(ctx.tool_call_id, ctx.tool_name, _parse_args(args_json))
-        claim = await self._plan(shared.plan_claim(call, self.owner))
-        if not claim.run:
-            if claim.body.get("outcome") == "raised":
-                raise RuntimeError(claim.body.get("result"))
-            return claim.body.get("result")
-        try:
-            output = await inner(ctx, args_json)
-        except Exception as exc:
-            await self._plan(shared.plan_record(claim, "raised", repr(exc)))
-            raise
-        await self._plan(shared.plan_record(claim, "returned", _jsonable(output)))
-        return output
+        """One tool body through the ledger: claimed by CAS, its outcome recorded, replayed.
+
+        The SDK awaits tool bodies, so both flavours use the asyncio ledger; it calls a sync
+        storage directly (the sync bridge's SDK loop runs inside its own thread's call)."""
+        execution = await self._ledger.execute(
+            ctx.tool_call_id, ctx.tool_name, args_json, lambda: inner(ctx, args_json)
+        )
+        if not execution.ran and execution.entry.outcome == "raised":
+            raise RuntimeError(f"replayed outcome: {execution.entry.error}")
+        return execution.value
 
 
 class OpenAIAgentsBridge(_Bridge):
