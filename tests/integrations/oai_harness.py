@@ -80,12 +80,17 @@ class Host:
     session_id: str = "s1"
     clock: Callable[[], int] | None = None
     ttl_ms: int | None = None
+    idempotent_tools: tuple[str, ...] = ()
 
     def bridge(self) -> Any:
         options: dict[str, Any] = {"run_config": RUN_CONFIG}
         if self.ttl_ms is not None:
             options["ttl_ms"] = self.ttl_ms
+        if self.idempotent_tools:
+            options["idempotent_tools"] = self.idempotent_tools
         clock = {} if self.clock is None else {"clock": self.clock}
+        if self.clock is not None:
+            options["clock"] = self.clock
         if self.flavour == "sync":
             session = resume_chat_session(
                 DEFINITION, session_id=self.session_id, storage=self.storage, **clock

@@ -1,0 +1,147 @@
+"""One host process of the cross-process bridge tests: ``python oai_worker.py SPEC``.
+
+``SPEC`` is JSON: ``db`` (SQLite path), ``log`` (the execution log), ``command``
+(``start`` / ``approve`` / ``reject`` / ``reconcile``), its arguments, and optionally
+``go`` (a file to wait for, so racers start together), ``kill_after_write`` (SIGKILL this
+process right after its N-th storage write applied) or ``kill_in_body`` (SIGKILL inside a
+tool body, after its side effect). Prints one JSON line: what the call returned or raised.
+
+The execution log is the proof's ground truth: every tool body and every model request
+appends a line with ``O_APPEND`` + ``fsync``, so it survives the SIGKILL of its writer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from agents import Agent, RunConfig, function_tool  # noqa: E402
+from agents.tool_context import ToolContext  # noqa: E402
+from oai_harness import DEFINITION, ExecutionLog  # noqa: E402
+from oai_models import ScriptedModel  # noqa: E402
+
+from akchat_fsm.errors import AkchatError  # noqa: E402
+from akchat_fsm.integrations.openai_agents import OpenAIAgentsBridge  # noqa: E402
+from akchat_fsm.session import resume_chat_session  # noqa: E402
+from akchat_fsm.storage.sqlite import SQLiteStorage  # noqa: E402
+
+BATCHES = [[("send_email", {"to": "a@x"}), ("lookup", {"q": "z"}), ("send_email", {"to": "b@x"})]]
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillingStorage:
+    """The SQLite adapter, with a SIGKILL right after the N-th write that applied."""
+
+    def __init__(self, inner: SQLiteStorage, kill_after: int | None) -> None:
+        self.inner, self.kill_after, self.writes = inner, kill_after, 0
+
+    def _wrote(self, applied: bool) -> bool:
+        if applied:
+            self.writes += 1
+            if self.writes == self.kill_after:
+                die()
+        return applied
+
+    def save(self, snapshot: Any, expected: int | None) -> bool:
+        return self._wrote(self.inner.save(snapshot, expected))
+
+    def save_record(self, *args: Any, **kwargs: Any) -> bool:
+        return self._wrote(self.inner.save_record(*args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class LoggedModel(ScriptedModel):
+    def __init__(self, log: ExecutionLog) -> None:
+        super().__init__(BATCHES)
+        self.log = log
+
+    async def get_response(self, system_instructions: Any, input: Any, *a: Any, **k: Any) -> Any:
+        response = await super().get_response(system_instructions, input, *a, **k)
+        self.log.append("model:" + ",".join(getattr(o, "call_id", "text") for o in response.output))
+        return response
+
+
+def agent_for(log: ExecutionLog, kill_in_body: bool) -> Agent[Any]:
+    @function_tool(needs_approval=True)
+    def send_email(ctx: ToolContext[Any], to: str) -> str:
+        """Send an email."""
+        log.append(f"body:{ctx.tool_call_id}")
+        if kill_in_body:
+            die()
+        return f"sent to {to}"
+
+    @function_tool
+    def lookup(ctx: ToolContext[Any], q: str) -> str:
+        """Look something up."""
+        log.append(f"body:{ctx.tool_call_id}")
+        return f"found {q}"
+
+    return Agent(name="assistant", model=LoggedModel(log), tools=[send_email, lookup])
+
+
+def main(spec: dict[str, Any]) -> dict[str, Any]:
+    log = ExecutionLog(Path(spec["log"]))
+    storage = KillingStorage(SQLiteStorage(spec["db"]), spec.get("kill_after_write"))
+    if spec.get("go"):
+        while not os.path.exists(spec["go"]):  # a start line for racers, not a timing bound
+            time.sleep(0.005)
+    session = resume_chat_session(DEFINITION, session_id="s1", storage=storage)
+    bridge = OpenAIAgentsBridge(
+        session,
+        agent_for(log, bool(spec.get("kill_in_body"))),
+        run_config=RunConfig(tracing_disabled=True),
+    )
+    command = spec["command"]
+    try:
+        if command == "start":
+            result: Any = bridge.run(spec["prompt"], run_id=spec["run_id"])
+        elif command == "approve":
+            result = bridge.approve(spec["token"])
+        elif command == "reject":
+            result = bridge.reject(spec["token"], spec.get("reason"))
+        elif command == "settle":
+            result = bridge.settle_execution(
+                spec["call_id"], ran=spec["ran"], result=spec.get("result")
+            )
+        else:
+            result = bridge.reconcile()
+    except AkchatError as exc:
+        return {"error": type(exc).__name__, "message": str(exc), "writes": storage.writes}
+    return {"result": describe(result), "writes": storage.writes}
+
+
+def describe(result: Any) -> Any:
+    if hasattr(result, "binding"):  # a decision, and its run when it went on to continue it
+        return {"binding": describe(result.binding), "run": result.run and describe(result.run)}
+    if hasattr(result, "runs"):  # a reconcile report
+        return {
+            "runs": [describe(r) for r in result.runs],
+            "unknown": [e.tool_call_id for e in result.execution_unknown],
+        }
+    if hasattr(result, "run_id"):
+        return {
+            "run_id": result.run_id,
+            "status": result.status,
+            "output": result.output,
+            "replayed": result.replayed,
+            "pending": [[p.token, p.tool_call_id] for p in result.pending],
+        }
+    if hasattr(result, "token"):
+        return {"binding": [result.token, result.tool_call_id, str(result.status)]}
+    return {"entry": [result.tool_call_id, str(result.state)]}
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(sys.argv[1]))), flush=True)

@@ -1,0 +1,164 @@
+"""Separate host processes on one SQLite file, with the real ``openai-agents`` package.
+
+* Racing approvers: several processes approve the same call at once; the tool body runs
+  once, the run continues once (one model request after the decisions), and every loser is
+  told so with a typed error or the recorded outcome.
+* Enumerated SIGKILL points: the approve that settles a run's last call is killed right after
+  each of its storage writes in turn, and inside the tool body; then reconcile (and, for an
+  unknown execution, the operator's verdict read from the log). Counted in the durable
+  execution log: every body ran at most once, every ``approved`` call exactly once, every
+  execution has an ``approved`` record, nothing is left processing, and the run completes
+  with the same output as without a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from akchat_fsm.storage.sqlite import SQLiteStorage
+
+WORKER = Path(__file__).resolve().parent / "oai_worker.py"
+SRC = Path(__file__).resolve().parents[2] / "src"
+CLEAN_OUTPUT = "done: found z; sent to a@x; sent to b@x"
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(SQLiteStorage, "save_record"), reason="SQLite records arrive with the storage branch"
+)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+def spawn(spec: dict[str, Any]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[int, dict[str, Any] | None]:
+    out, err = proc.communicate(timeout=240)
+    if proc.returncode not in (0, -9):
+        raise AssertionError(f"worker failed ({proc.returncode}): {err[-2000:]}")
+    return proc.returncode, (json.loads(out.splitlines()[-1]) if proc.returncode == 0 else None)
+
+
+def call(base: dict[str, Any], **spec: Any) -> tuple[int, dict[str, Any] | None]:
+    return finish(spawn({**base, **spec}))
+
+
+def start(tmp_path: Path) -> tuple[dict[str, Any], list[list[str]]]:
+    base = {"db": str(tmp_path / "s.db"), "log": str(tmp_path / "exec.log")}
+    code, out = call(base, command="start", run_id="r1", prompt="mail both")
+    assert code == 0 and out is not None, out
+    assert out["result"]["status"] == "paused"
+    return base, out["result"]["pending"]
+
+
+def log_lines(base: dict[str, Any]) -> list[str]:
+    path = Path(base["log"])
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def bodies(base: dict[str, Any]) -> list[str]:
+    return [line.split(":", 1)[1] for line in log_lines(base) if line.startswith("body:")]
+
+
+def stored(base: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any], list[Any]]:
+    storage = SQLiteStorage(base["db"])
+    try:
+        envelope = json.loads(storage.load("s1"))
+        statuses = {c["toolCallId"]: c["status"] for c in envelope["confirmations"]}
+        run = json.loads(storage.load_record("s1", "run:r1")[1])
+        return statuses, run, storage.list_processing()
+    finally:
+        storage.close()
+
+
+def test_racing_approver_processes_run_the_body_once(tmp_path: Path) -> None:
+    base, pending = start(tmp_path)
+    (token_a, call_a), (token_b, call_b) = pending
+    assert call(base, command="approve", token=token_a)[1]["result"]["run"]["status"] == "waiting"
+    go = tmp_path / "go"
+    racers = [spawn({**base, "command": "approve", "token": token_b, "go": str(go)}) for _ in range(4)]
+    go.touch()
+    results = [finish(p)[1] for p in racers]
+    # exactly one racer continued the run; the others lost to it, typed or with its record
+    runs = [r["result"]["run"] for r in results if "result" in r]
+    continued = [r for r in runs if r["status"] == "completed" and not r["replayed"]]
+    assert len(continued) == 1 and continued[0]["output"] == CLEAN_OUTPUT
+    for r in results:  # every other racer lost, typed, or was told what the winner recorded
+        assert r.get("error") in (None, "ResolutionInProgress"), r
+    assert all(r["status"] in ("completed", "continuing") for r in runs)
+    sibling = bodies(base)[0]  # the ungated lookup ran in the pausing run
+    assert sorted(bodies(base)) == sorted([sibling, call_a, call_b])
+    models = [line for line in log_lines(base) if line.startswith("model:")]
+    assert models == [f"model:{call_a},{sibling},{call_b}", "model:text"]  # continued once
+    statuses, run, processing = stored(base)
+    assert statuses == {call_a: "approved", call_b: "approved"}
+    assert run["state"] == "completed" and processing == []
+
+
+def _settle_and_check(base: dict[str, Any], call_a: str, call_b: str) -> None:
+    """Reconcile as an operator would after a crash, then check every guarantee."""
+    code, report = call(base, command="reconcile")
+    assert code == 0 and report is not None and "result" in report, report
+    for call_id in report["result"]["unknown"]:
+        # an unknown execution is never re-run: the operator reads the log and says whether
+        # the body acted, then reconcile continues the run with that verdict
+        ran = call_id in bodies(base)
+        result = "sent to b@x" if ran else None  # what the operator found the body did
+        assert call(base, command="settle", call_id=call_id, ran=ran, result=result)[0] == 0
+        code, report = call(base, command="reconcile")
+        assert code == 0 and report is not None and report["result"]["unknown"] == [], report
+    statuses, run, processing = stored(base)
+    ran = bodies(base)
+    assert len(ran) == len(set(ran)), ran  # every tool body ran at most once
+    approved = [c for c, s in statuses.items() if s == "approved"]
+    assert sorted(approved) == sorted([call_a, call_b])
+    for call_id in approved:
+        assert ran.count(call_id) == 1, (call_id, ran)  # every approval: exactly one execution
+    gated = [c for c in ran if c in statuses]
+    assert all(statuses[c] == "approved" for c in gated)  # no execution without an approval
+    assert run["state"] == "completed" and run["output"] == CLEAN_OUTPUT
+    assert processing == []  # nothing left processing
+
+
+def _approve_last_writes(tmp_path: Path) -> int:
+    """How many storage writes the approve that settles the run's last call makes."""
+    base, ((token_a, _), (token_b, _)) = start(tmp_path / "measure")
+    call(base, command="approve", token=token_a)
+    code, out = call(base, command="approve", token=token_b)
+    assert code == 0 and out is not None and out["result"]["run"]["status"] == "completed"
+    return int(out["writes"])
+
+
+def test_sigkill_at_every_write_of_the_last_approval_then_reconcile(tmp_path: Path) -> None:
+    (tmp_path / "measure").mkdir()
+    writes = _approve_last_writes(tmp_path)
+    # claim approving, approved, run continuing, ledger executing, executed (x1 for b),
+    # run completed: each is a kill point, plus the tool body itself
+    assert writes >= 6, writes
+    points: list[dict[str, Any]] = [{"kill_after_write": n} for n in range(1, writes + 1)]
+    points.append({"kill_in_body": True})
+    killed = 0
+    for index, point in enumerate(points):
+        case = tmp_path / f"k{index}"
+        case.mkdir()
+        base, ((token_a, call_a), (token_b, call_b)) = start(case)
+        call(base, command="approve", token=token_a)
+        code, _ = call(base, command="approve", token=token_b, **point)
+        killed += code == -9
+        _settle_and_check(base, call_a, call_b)
+    assert killed == len(points)  # every enumerated point was really reached and killed
