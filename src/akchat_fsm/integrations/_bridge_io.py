@@ -15,8 +15,8 @@ only the plan knows what it must record before re-raising it.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias, TypeVar
 
 from ..errors import AkchatError, ConfigError, OutcomeUnknown, StorageUnavailable
@@ -24,6 +24,7 @@ from ..errors import AkchatError, ConfigError, OutcomeUnknown, StorageUnavailabl
 __all__ = [
     "BodyOutcome",
     "Effect",
+    "Invoke",
     "ListRecords",
     "LoadRecord",
     "Plan",
@@ -42,6 +43,8 @@ RECORDS_NEEDED = (
 )
 RECORDS_HINT = "Use a shipped adapter (memory, SQLite, PostgreSQL, Redis) or add the capability."
 ASYNC_BODY = "An async tool body was given to a sync API; use the async twin."
+ASYNC_STORAGE = "An asyncio storage was given to a sync API; use the async twin."
+ASYNC_PORT = "An asyncio session or runtime was given to a sync API; use the async twin."
 _RECORD_METHODS = ("load_record", "save_record", "list_records", "delete_record")
 
 
@@ -85,6 +88,17 @@ class RunBody:
 
 
 @dataclass(frozen=True, slots=True)
+class Invoke:
+    """Call ``method`` of the named port (the session, the runtime); its exception is thrown
+    into the plan unmapped, because only the plan knows what the failure leaves behind."""
+
+    port: str
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class BodyOutcome:
     """What the body did: returned ``value``, or raised ``error``."""
 
@@ -92,7 +106,7 @@ class BodyOutcome:
     error: BaseException | None = None
 
 
-Effect: TypeAlias = LoadRecord | SaveRecord | ListRecords | RunBody
+Effect: TypeAlias = LoadRecord | SaveRecord | ListRecords | RunBody | Invoke
 Plan: TypeAlias = Generator[Effect, Any, T]
 Body = Callable[[], Any]
 
@@ -131,6 +145,16 @@ def _advance(plan: Plan[Any], value: Any, error: Exception | None) -> tuple[bool
         return True, stop.value
 
 
+def _not_awaitable(value: Any, message: str) -> Any:
+    """A sync driver never holds an awaitable: close it and refuse (it never ran)."""
+    if inspect.isawaitable(value):
+        close = getattr(value, "close", None)
+        if close is not None:
+            close()
+        raise ConfigError(message)
+    return value
+
+
 def _no_body() -> Any:
     raise ConfigError("This plan has no tool body to run.")
 
@@ -140,34 +164,35 @@ def _run_sync_body(body: Body) -> BodyOutcome:
         result = body()
     except Exception as exc:  # recorded by the plan, then re-raised by it
         return BodyOutcome(error=exc)
-    if inspect.isawaitable(result):
-        # An async body on the sync API never ran: close it and fail loudly, never record a
-        # coroutine object as the tool's result.
-        close = getattr(result, "close", None)
-        if close is not None:
-            close()
-        return BodyOutcome(error=ConfigError(ASYNC_BODY))
-    return BodyOutcome(value=result)
+    try:
+        # An async body on the sync API never ran: never record a coroutine as its result.
+        return BodyOutcome(value=_not_awaitable(result, ASYNC_BODY))
+    except ConfigError as exc:
+        return BodyOutcome(error=exc)
 
 
-def run_sync(plan: Plan[T], storage: Any, body: Body = _no_body) -> T:
-    """Run ``plan`` to completion with a sync storage and a sync ``body``."""
+def _invoke(ports: Mapping[str, Any], effect: Invoke) -> Any:
+    return getattr(ports[effect.port], effect.method)(*effect.args, **effect.kwargs)
+
+
+def run_sync(
+    plan: Plan[T], storage: Any, body: Body = _no_body, ports: Mapping[str, Any] | None = None
+) -> T:
+    """Run ``plan`` to completion with a sync storage, a sync ``body`` and sync ports."""
     done, out = _advance(plan, None, None)
     while not done:
         value: Any = None
         error: Exception | None = None
         if isinstance(out, RunBody):
             value = _run_sync_body(body)
+        elif isinstance(out, Invoke):
+            try:
+                value = _not_awaitable(_invoke(ports or {}, out), ASYNC_PORT)
+            except Exception as exc:  # the plan decides what a failed call means
+                error = exc
         else:
             try:
-                value = _call(storage, out)
-                if inspect.isawaitable(value):
-                    close = getattr(value, "close", None)
-                    if close is not None:
-                        close()
-                    raise ConfigError(
-                        "An asyncio storage was given to a sync API; use the async twin."
-                    )
+                value = _not_awaitable(_call(storage, out), ASYNC_STORAGE)
             except Exception as exc:
                 error = _mapped(out, exc)
         done, out = _advance(plan, value, error)
@@ -178,8 +203,13 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-async def run_async(plan: Plan[T], storage: Any, body: Callable[[], Any] = _no_body) -> T:
-    """Run ``plan`` to completion, awaiting storage calls and the body where they are awaitable."""
+async def run_async(
+    plan: Plan[T],
+    storage: Any,
+    body: Callable[[], Any] = _no_body,
+    ports: Mapping[str, Any] | None = None,
+) -> T:
+    """Run ``plan`` to completion, awaiting storage, body and port calls where awaitable."""
     done, out = _advance(plan, None, None)
     while not done:
         value: Any = None
@@ -189,6 +219,11 @@ async def run_async(plan: Plan[T], storage: Any, body: Callable[[], Any] = _no_b
                 value = BodyOutcome(value=await _maybe_await(body()))
             except Exception as exc:  # recorded by the plan, then re-raised by it
                 value = BodyOutcome(error=exc)
+        elif isinstance(out, Invoke):
+            try:
+                value = await _maybe_await(_invoke(ports or {}, out))
+            except Exception as exc:  # the plan decides what a failed call means
+                error = exc
         else:
             try:
                 value = await _maybe_await(_call(storage, out))

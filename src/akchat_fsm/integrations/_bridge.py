@@ -1,0 +1,780 @@
+"""What every agent-runtime bridge shares: confirmations, the run record, reconcile, the guard.
+
+A runtime module (pydantic-ai, the OpenAI Agents SDK) supplies only a *runtime port*: ``start``
+a run and ``resume`` a paused one from its serialised state, each returning a
+:class:`RuntimeResult`, with approved tool bodies executed through the :class:`ExecutionGuard`
+it is given. Everything else is here, written once as plans run by the drivers of
+:mod:`._bridge_io`:
+
+* a paused run is saved as a run record (CAS create), then each call awaiting approval becomes
+  a confirmation (``toolCallId`` = the runtime's call id, ``action`` = tool name, ``input`` =
+  arguments, expiry = ``ttl_ms``) through :class:`BridgeUpstream`, whose ``approve``/``deny``
+  have no side effect (the side effect is the tool body, guarded by the ledger);
+* approve / reject / expire are the session's two-CAS resolutions; a rejection's reason is kept
+  beside the envelope so it reaches the model;
+* a run continues exactly once, when every call is decided: the process whose CAS claim on the
+  run record applied resumes the runtime, the body of each approved call runs through the ledger,
+  and the run's next state is saved from that claim;
+* reconcile settles processing confirmations from the ledger (:class:`LedgerMemory`), recovers
+  continuations whose claimant is gone and lists executions with an unknown outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+from ..errors import ConfigError, ConfirmationError, OutcomeUnknown
+from ..machines.confirmation import ConfirmationEvent
+from ..session.ports import ToolCallProposal
+from ..session.session import ReconcileOutcome
+from ..storage._cas import check_session_id, now_ms
+from ..wire.session import ConfirmationBinding
+from ._bridge_io import Invoke, ListRecords, LoadRecord, Plan, SaveRecord, require_records
+from ._bridge_io import run_async as _run_async
+from ._bridge_io import run_sync as _run_sync
+from ._bridge_runs import (
+    RUN_PREFIX,
+    CallDecision,
+    PendingCall,
+    RunInProgress,
+    RunRecord,
+    RunState,
+    decide_continue,
+    decide_readiness,
+    decide_settle_run,
+    denial_key,
+    run_key,
+)
+from .ledger import (
+    AsyncToolLedger,
+    Execution,
+    ExecutionState,
+    LedgerEntry,
+    default_owner,
+    plan_entries,
+    plan_get,
+)
+
+__all__ = [
+    "AsyncBridge",
+    "AsyncBridgeUpstream",
+    "AsyncLedgerMemory",
+    "Bridge",
+    "BridgeReport",
+    "BridgeUpstream",
+    "CallDecision",
+    "Decided",
+    "ExecutionGuard",
+    "LedgerMemory",
+    "PendingCall",
+    "RunInProgress",
+    "RunOutcome",
+    "RunRecord",
+    "RunState",
+    "RuntimePort",
+    "RuntimeResult",
+]
+
+T = TypeVar("T")
+#: The reason the session's reconcile sends when it re-issues a rejection (not the reviewer's).
+_RECONCILED_REASON = "confirmation rejected"
+_EXPIRED_REASON = "confirmation expired"
+SAVE_ATTEMPTS = 4
+
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeResult:
+    """What a runtime step ended with: ``calls`` deferred (paused), or ``None`` (completed)."""
+
+    snapshot: str
+    calls: tuple[PendingCall, ...] | None
+    #: The runtime's own output object (completed), and its JSON form for the run record.
+    output: Any = None
+    output_json: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """Where a run stands after a bridge call.
+
+    ``status``: ``"completed"`` (``output``: the runtime's output when this call produced it,
+    its recorded JSON otherwise), ``"paused"`` (``pending`` confirmations and ``external``
+    calls await decisions / host results), ``"waiting"`` (the run is paused and some of its
+    calls are still undecided), or ``"continuing"`` (another process holds its continuation).
+    """
+
+    run_id: str
+    status: str
+    output: Any = None
+    pending: tuple[ConfirmationBinding, ...] = ()
+    external: tuple[PendingCall, ...] = ()
+    #: The runtime's serialised state (message history, ``RunState``) as stored.
+    snapshot: str = ""
+    #: ``True`` when this call ran nothing and reports what another call recorded.
+    replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A resolved confirmation, and its run's outcome when the bridge went on to continue it
+    (``None`` when asked not to, or when the call belongs to no run of this session)."""
+
+    binding: ConfirmationBinding
+    run: RunOutcome | None
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeReport:
+    """What :meth:`Bridge.reconcile` did: the session's confirmation outcomes, each run it
+    continued or found waiting, and the executions whose outcome is unknown (never re-run:
+    an operator settles them with ``bridge.ledger.settle``)."""
+
+    confirmations: tuple[ReconcileOutcome, ...]
+    runs: tuple[RunOutcome, ...]
+    execution_unknown: tuple[LedgerEntry, ...]
+
+
+class RuntimePort(Protocol):
+    """What a runtime module supplies (sync flavour; the async one has awaitable methods)."""
+
+    runtime: str
+
+    def start(self, *args: Any, **kwargs: Any) -> RuntimeResult: ...
+
+    def resume(
+        self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
+    ) -> RuntimeResult:
+        """Continue ``run`` (its ``snapshot``, ``calls`` and host ``external`` results) with
+        ``decisions``; approved bodies must run through ``guard.execute``."""
+
+
+# --------------------------------------------------------------------------- the guard
+
+
+class ExecutionGuard:
+    """Runs an approved call's body through the ledger, inside the runtime's tool hook.
+
+    Only calls approved in the session for this continuation may run; a repeat replays the
+    recorded outcome (``Execution.ran`` is ``False``). Always async, because runtimes call tool
+    hooks from their event loop; a sync storage is called directly from it.
+    """
+
+    def __init__(
+        self,
+        ledger: AsyncToolLedger,
+        approved: frozenset[str],
+        idempotent_tools: frozenset[str] = frozenset(),
+    ) -> None:
+        self.ledger = ledger
+        self.approved = approved
+        self.idempotent_tools = idempotent_tools
+
+    async def execute(
+        self,
+        tool_call_id: str,
+        tool: str,
+        args: Mapping[str, Any] | str | None,
+        body: Callable[[], Awaitable[Any] | Any],
+    ) -> Execution:
+        if tool_call_id not in self.approved:
+            raise ConfirmationError(
+                f"Tool call {tool_call_id!r} reached execution without an approved "
+                "confirmation in this session; refusing to run it."
+            )
+        return await self.ledger.execute(
+            tool_call_id, tool, args, body, idempotent=tool in self.idempotent_tools
+        )
+
+
+# --------------------------------------------------------------------------- upstream + memory
+
+
+def plan_record_denial(session_id: str, tool_call_id: str, reason: str) -> Plan[None]:
+    """Keep a reviewer's reason for the model (create-only: the first reason stands)."""
+    if not reason or reason in (_RECONCILED_REASON, _EXPIRED_REASON):
+        return
+    text = json.dumps({"v": 1, "reason": reason}, ensure_ascii=False)
+    # A lost reason (an unknown outcome) only means the model reads the generic sentence.
+    with contextlib.suppress(OutcomeUnknown):
+        yield SaveRecord(session_id, denial_key(tool_call_id), text, None)
+
+
+class _UpstreamBase:
+    def __init__(self, storage: Any, session_id: str, call: PendingCall | None = None) -> None:
+        self.storage = require_records(storage)
+        self.session_id = check_session_id(session_id)
+        self.call = call
+
+    def _proposal(self, args: Mapping[str, Any]) -> ToolCallProposal:
+        if self.call is None:
+            raise ConfigError(
+                "Calls are proposed by the bridge when a run pauses, not through this upstream."
+            )
+        return ToolCallProposal(self.call.tool_call_id, self.call.tool, args)
+
+
+class BridgeUpstream(_UpstreamBase):
+    """The session's ``UpstreamChat`` for bridged runs: no side effect on approve or deny.
+
+    The runtime executes an approved body later, through the ledger, so a repeated
+    ``approve`` (reconcile's default resume) is harmless. ``deny`` keeps the reviewer's reason.
+    """
+
+    def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> ToolCallProposal:
+        return self._proposal(args)
+
+    def approve(self, tool_call_id: str) -> None:
+        return None
+
+    def deny(self, tool_call_id: str, reason: str) -> None:
+        _run_sync(plan_record_denial(self.session_id, tool_call_id, reason), self.storage)
+
+
+class AsyncBridgeUpstream(_UpstreamBase):
+    """The asyncio twin of :class:`BridgeUpstream`."""
+
+    async def propose_tool_call(
+        self, id: str, name: str, args: Mapping[str, Any]
+    ) -> ToolCallProposal:
+        return self._proposal(args)
+
+    async def approve(self, tool_call_id: str) -> None:
+        return None
+
+    async def deny(self, tool_call_id: str, reason: str) -> None:
+        await _run_async(plan_record_denial(self.session_id, tool_call_id, reason), self.storage)
+
+
+_STATUS = {ExecutionState.EXECUTED: "complete", ExecutionState.EXECUTING: "running"}
+
+
+def status_of(entry: LedgerEntry | None) -> str:
+    """The upstream tool-call status reconcile reads: a body that started means upstream acted;
+    none (or a released one) means the decision was never acted on, so resuming is safe."""
+    return (
+        "requires_confirmation"
+        if entry is None
+        else _STATUS.get(entry.state, "requires_confirmation")
+    )
+
+
+def plan_tool_call_statuses(session_id: str, tool_call_ids: Sequence[str]) -> Plan[dict[str, str]]:
+    statuses: dict[str, str] = {}
+    for tool_call_id in tool_call_ids:
+        statuses[tool_call_id] = status_of((yield from plan_get(session_id, tool_call_id)))
+    return statuses
+
+
+def plan_memory_record(session_id: str) -> Plan[dict[str, Any]]:
+    """The canonical memory record today's reconcile reads: one assistant message holding every
+    call the bridge knows (from its runs and its ledger), with its status from the ledger."""
+    calls: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for key in (yield ListRecords(session_id, RUN_PREFIX)):
+        run = RunRecord.from_stored((yield LoadRecord(session_id, key)))
+        for call in run.approvals if run is not None else ():
+            calls[call.tool_call_id] = (call.tool, call.args)
+    entries = {e.tool_call_id: e for e in (yield from plan_entries(session_id))}
+    tool_calls = [
+        {"id": cid, "name": name, "args": dict(args), "status": status_of(entries.get(cid))}
+        for cid, (name, args) in calls.items()
+    ]
+    stamp = datetime.fromtimestamp(now_ms() / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    message = {
+        "id": f"bridge-{session_id}",
+        "role": "assistant",
+        "content": "",
+        "status": "complete",
+        "createdAt": stamp[:-3] + "Z",
+        "toolCalls": tool_calls,
+    }
+    return {"version": 1, "messages": [message] if tool_calls else []}
+
+
+class LedgerMemory:
+    """The session's ``ChatMemory`` for bridged runs: tool-call statuses read from the ledger.
+
+    ``tool_call_statuses(ids)`` is the direct port; ``load()`` builds the canonical memory
+    record for reconcilers that read messages.
+    """
+
+    def __init__(self, storage: Any, session_id: str) -> None:
+        self.storage = require_records(storage)
+        self.session_id = check_session_id(session_id)
+
+    def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> Mapping[str, str]:
+        return _run_sync(plan_tool_call_statuses(self.session_id, tool_call_ids), self.storage)
+
+    def load(self) -> dict[str, Any]:
+        return _run_sync(plan_memory_record(self.session_id), self.storage)
+
+
+class AsyncLedgerMemory(LedgerMemory):
+    """The asyncio twin of :class:`LedgerMemory`."""
+
+    async def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> Mapping[str, str]:  # type: ignore[override]
+        return await _run_async(
+            plan_tool_call_statuses(self.session_id, tool_call_ids), self.storage
+        )
+
+    async def load(self) -> dict[str, Any]:  # type: ignore[override]
+        return await _run_async(plan_memory_record(self.session_id), self.storage)
+
+
+# --------------------------------------------------------------------------- session ports
+
+
+class _SessionPort:
+    """The session calls the bridge plans make (``Invoke("session", ...)``), sync flavour."""
+
+    def __init__(self, session: Any, storage: Any, ttl_ms: int) -> None:
+        self.session, self.storage, self.ttl_ms = session, storage, ttl_ms
+
+    def _coordinator(self, call: PendingCall | None = None) -> Any:
+        upstream = BridgeUpstream(self.storage, self.session.session_id, call)
+        return self.session.confirmations_for(upstream, ttl_ms=self.ttl_ms)
+
+    def bindings(self) -> tuple[ConfirmationBinding, ...]:
+        self.session.reload()
+        return tuple(self.session.confirmations)
+
+    def propose(self, call: PendingCall) -> Any:
+        return self._coordinator(call).propose(call.tool, call.args)
+
+    def resolve(self, token: str, intent: ConfirmationEvent, reason: str | None) -> Any:
+        coordinator = self._coordinator()
+        if intent is ConfirmationEvent.APPROVE:
+            return coordinator.approve(token)
+        if intent is ConfirmationEvent.REJECT:
+            return coordinator.reject(token, reason=reason)
+        return coordinator.expire(token)
+
+    def expire_due(self) -> Any:
+        return self._coordinator().expire_due()
+
+    def reconcile(self) -> Any:
+        memory = LedgerMemory(self.storage, self.session.session_id)
+        upstream = BridgeUpstream(self.storage, self.session.session_id)
+        return self.session.reconcile(memory, upstream=upstream)
+
+
+class _AsyncSessionPort(_SessionPort):
+    """The asyncio twin of :class:`_SessionPort` (the driver awaits what these return)."""
+
+    def _coordinator(self, call: PendingCall | None = None) -> Any:
+        upstream = AsyncBridgeUpstream(self.storage, self.session.session_id, call)
+        return self.session.confirmations_for(upstream, ttl_ms=self.ttl_ms)
+
+    async def bindings(self) -> tuple[ConfirmationBinding, ...]:  # type: ignore[override]
+        await self.session.reload()
+        return tuple(self.session.confirmations)
+
+    def reconcile(self) -> Any:
+        memory = AsyncLedgerMemory(self.storage, self.session.session_id)
+        upstream = AsyncBridgeUpstream(self.storage, self.session.session_id)
+        return self.session.reconcile(memory, upstream=upstream)
+
+
+# --------------------------------------------------------------------------- plans
+
+
+@dataclass(frozen=True)
+class BridgeContext:
+    """What every bridge plan needs to know about its session, runtime and ledger."""
+
+    session_id: str
+    runtime: str
+    owner: str
+    clock: Callable[[], int]
+    ledger: AsyncToolLedger
+    idempotent_tools: frozenset[str] = field(default_factory=frozenset)
+
+    def guard(self, approved: frozenset[str]) -> ExecutionGuard:
+        return ExecutionGuard(self.ledger, approved, self.idempotent_tools)
+
+
+def _load_run(ctx: BridgeContext, run_id: str) -> Plan[RunRecord | None]:
+    return RunRecord.from_stored((yield LoadRecord(ctx.session_id, run_key(run_id))))
+
+
+def _save_run(ctx: BridgeContext, run: RunRecord, expected: int | None) -> Plan[bool]:
+    """One CAS save of the run; an unknown outcome is reported as not applied (re-read)."""
+    processing = run.state is RunState.CONTINUING
+    try:
+        applied: bool = yield SaveRecord(
+            ctx.session_id, run_key(run.run_id), run.to_json(), expected, processing
+        )
+    except OutcomeUnknown:
+        return False
+    return applied
+
+
+def _propose_all(calls: Sequence[PendingCall]) -> Plan[tuple[ConfirmationBinding, ...]]:
+    bindings = []
+    for call in calls:
+        bindings.append((yield Invoke("session", "propose", (call,))))
+    return tuple(bindings)
+
+
+def _completed(run: RunRecord, output: Any = None, replayed: bool = True) -> RunOutcome:
+    value = run.output if replayed else output
+    return RunOutcome(run.run_id, "completed", value, snapshot=run.snapshot, replayed=replayed)
+
+
+def plan_start(
+    ctx: BridgeContext, run_id: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> Plan[RunOutcome]:
+    """Run the agent; if it paused, save the run record (CAS create), then propose its calls."""
+    run_key(run_id)  # a bad run id is refused before the agent runs
+    result: RuntimeResult = yield Invoke("runtime", "start", args, kwargs)
+    if result.calls is None:
+        return RunOutcome(run_id, "completed", result.output, snapshot=result.snapshot)
+    run = RunRecord(
+        run_id, ctx.runtime, RunState.PAUSED, result.snapshot, result.calls, updated_ms=ctx.clock()
+    )
+    if not (yield from _save_run(ctx, run, None)):
+        stored = yield from _load_run(ctx, run_id)
+        if stored is None or stored.snapshot != run.snapshot:
+            raise ConfigError(f"Run id {run_id!r} is already used in this session.")
+    return (yield from _after_pause(run))
+
+
+def _after_pause(run: RunRecord) -> Plan[RunOutcome]:
+    pending = yield from _propose_all(run.approvals)
+    return RunOutcome(run.run_id, "paused", None, pending, run.externals, run.snapshot)
+
+
+def _denials(ctx: BridgeContext, run: RunRecord) -> Plan[dict[str, str]]:
+    reasons: dict[str, str] = {}
+    for call in run.approvals:
+        stored = yield LoadRecord(ctx.session_id, denial_key(call.tool_call_id))
+        if stored is not None:
+            reasons[call.tool_call_id] = str(json.loads(stored[1])["reason"])
+    return reasons
+
+
+def plan_continue(
+    ctx: BridgeContext, run_id: str, external: Mapping[str, Any], *, recover: bool = False
+) -> Plan[RunOutcome]:
+    """Continue ``run_id`` once every call is decided, from this process's CAS claim."""
+    claim = secrets.token_hex(16)
+    run = yield from _load_run(ctx, run_id)
+    for _ in range(SAVE_ATTEMPTS):
+        if run is not None and run.state is RunState.PAUSED:
+            bindings = yield Invoke("session", "bindings")
+            denials = yield from _denials(ctx, run)
+            readiness = decide_readiness(run, bindings, denials, external)
+            if readiness.unproposed:
+                yield from _propose_all(readiness.unproposed)
+                bindings = yield Invoke("session", "bindings")
+                readiness = decide_readiness(run, bindings, denials, external)
+            if not readiness.ready:
+                return RunOutcome(
+                    run_id,
+                    "waiting",
+                    None,
+                    readiness.pending,
+                    readiness.awaiting_external,
+                    run.snapshot,
+                )
+        try:
+            action, write = decide_continue(
+                run,
+                run_id=run_id,
+                claim=claim,
+                owner=ctx.owner,
+                now_ms=ctx.clock(),
+                external=external,
+                recover=recover,
+            )
+        except RunInProgress as busy:
+            if recover:
+                raise
+            return RunOutcome(run_id, "continuing", snapshot=busy.record.snapshot, replayed=True)
+        assert write is not None
+        if action == "completed":
+            return _completed(write)
+        if action == "hold" or (yield from _save_run(ctx, write, write.version)):
+            claimed = replace(write, version=write.version + (0 if action == "hold" else 1))
+            return (yield from _resume(ctx, claimed))
+        run = yield from _load_run(ctx, run_id)  # lost the race or unknown: re-decide
+        if run is not None and run.claim == claim:
+            return (yield from _resume(ctx, run))
+    raise RunInProgress(f"Run {run_id!r} kept changing; not continued.", record=run)
+
+
+def _resume(ctx: BridgeContext, run: RunRecord) -> Plan[RunOutcome]:
+    """Resume the runtime from our claim and save the run's next state from that claim."""
+    bindings = yield Invoke("session", "bindings")
+    denials = yield from _denials(ctx, run)
+    readiness = decide_readiness(run, bindings, denials, run.external)
+    approved = frozenset(d.tool_call_id for d in readiness.decisions if d.approved)
+    try:
+        result: RuntimeResult = yield Invoke(
+            "runtime", "resume", (run, readiness.decisions, ctx.guard(approved))
+        )
+    except BaseException:
+        # Every body that ran is in the ledger, so the run may go back to paused: the next
+        # continuation replays those bodies. If this save fails, reconcile recovers the claim.
+        released = replace(run, state=RunState.PAUSED, claim=None, updated_ms=ctx.clock())
+        with contextlib.suppress(Exception):  # the runtime's error is what the caller needs
+            yield from _save_run(ctx, released, run.version)
+        raise
+    settled = decide_settle_run(
+        run,
+        run.claim or "",
+        snapshot=result.snapshot,
+        calls=result.calls,
+        output=result.output_json,
+        now_ms=ctx.clock(),
+    )
+    for _ in range(SAVE_ATTEMPTS):
+        if (yield from _save_run(ctx, settled, run.version)):
+            break
+        stored = yield from _load_run(ctx, run.run_id)
+        if (
+            stored is not None
+            and stored.state is settled.state
+            and stored.snapshot == settled.snapshot
+        ):
+            break  # our save applied (its outcome was unknown)
+        settled = decide_settle_run(  # raises RunClaimLost unless the claim is still ours
+            stored,
+            run.claim or "",
+            snapshot=result.snapshot,
+            calls=result.calls,
+            output=result.output_json,
+            now_ms=ctx.clock(),
+        )
+        run = stored  # type: ignore[assignment]
+    if result.calls is None:
+        return _completed(settled, result.output, replayed=False)
+    return (yield from _after_pause(settled))
+
+
+def plan_find_run(ctx: BridgeContext, tool_call_id: str) -> Plan[str | None]:
+    """The paused run that deferred ``tool_call_id``, if any."""
+    for key in (yield ListRecords(ctx.session_id, RUN_PREFIX)):
+        run = RunRecord.from_stored((yield LoadRecord(ctx.session_id, key)))
+        if run is not None and any(c.tool_call_id == tool_call_id for c in run.calls):
+            return run.run_id
+    return None
+
+
+def plan_decide(
+    ctx: BridgeContext, token: str, intent: ConfirmationEvent, reason: str | None, go_on: bool
+) -> Plan[Decided]:
+    """Resolve one confirmation (the session's two CAS), then continue its run if now ready."""
+    binding: ConfirmationBinding = yield Invoke("session", "resolve", (token, intent, reason))
+    if not go_on:
+        return Decided(binding, None)
+    run_id = yield from plan_find_run(ctx, binding.tool_call_id)
+    if run_id is None:
+        return Decided(binding, None)
+    return Decided(binding, (yield from plan_continue(ctx, run_id, {})))
+
+
+def plan_expire_due(ctx: BridgeContext) -> Plan[tuple[RunOutcome, ...]]:
+    """Expire every due confirmation, then continue the runs that became ready."""
+    expired: tuple[ConfirmationBinding, ...] = yield Invoke("session", "expire_due")
+    outcomes = []
+    seen: set[str] = set()
+    for binding in expired:
+        run_id = yield from plan_find_run(ctx, binding.tool_call_id)
+        if run_id is not None and run_id not in seen:
+            seen.add(run_id)
+            outcomes.append((yield from plan_continue(ctx, run_id, {})))
+    return tuple(outcomes)
+
+
+def plan_reconcile(ctx: BridgeContext) -> Plan[BridgeReport]:
+    """Settle processing confirmations from the ledger, recover continuations, list unknowns.
+
+    Run it when no claimant is alive (after a crash, from an operator command): a continuation
+    found ``continuing`` is taken over; its bodies that already ran replay from the ledger.
+    """
+    from .ledger import ExecutionUnknown
+
+    confirmations = yield Invoke("session", "reconcile")
+    runs: list[RunOutcome] = []
+    for key in (yield ListRecords(ctx.session_id, RUN_PREFIX)):
+        run = RunRecord.from_stored((yield LoadRecord(ctx.session_id, key)))
+        if run is None or run.state is RunState.COMPLETED:
+            continue
+        try:
+            runs.append(
+                (
+                    yield from plan_continue(
+                        ctx, run.run_id, {}, recover=run.state is RunState.CONTINUING
+                    )
+                )
+            )
+        except ExecutionUnknown:
+            runs.append(RunOutcome(run.run_id, "waiting", snapshot=run.snapshot))
+    unknown = tuple(e for e in (yield from plan_entries(ctx.session_id)) if e.unknown)
+    return BridgeReport(tuple(confirmations), tuple(runs), unknown)
+
+
+def plan_run(ctx: BridgeContext, run_id: str) -> Plan[RunRecord | None]:
+    return (yield from _load_run(ctx, run_id))
+
+
+# --------------------------------------------------------------------------- facades
+
+
+class _BridgeBase:
+    runtime_name = "runtime"
+
+    def __init__(
+        self,
+        session: Any,
+        storage: Any,
+        *,
+        ttl_ms: int = 300_000,
+        owner: str | None = None,
+        clock: Callable[[], int] = now_ms,
+        idempotent_tools: Sequence[str] = (),
+    ) -> None:
+        self.session = session
+        self.storage = require_records(storage)
+        self.session_id = check_session_id(session.session_id)
+        self.ttl_ms = ttl_ms
+        self.owner = owner or default_owner()
+        self.idempotent_tools = frozenset(idempotent_tools)
+        self.ledger = AsyncToolLedger(storage, self.session_id, owner=self.owner, clock=clock)
+        self._ctx = BridgeContext(
+            self.session_id,
+            self.runtime_name,
+            self.owner,
+            clock,
+            self.ledger,
+            self.idempotent_tools,
+        )
+
+    def _runtime(self) -> Any:  # pragma: no cover - each runtime module supplies its port
+        raise NotImplementedError
+
+
+class Bridge(_BridgeBase):
+    """The sync bridge: a :class:`ChatSession` over a sync record-capable storage."""
+
+    def _run(self, plan: Plan[T]) -> T:
+        ports = {
+            "session": _SessionPort(self.session, self.storage, self.ttl_ms),
+            "runtime": self._runtime(),
+        }
+        return _run_sync(plan, self.storage, ports=ports)
+
+    def _start(
+        self, run_id: str | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> RunOutcome:
+        return self._run(plan_start(self._ctx, run_id or secrets.token_hex(12), args, kwargs))
+
+    def continue_run(self, run_id: str, *, external: Mapping[str, Any] | None = None) -> RunOutcome:
+        """Continue ``run_id`` if every call is decided (``external``: host results of external
+        calls); ``"waiting"`` otherwise, ``"continuing"`` if another process holds it."""
+        return self._run(plan_continue(self._ctx, run_id, external or {}))
+
+    def approve(self, token: str, *, continue_run: bool = True) -> Decided:
+        """Approve (two CAS); then continue the run if this was its last undecided call."""
+        return self._run(
+            plan_decide(self._ctx, token, ConfirmationEvent.APPROVE, None, continue_run)
+        )
+
+    def reject(
+        self, token: str, reason: str | None = None, *, continue_run: bool = True
+    ) -> Decided:
+        """Reject (two CAS; ``reason`` reaches the model); then continue the run if ready."""
+        return self._run(
+            plan_decide(self._ctx, token, ConfirmationEvent.REJECT, reason, continue_run)
+        )
+
+    def expire(self, token: str, *, continue_run: bool = True) -> Decided:
+        """Expire a due confirmation (its denial reaches the model); then continue if ready."""
+        return self._run(
+            plan_decide(self._ctx, token, ConfirmationEvent.EXPIRE, None, continue_run)
+        )
+
+    def expire_due(self) -> tuple[RunOutcome, ...]:
+        return self._run(plan_expire_due(self._ctx))
+
+    def reconcile(self) -> BridgeReport:
+        return self._run(plan_reconcile(self._ctx))
+
+    def run_record(self, run_id: str) -> RunRecord | None:
+        return self._run(plan_run(self._ctx, run_id))
+
+    def unknown_executions(self) -> tuple[LedgerEntry, ...]:
+        entries = _run_sync(plan_entries(self.session_id), self.storage)
+        return tuple(e for e in entries if e.unknown)
+
+    def settle_execution(self, tool_call_id: str, *, ran: bool, result: Any = None) -> LedgerEntry:
+        """An operator's verdict on an unknown execution (see :meth:`ToolLedger.settle`)."""
+        from .ledger import ToolLedger
+
+        return ToolLedger(self.storage, self.session_id, owner=self.owner).settle(
+            tool_call_id, ran=ran, result=result
+        )
+
+
+class AsyncBridge(_BridgeBase):
+    """The asyncio bridge: an :class:`AsyncChatSession` over an async record-capable storage."""
+
+    async def _run(self, plan: Plan[T]) -> T:
+        ports = {
+            "session": _AsyncSessionPort(self.session, self.storage, self.ttl_ms),
+            "runtime": self._runtime(),
+        }
+        return await _run_async(plan, self.storage, ports=ports)
+
+    async def _start(
+        self, run_id: str | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> RunOutcome:
+        return await self._run(plan_start(self._ctx, run_id or secrets.token_hex(12), args, kwargs))
+
+    async def continue_run(
+        self, run_id: str, *, external: Mapping[str, Any] | None = None
+    ) -> RunOutcome:
+        return await self._run(plan_continue(self._ctx, run_id, external or {}))
+
+    async def approve(self, token: str, *, continue_run: bool = True) -> Decided:
+        return await self._run(
+            plan_decide(self._ctx, token, ConfirmationEvent.APPROVE, None, continue_run)
+        )
+
+    async def reject(
+        self, token: str, reason: str | None = None, *, continue_run: bool = True
+    ) -> Decided:
+        return await self._run(
+            plan_decide(self._ctx, token, ConfirmationEvent.REJECT, reason, continue_run)
+        )
+
+    async def expire(self, token: str, *, continue_run: bool = True) -> Decided:
+        return await self._run(
+            plan_decide(self._ctx, token, ConfirmationEvent.EXPIRE, None, continue_run)
+        )
+
+    async def expire_due(self) -> tuple[RunOutcome, ...]:
+        return await self._run(plan_expire_due(self._ctx))
+
+    async def reconcile(self) -> BridgeReport:
+        return await self._run(plan_reconcile(self._ctx))
+
+    async def run_record(self, run_id: str) -> RunRecord | None:
+        return await self._run(plan_run(self._ctx, run_id))
+
+    async def unknown_executions(self) -> tuple[LedgerEntry, ...]:
+        return tuple(e for e in await self.ledger.entries() if e.unknown)
+
+    async def settle_execution(
+        self, tool_call_id: str, *, ran: bool, result: Any = None
+    ) -> LedgerEntry:
+        return await self.ledger.settle(tool_call_id, ran=ran, result=result)

@@ -1,0 +1,339 @@
+"""The run record of a paused agent run, and every decision about it, as pure functions.
+
+One record per run, key ``run:<run-id>``, beside the envelope (ADR-0100 §3):
+
+=============  ===============================================================  ==============
+state          meaning                                                          next
+=============  ===============================================================  ==============
+``paused``     the runtime's serialised state, and the calls awaiting a         ``continuing``
+               decision (approval) or a host result (external)
+``continuing`` one process claimed the continuation (claim nonce, owner,       ``paused`` (the
+               attempt); saved with ``processing=True``                         next batch) or
+                                                                                ``completed``
+``completed``  the run's output and final state; terminal                       —
+=============  ===============================================================  ==============
+
+The runtime's state is read and written only through this record's compare-and-set, so two
+processes never continue one paused state: the one whose claim applied runs it, the other
+gets :class:`RunInProgress` (or, once completed, the recorded outcome).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from ..errors import ConfigError, ConfirmationError
+from ..storage._cas import check_record_key
+from ..wire.enums import ConfirmationStatus
+from ..wire.session import ConfirmationBinding
+
+__all__ = [
+    "DENIAL_PREFIX",
+    "EXPIRED_MESSAGE",
+    "REJECTED_MESSAGE",
+    "RUN_PREFIX",
+    "CallDecision",
+    "PendingCall",
+    "Readiness",
+    "RunClaimLost",
+    "RunInProgress",
+    "RunRecord",
+    "RunState",
+    "decide_continue",
+    "decide_readiness",
+    "decide_settle_run",
+    "denial_key",
+    "run_key",
+]
+
+RUN_PREFIX = "run:"
+DENIAL_PREFIX = "denial:"
+#: What the model reads when a reviewer rejected the call without a reason.
+REJECTED_MESSAGE = "A reviewer rejected this tool call; it was not run."
+#: What the model reads when nobody decided before the confirmation expired.
+EXPIRED_MESSAGE = "The approval request for this tool call expired; it was not run."
+
+
+class RunState(StrEnum):
+    PAUSED = "paused"
+    CONTINUING = "continuing"
+    COMPLETED = "completed"
+
+
+class RunInProgress(ConfirmationError):
+    """Another process holds this run's continuation; nothing ran here. ``record``: the run."""
+
+
+class RunClaimLost(ConfirmationError):
+    """This process's continuation claim was taken over (by a recovery) meanwhile; the run's
+    new state was not saved by this process. ``record`` is the stored run."""
+
+
+def run_key(run_id: str) -> str:
+    """``run:<run-id>``; the run id must fit a record key."""
+    try:
+        return check_record_key(RUN_PREFIX + run_id)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"Invalid run id {run_id!r}.", hint="Use letters, digits and '._:-' (max 190)."
+        ) from exc
+
+
+def denial_key(tool_call_id: str) -> str:
+    """Where a rejection's reason is kept for the model (create-only, first reason wins)."""
+    from .ledger import ledger_key
+
+    return DENIAL_PREFIX + ledger_key(tool_call_id)[len("call:") :]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """A call the runtime deferred: ``kind`` ``"approval"`` (a confirmation decides it) or
+    ``"external"`` (the host executes it and passes the result; passed through untouched)."""
+
+    tool_call_id: str
+    tool: str
+    args: Mapping[str, Any]
+    kind: str = "approval"
+    metadata: Any = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "id": self.tool_call_id,
+            "tool": self.tool,
+            "args": dict(self.args),
+            "kind": self.kind,
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> PendingCall:
+        return cls(
+            str(raw["id"]),
+            str(raw["tool"]),
+            dict(raw["args"]),
+            str(raw["kind"]),
+            raw.get("metadata"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A paused, continuing or completed agent run as stored (``version``: storage version)."""
+
+    run_id: str
+    runtime: str
+    state: RunState
+    #: The runtime's own serialised state (message history JSON, ``RunState`` JSON).
+    snapshot: str
+    calls: tuple[PendingCall, ...] = ()
+    #: How many pauses this run has had (1 for the first batch of calls).
+    batch: int = 1
+    attempt: int = 0
+    claim: str | None = None
+    owner: str | None = None
+    #: Host results of external calls, fixed at the continuation claim (a recovery reuses them).
+    external: Mapping[str, Any] = field(default_factory=dict)
+    #: The run's final output as JSON, once completed.
+    output: Any = None
+    updated_ms: int = 0
+    version: int = 0
+
+    def to_json(self) -> str:
+        body = {
+            "v": 1,
+            "runId": self.run_id,
+            "runtime": self.runtime,
+            "state": self.state.value,
+            "snapshot": self.snapshot,
+            "calls": [call.to_wire() for call in self.calls],
+            "batch": self.batch,
+            "attempt": self.attempt,
+            "claim": self.claim,
+            "owner": self.owner,
+            "external": dict(self.external),
+            "output": self.output,
+            "updatedMs": self.updated_ms,
+        }
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+    @classmethod
+    def from_stored(cls, stored: tuple[int, str] | None) -> RunRecord | None:
+        if stored is None:
+            return None
+        version, text = stored
+        try:
+            raw = json.loads(text)
+            return cls(
+                run_id=str(raw["runId"]),
+                runtime=str(raw["runtime"]),
+                state=RunState(raw["state"]),
+                snapshot=str(raw["snapshot"]),
+                calls=tuple(PendingCall.from_wire(c) for c in raw["calls"]),
+                batch=int(raw["batch"]),
+                attempt=int(raw["attempt"]),
+                claim=raw.get("claim"),
+                owner=raw.get("owner"),
+                external=dict(raw.get("external") or {}),
+                output=raw.get("output"),
+                updated_ms=int(raw.get("updatedMs", 0)),
+                version=int(version),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"A run record is not valid: {exc!r}.") from exc
+
+    @property
+    def approvals(self) -> tuple[PendingCall, ...]:
+        return tuple(c for c in self.calls if c.kind == "approval")
+
+    @property
+    def externals(self) -> tuple[PendingCall, ...]:
+        return tuple(c for c in self.calls if c.kind != "approval")
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True, slots=True)
+class CallDecision:
+    """What the runtime is told about one approval call: run it, or deny it with ``message``."""
+
+    tool_call_id: str
+    approved: bool
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """Whether a paused run can continue: every approval decided and every external answered.
+
+    ``unproposed``: approval calls with no confirmation yet (a crash between saving the run and
+    proposing); ``pending``: confirmations not yet terminal; ``awaiting_external``: external
+    calls the host has not answered. ``decisions`` is complete only when all three are empty.
+    """
+
+    decisions: tuple[CallDecision, ...]
+    unproposed: tuple[PendingCall, ...] = ()
+    pending: tuple[ConfirmationBinding, ...] = ()
+    awaiting_external: tuple[PendingCall, ...] = ()
+
+    @property
+    def ready(self) -> bool:
+        return not (self.unproposed or self.pending or self.awaiting_external)
+
+
+def decide_readiness(
+    run: RunRecord,
+    bindings: Iterable[ConfirmationBinding],
+    denials: Mapping[str, str],
+    external: Mapping[str, Any],
+) -> Readiness:
+    """Map each approval call to its confirmation's terminal status (pure).
+
+    ``approved`` runs the body; ``rejected`` and ``expired`` deny it with a message the model
+    reads: the reviewer's reason when one was given (``denials``), else a fixed sentence.
+    """
+    by_call = {b.tool_call_id: b for b in bindings}
+    decisions: list[CallDecision] = []
+    unproposed: list[PendingCall] = []
+    pending: list[ConfirmationBinding] = []
+    for call in run.approvals:
+        binding = by_call.get(call.tool_call_id)
+        if binding is None:
+            unproposed.append(call)
+        elif binding.status is ConfirmationStatus.APPROVED:
+            decisions.append(CallDecision(call.tool_call_id, True))
+        elif binding.status is ConfirmationStatus.REJECTED:
+            reason = denials.get(call.tool_call_id) or REJECTED_MESSAGE
+            decisions.append(CallDecision(call.tool_call_id, False, reason))
+        elif binding.status is ConfirmationStatus.EXPIRED:
+            decisions.append(CallDecision(call.tool_call_id, False, EXPIRED_MESSAGE))
+        else:
+            pending.append(binding)
+    answered = {**run.external, **external}
+    awaiting = tuple(c for c in run.externals if c.tool_call_id not in answered)
+    return Readiness(tuple(decisions), tuple(unproposed), tuple(pending), awaiting)
+
+
+def decide_continue(
+    run: RunRecord | None,
+    *,
+    run_id: str,
+    claim: str,
+    owner: str,
+    now_ms: int,
+    external: Mapping[str, Any],
+    recover: bool,
+) -> tuple[str, RunRecord | None]:
+    """May this process continue the run? ``("claim", write)``, ``("hold", run)`` (our claim
+    already applied), or ``("completed", run)``. Raises :class:`RunInProgress` for a loser.
+
+    ``recover=True`` takes over a ``continuing`` claim (reconcile, once the host judges its
+    claimant gone); the bodies it already ran replay from the ledger.
+    """
+    if run is None:
+        raise ConfigError(f"No paused run {run_id!r} in this session.")
+    if run.state is RunState.COMPLETED:
+        return "completed", run
+    if run.state is RunState.CONTINUING:
+        if run.claim == claim:
+            return "hold", run
+        if not recover:
+            raise RunInProgress(
+                f"Run {run_id!r} is being continued by {run.owner} (attempt {run.attempt}).",
+                record=run,
+            )
+    answered = {**run.external, **external}
+    write = replace(
+        run,
+        state=RunState.CONTINUING,
+        attempt=run.attempt + 1,
+        claim=claim,
+        owner=owner,
+        external={c.tool_call_id: answered[c.tool_call_id] for c in run.externals},
+        updated_ms=now_ms,
+    )
+    return "claim", write
+
+
+def decide_settle_run(
+    run: RunRecord | None,
+    claim: str,
+    *,
+    snapshot: str,
+    calls: tuple[PendingCall, ...] | None,
+    output: Any,
+    now_ms: int,
+) -> RunRecord:
+    """The run's next record after our continuation: ``paused`` again (``calls``: the next
+    batch) or ``completed`` (``calls is None``). Raises :class:`RunClaimLost` unless the stored
+    run is still our ``continuing`` claim."""
+    if run is None or run.state is not RunState.CONTINUING or run.claim != claim:
+        raise RunClaimLost(
+            "This continuation's claim was taken over meanwhile; its result was not saved.",
+            record=run,
+        )
+    if calls is None:
+        return replace(
+            run,
+            state=RunState.COMPLETED,
+            snapshot=snapshot,
+            calls=(),
+            output=output,
+            external={},
+            updated_ms=now_ms,
+        )
+    return replace(
+        run,
+        state=RunState.PAUSED,
+        snapshot=snapshot,
+        calls=calls,
+        batch=run.batch + 1,
+        claim=None,
+        external={},
+        updated_ms=now_ms,
+    )

@@ -1,0 +1,232 @@
+"""pydantic-ai bridge: durable human approval of deferred tool calls, each body run at most once.
+
+Needs the ``pydantic-ai`` extra (``pydantic-ai-slim``). The agent's ``output_type`` must include
+``DeferredToolRequests``; tools that need a human are marked ``requires_approval=True`` (or any
+of pydantic-ai's per-call ways). What this module adds to the shared bridge
+(:mod:`._bridge`) is only pydantic-ai's side:
+
+* a run that ends with ``DeferredToolRequests`` becomes a paused run: its message history JSON
+  is the run's snapshot, each ``approvals`` call a confirmation, each ``calls`` entry (external
+  execution) a call passed through to the host untouched;
+* continuing builds ``DeferredToolResults`` from the decisions (``True``, or ``ToolDenied`` with
+  the reviewer's reason or the expiry sentence, so the model reads why) plus the host's external
+  results, and resumes ``agent.run(message_history=..., deferred_tool_results=...)``;
+* a capability's ``wrap_tool_execute`` sends every approved call's body through the ledger: a
+  repeat continuation (a recovery after a crash, a second process) replays the recorded result.
+
+:class:`PydanticAIBridge` (sync: ``run_sync``) and :class:`AsyncPydanticAIBridge` (asyncio:
+``run``) differ only in how they call the agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ModelRetry, ToolDenied
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ModelMessagesTypeAdapter
+from pydantic_core import to_jsonable_python
+
+from ..errors import ConfirmationError
+from ._bridge import (
+    AsyncBridge,
+    Bridge,
+    BridgeReport,
+    CallDecision,
+    Decided,
+    ExecutionGuard,
+    PendingCall,
+    RunInProgress,
+    RunOutcome,
+    RunRecord,
+    RuntimeResult,
+)
+from .ledger import ExecutionUnknown, LedgerEntry
+
+__all__ = [
+    "RUNTIME",
+    "AsyncPydanticAIBridge",
+    "BridgeReport",
+    "Decided",
+    "ExecutionUnknown",
+    "PydanticAIBridge",
+    "RecordedToolFailure",
+    "RunInProgress",
+    "RunOutcome",
+    "deferred_results",
+    "messages",
+    "pending_calls",
+]
+
+RUNTIME = "pydantic-ai"
+
+
+class RecordedToolFailure(ConfirmationError):
+    """The tool body already ran once and raised; it is not run again. ``record`` is the
+    ledger entry (its ``error`` says what was raised)."""
+
+
+# --------------------------------------------------------------------------- pure mapping
+
+
+def pending_calls(requests: DeferredToolRequests) -> tuple[PendingCall, ...]:
+    """The deferred calls of a paused run: approvals first, then external calls (by id)."""
+    calls = [
+        PendingCall(
+            part.tool_call_id,
+            part.tool_name,
+            part.args_as_dict(),
+            "approval",
+            to_jsonable_python(requests.metadata.get(part.tool_call_id)),
+        )
+        for part in requests.approvals
+    ]
+    calls += [
+        PendingCall(
+            part.tool_call_id,
+            part.tool_name,
+            part.args_as_dict(),
+            "external",
+            to_jsonable_python(requests.metadata.get(part.tool_call_id)),
+        )
+        for part in requests.calls
+    ]
+    return tuple(calls)
+
+
+def deferred_results(run: RunRecord, decisions: Sequence[CallDecision]) -> DeferredToolResults:
+    """pydantic-ai's ``DeferredToolResults`` for ``decisions`` and the run's external results."""
+    approvals: dict[str, Any] = {
+        d.tool_call_id: True if d.approved else ToolDenied(d.message or "") for d in decisions
+    }
+    metadata = {
+        c.tool_call_id: dict(c.metadata) for c in run.calls if isinstance(c.metadata, Mapping)
+    }
+    return DeferredToolResults(calls=dict(run.external), approvals=approvals, metadata=metadata)
+
+
+def messages(snapshot: str) -> list[Any]:
+    """A run snapshot (``RunOutcome.snapshot``) as pydantic-ai ``ModelMessage`` objects."""
+    return ModelMessagesTypeAdapter.validate_json(snapshot)
+
+
+def _result(result: Any) -> RuntimeResult:
+    snapshot = result.all_messages_json().decode("utf-8")
+    output = result.output
+    if isinstance(output, DeferredToolRequests):
+        return RuntimeResult(snapshot, pending_calls(output))
+    return RuntimeResult(snapshot, None, output, to_jsonable_python(output))
+
+
+class _LedgerCapability(AbstractCapability[Any]):
+    """Runs each approved call's body through the ledger (a repeat replays its record)."""
+
+    def __init__(self, guard: ExecutionGuard) -> None:
+        self.guard = guard
+
+    async def wrap_tool_execute(
+        self, ctx: Any, *, call: Any, tool_def: Any, args: Any, handler: Any
+    ) -> Any:
+        if not ctx.tool_call_approved:
+            return await handler(args)
+        execution = await self.guard.execute(
+            call.tool_call_id, call.tool_name, call.args_as_dict(), lambda: handler(args)
+        )
+        if execution.ran:
+            return execution.value
+        return _replayed(execution.entry)
+
+
+def _replayed(entry: LedgerEntry) -> Any:
+    if entry.outcome != "raised":
+        return entry.result
+    message = (entry.error or "").partition(": ")[2]
+    if entry.error_type == "ModelRetry":
+        raise ModelRetry(message)  # the model reads the same retry prompt as the first time
+    raise RecordedToolFailure(
+        f"Tool call {entry.tool_call_id!r} already ran and raised ({entry.error}); "
+        "it is not run again.",
+        record=entry,
+    )
+
+
+# --------------------------------------------------------------------------- runtime ports
+
+
+class _Runtime:
+    runtime = RUNTIME
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+
+    @staticmethod
+    def _resume_kwargs(
+        run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
+    ) -> dict[str, Any]:
+        return {
+            "message_history": messages(run.snapshot),
+            "deferred_tool_results": deferred_results(run, decisions),
+            "capabilities": [_LedgerCapability(guard)],
+        }
+
+    def start(self, *args: Any, **kwargs: Any) -> RuntimeResult:
+        return _result(self.agent.run_sync(*args, **kwargs))
+
+    def resume(
+        self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
+    ) -> RuntimeResult:
+        return _result(self.agent.run_sync(**self._resume_kwargs(run, decisions, guard)))
+
+
+class _AsyncRuntime(_Runtime):
+    async def start(self, *args: Any, **kwargs: Any) -> RuntimeResult:  # type: ignore[override]
+        return _result(await self.agent.run(*args, **kwargs))
+
+    async def resume(  # type: ignore[override]
+        self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
+    ) -> RuntimeResult:
+        return _result(await self.agent.run(**self._resume_kwargs(run, decisions, guard)))
+
+
+# --------------------------------------------------------------------------- facades
+
+
+class PydanticAIBridge(Bridge):
+    """A pydantic-ai ``agent`` whose approvals live in a :class:`ChatSession` (sync).
+
+    ``PydanticAIBridge(agent, session, storage, ttl_ms=300_000, owner=None,
+    idempotent_tools=())``: ``storage`` is the session's storage (it must have the
+    ``RecordStorage`` capability); ``idempotent_tools`` names tools whose unknown executions
+    may be run again.
+    """
+
+    runtime_name = RUNTIME
+
+    def __init__(self, agent: Any, session: Any, storage: Any, **options: Any) -> None:
+        super().__init__(session, storage, **options)
+        self.agent = agent
+
+    def _runtime(self) -> _Runtime:
+        return _Runtime(self.agent)
+
+    def run(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
+        """``agent.run_sync(*args, **kwargs)``; a pause is saved and its calls proposed."""
+        return self._start(run_id, args, kwargs)
+
+
+class AsyncPydanticAIBridge(AsyncBridge):
+    """The asyncio twin of :class:`PydanticAIBridge` (``AsyncChatSession``, ``agent.run``)."""
+
+    runtime_name = RUNTIME
+
+    def __init__(self, agent: Any, session: Any, storage: Any, **options: Any) -> None:
+        super().__init__(session, storage, **options)
+        self.agent = agent
+
+    def _runtime(self) -> _AsyncRuntime:
+        return _AsyncRuntime(self.agent)
+
+    async def run(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
+        """``await agent.run(*args, **kwargs)``; a pause is saved and its calls proposed."""
+        return await self._start(run_id, args, kwargs)
