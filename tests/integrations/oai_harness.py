@@ -95,13 +95,14 @@ class Host:
             session = resume_chat_session(
                 DEFINITION, session_id=self.session_id, storage=self.storage, **clock
             )
-            return OpenAIAgentsBridge(session, self.agent, **options)
+            return OpenAIAgentsBridge(self.agent, session, self.storage, **options)
 
         async def open_async() -> AsyncOpenAIAgentsBridge:
+            storage = self._async_storage()
             session = await resume_chat_session_async(
-                DEFINITION, session_id=self.session_id, storage=self._async_storage(), **clock
+                DEFINITION, session_id=self.session_id, storage=storage, **clock
             )
-            return AsyncOpenAIAgentsBridge(session, self.agent, **options)
+            return AsyncOpenAIAgentsBridge(self.agent, session, storage, **options)
 
         runner = asyncio.Runner()
         return _Blocking(runner, runner.run(open_async()))

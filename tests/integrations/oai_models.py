@@ -36,7 +36,9 @@ class ScriptedModel(Model):
         #: request numbers (1-based) that fail, as a provider outage would
         self.fail_on: set[int] = set()
 
-    async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kw: Any) -> ModelResponse:
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kw: Any
+    ) -> ModelResponse:
         self.requests += 1
         if self.requests in self.fail_on:
             raise ConnectionError(f"scripted outage on request {self.requests}")

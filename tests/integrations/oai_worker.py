@@ -22,15 +22,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agents import Agent, RunConfig, function_tool  # noqa: E402
-from agents.tool_context import ToolContext  # noqa: E402
-from oai_harness import DEFINITION, ExecutionLog  # noqa: E402
-from oai_models import ScriptedModel  # noqa: E402
+from agents import Agent, RunConfig, function_tool
+from agents.tool_context import ToolContext
+from oai_harness import DEFINITION, ExecutionLog
+from oai_models import ScriptedModel
 
-from akchat_fsm.errors import AkchatError  # noqa: E402
-from akchat_fsm.integrations.openai_agents import OpenAIAgentsBridge  # noqa: E402
-from akchat_fsm.session import resume_chat_session  # noqa: E402
-from akchat_fsm.storage.sqlite import SQLiteStorage  # noqa: E402
+from akchat_fsm.errors import AkchatError
+from akchat_fsm.integrations.openai_agents import OpenAIAgentsBridge
+from akchat_fsm.session import resume_chat_session
+from akchat_fsm.storage.sqlite import SQLiteStorage
 
 BATCHES = [[("send_email", {"to": "a@x"}), ("lookup", {"q": "z"}), ("send_email", {"to": "b@x"})]]
 
@@ -99,8 +99,9 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
             time.sleep(0.005)
     session = resume_chat_session(DEFINITION, session_id="s1", storage=storage)
     bridge = OpenAIAgentsBridge(
-        session,
         agent_for(log, bool(spec.get("kill_in_body"))),
+        session,
+        storage,
         run_config=RunConfig(tracing_disabled=True),
     )
     command = spec["command"]

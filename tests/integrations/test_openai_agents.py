@@ -46,8 +46,7 @@ def test_interruptions_become_confirmations_keyed_by_the_sdk_call_id(flavour: st
     # the SDK's own call ids, and its RunState JSON, are what the run record holds
     sdk_state = json.loads(record["snapshot"])
     interrupted = [
-        i["raw_item"]["call_id"]
-        for i in sdk_state["current_step"]["data"]["interruptions"]
+        i["raw_item"]["call_id"] for i in sdk_state["current_step"]["data"]["interruptions"]
     ]
     assert [p.tool_call_id for p in out.pending] == interrupted
     assert [c["id"] for c in record["calls"]] == interrupted
@@ -155,13 +154,8 @@ class _Killed(BaseException):
     """Stands for the process dying inside the body (nothing after it runs)."""
 
 
-def test_a_body_killed_mid_execution_is_never_rerun_until_an_operator_settles_it(
-    flavour: str,
-) -> None:
-    log = ExecutionLog()
-    agent, _ = make_agent([[("send_email", {"to": "a@x"})]], log)
-    host = Host(flavour, agent)
-    (a,) = host.run("mail a", run_id="r1").pending
+def die_inside_the_body(host: Host, log: ExecutionLog, token: str) -> None:
+    """Approve ``token``; its body acts (logged), then the "process" dies before returning."""
     append = log.append
 
     def dying(line: str) -> None:
@@ -169,9 +163,21 @@ def test_a_body_killed_mid_execution_is_never_rerun_until_an_operator_settles_it
         raise _Killed(line)
 
     log.append = dying  # type: ignore[method-assign]
-    with pytest.raises(_Killed):
-        host.approve(a.token)
-    log.append = append  # type: ignore[method-assign]
+    try:
+        with pytest.raises(_Killed):
+            host.approve(token)
+    finally:
+        log.append = append  # type: ignore[method-assign]
+
+
+def test_a_body_killed_mid_execution_is_never_rerun_until_an_operator_settles_it(
+    flavour: str,
+) -> None:
+    log = ExecutionLog()
+    agent, _ = make_agent([[("send_email", {"to": "a@x"})]], log)
+    host = Host(flavour, agent)
+    (a,) = host.run("mail a", run_id="r1").pending
+    die_inside_the_body(host, log, a.token)
     assert log.read() == ["send_email:a@x"]
     report = host.reconcile()
     assert [e.tool_call_id for e in report.execution_unknown] == [a.tool_call_id]
@@ -188,16 +194,7 @@ def test_an_idempotent_tool_is_rerun_after_an_unknown_outcome(flavour: str) -> N
     agent, _ = make_agent([[("send_email", {"to": "a@x"})]], log)
     host = Host(flavour, agent, idempotent_tools=("send_email",))
     (a,) = host.run("mail a", run_id="r1").pending
-    append = log.append
-
-    def dying(line: str) -> None:
-        append(line)
-        raise _Killed(line)
-
-    log.append = dying  # type: ignore[method-assign]
-    with pytest.raises(_Killed):
-        host.approve(a.token)
-    log.append = append  # type: ignore[method-assign]
+    die_inside_the_body(host, log, a.token)
     (run,) = host.reconcile().runs
     assert run.status == "completed" and run.output == "done: sent to a@x"
     assert log.read() == ["send_email:a@x", "send_email:a@x"]
@@ -233,7 +230,7 @@ def test_storage_without_records_is_refused() -> None:
     agent, _ = make_agent([THREE], ExecutionLog())
     session = resume_chat_session(DEFINITION, session_id="s1", storage=Bare())
     with pytest.raises(ConfigError, match="RecordStorage"):
-        OpenAIAgentsBridge(session, agent)
+        OpenAIAgentsBridge(agent, session, Bare())
 
 
 def test_a_handoff_object_is_refused_because_its_tools_cannot_be_guarded() -> None:

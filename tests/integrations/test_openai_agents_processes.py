@@ -29,7 +29,8 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 CLEAN_OUTPUT = "done: found z; sent to a@x; sent to b@x"
 
 pytestmark = pytest.mark.skipif(
-    not hasattr(SQLiteStorage, "save_record"), reason="SQLite records arrive with the storage branch"
+    not hasattr(SQLiteStorage, "save_record"),
+    reason="SQLite records arrive with the storage branch",
 )
 
 
@@ -91,7 +92,9 @@ def test_racing_approver_processes_run_the_body_once(tmp_path: Path) -> None:
     (token_a, call_a), (token_b, call_b) = pending
     assert call(base, command="approve", token=token_a)[1]["result"]["run"]["status"] == "waiting"
     go = tmp_path / "go"
-    racers = [spawn({**base, "command": "approve", "token": token_b, "go": str(go)}) for _ in range(4)]
+    racers = [
+        spawn({**base, "command": "approve", "token": token_b, "go": str(go)}) for _ in range(4)
+    ]
     go.touch()
     results = [finish(p)[1] for p in racers]
     # exactly one racer continued the run; the others lost to it, typed or with its record
