@@ -91,33 +91,38 @@ def agent_for(log: ExecutionLog, kill_in_body: bool) -> Agent[Any]:
     return Agent(name="assistant", model=LoggedModel(log), tools=[send_email, lookup])
 
 
-def main(spec: dict[str, Any]) -> dict[str, Any]:
+def open_bridge(spec: dict[str, Any]) -> tuple[OpenAIAgentsBridge, KillingStorage]:
+    """The bridge a host process opens: SQLite, the scripted agent, the execution log."""
     log = ExecutionLog(Path(spec["log"]))
     storage = KillingStorage(SQLiteStorage(spec["db"]), spec.get("kill_after_write"))
+    session = resume_chat_session(DEFINITION, session_id="s1", storage=storage)
+    agent = agent_for(log, bool(spec.get("kill_in_body")))
+    bridge = OpenAIAgentsBridge(
+        agent, session, storage, run_config=RunConfig(tracing_disabled=True)
+    )
+    return bridge, storage
+
+
+def perform(bridge: OpenAIAgentsBridge, spec: dict[str, Any]) -> Any:
+    command = spec["command"]
+    if command == "start":
+        return bridge.run(spec["prompt"], run_id=spec["run_id"])
+    if command == "approve":
+        return bridge.approve(spec["token"])
+    if command == "reject":
+        return bridge.reject(spec["token"], spec.get("reason"))
+    if command == "settle":
+        return bridge.settle_execution(spec["call_id"], ran=spec["ran"], result=spec.get("result"))
+    return bridge.reconcile()
+
+
+def main(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("go"):
         while not os.path.exists(spec["go"]):  # a start line for racers, not a timing bound
             time.sleep(0.005)
-    session = resume_chat_session(DEFINITION, session_id="s1", storage=storage)
-    bridge = OpenAIAgentsBridge(
-        agent_for(log, bool(spec.get("kill_in_body"))),
-        session,
-        storage,
-        run_config=RunConfig(tracing_disabled=True),
-    )
-    command = spec["command"]
+    bridge, storage = open_bridge(spec)
     try:
-        if command == "start":
-            result: Any = bridge.run(spec["prompt"], run_id=spec["run_id"])
-        elif command == "approve":
-            result = bridge.approve(spec["token"])
-        elif command == "reject":
-            result = bridge.reject(spec["token"], spec.get("reason"))
-        elif command == "settle":
-            result = bridge.settle_execution(
-                spec["call_id"], ran=spec["ran"], result=spec.get("result")
-            )
-        else:
-            result = bridge.reconcile()
+        result = perform(bridge, spec)
     except AkchatError as exc:
         return {"error": type(exc).__name__, "message": str(exc), "writes": storage.writes}
     return {"result": describe(result), "writes": storage.writes}

@@ -22,10 +22,14 @@ from typing import Any
 
 import pytest
 
+from oai_worker import describe, open_bridge, perform
+
+import akchat_fsm
 from akchat_fsm.storage.sqlite import SQLiteStorage
 
 WORKER = Path(__file__).resolve().parent / "oai_worker.py"
-SRC = Path(__file__).resolve().parents[2] / "src"
+#: The akchat_fsm this test imported: the workers run the same code.
+SRC = Path(akchat_fsm.__file__).resolve().parents[1]
 CLEAN_OUTPUT = "done: found z; sent to a@x; sent to b@x"
 
 pytestmark = pytest.mark.skipif(
@@ -56,13 +60,22 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, dict[str, Any] | None]:
 
 
 def call(base: dict[str, Any], **spec: Any) -> tuple[int, dict[str, Any] | None]:
+    """One host process runs one command (and may be killed doing it)."""
     return finish(spawn({**base, **spec}))
+
+
+def here(base: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """A host step that is not killed runs in this process, against the same SQLite file."""
+    bridge, storage = open_bridge({**base, **spec})
+    try:
+        return {"result": describe(perform(bridge, {**base, **spec}))}
+    finally:
+        storage.close()
 
 
 def start(tmp_path: Path) -> tuple[dict[str, Any], list[list[str]]]:
     base = {"db": str(tmp_path / "s.db"), "log": str(tmp_path / "exec.log")}
-    code, out = call(base, command="start", run_id="r1", prompt="mail both")
-    assert code == 0 and out is not None, out
+    out = here(base, command="start", run_id="r1", prompt="mail both")
     assert out["result"]["status"] == "paused"
     return base, out["result"]["pending"]
 
@@ -90,7 +103,7 @@ def stored(base: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any], list[A
 def test_racing_approver_processes_run_the_body_once(tmp_path: Path) -> None:
     base, pending = start(tmp_path)
     (token_a, call_a), (token_b, call_b) = pending
-    assert call(base, command="approve", token=token_a)[1]["result"]["run"]["status"] == "waiting"
+    assert here(base, command="approve", token=token_a)["result"]["run"]["status"] == "waiting"
     go = tmp_path / "go"
     racers = [
         spawn({**base, "command": "approve", "token": token_b, "go": str(go)}) for _ in range(4)
@@ -99,11 +112,14 @@ def test_racing_approver_processes_run_the_body_once(tmp_path: Path) -> None:
     results = [finish(p)[1] for p in racers]
     # exactly one racer continued the run; the others lost to it, typed or with its record
     runs = [r["result"]["run"] for r in results if "result" in r]
-    continued = [r for r in runs if r["status"] == "completed" and not r["replayed"]]
+    continued = [r for r in runs if r and r["status"] == "completed" and not r["replayed"]]
     assert len(continued) == 1 and continued[0]["output"] == CLEAN_OUTPUT
     for r in results:  # every other racer lost, typed, or was told what the winner recorded
         assert r.get("error") in (None, "ResolutionInProgress"), r
-    assert all(r["status"] in ("completed", "continuing") for r in runs)
+        if "result" in r:
+            assert r["result"]["binding"]["binding"][2] == "approved"
+    others = [r for r in runs if r and r not in continued]
+    assert all(r["status"] in ("completed", "continuing") and r["replayed"] for r in others)
     sibling = bodies(base)[0]  # the ungated lookup ran in the pausing run
     assert sorted(bodies(base)) == sorted([sibling, call_a, call_b])
     models = [line for line in log_lines(base) if line.startswith("model:")]
@@ -115,16 +131,15 @@ def test_racing_approver_processes_run_the_body_once(tmp_path: Path) -> None:
 
 def _settle_and_check(base: dict[str, Any], call_a: str, call_b: str) -> None:
     """Reconcile as an operator would after a crash, then check every guarantee."""
-    code, report = call(base, command="reconcile")
-    assert code == 0 and report is not None and "result" in report, report
+    report = here(base, command="reconcile")
     for call_id in report["result"]["unknown"]:
         # an unknown execution is never re-run: the operator reads the log and says whether
         # the body acted, then reconcile continues the run with that verdict
         ran = call_id in bodies(base)
         result = "sent to b@x" if ran else None  # what the operator found the body did
-        assert call(base, command="settle", call_id=call_id, ran=ran, result=result)[0] == 0
-        code, report = call(base, command="reconcile")
-        assert code == 0 and report is not None and report["result"]["unknown"] == [], report
+        here(base, command="settle", call_id=call_id, ran=ran, result=result)
+        report = here(base, command="reconcile")
+        assert report["result"]["unknown"] == [], report
     statuses, run, processing = stored(base)
     ran = bodies(base)
     assert len(ran) == len(set(ran)), ran  # every tool body ran at most once
@@ -141,7 +156,7 @@ def _settle_and_check(base: dict[str, Any], call_a: str, call_b: str) -> None:
 def _approve_last_writes(tmp_path: Path) -> int:
     """How many storage writes the approve that settles the run's last call makes."""
     base, ((token_a, _), (token_b, _)) = start(tmp_path / "measure")
-    call(base, command="approve", token=token_a)
+    here(base, command="approve", token=token_a)
     code, out = call(base, command="approve", token=token_b)
     assert code == 0 and out is not None and out["result"]["run"]["status"] == "completed"
     return int(out["writes"])
@@ -160,7 +175,7 @@ def test_sigkill_at_every_write_of_the_last_approval_then_reconcile(tmp_path: Pa
         case = tmp_path / f"k{index}"
         case.mkdir()
         base, ((token_a, call_a), (token_b, call_b)) = start(case)
-        call(base, command="approve", token=token_a)
+        here(base, command="approve", token=token_a)
         code, _ = call(base, command="approve", token=token_b, **point)
         killed += code == -9
         _settle_and_check(base, call_a, call_b)
