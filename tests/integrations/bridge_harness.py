@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from akchat_fsm.integrations._bridge_io import LoadRecord, RunBody, SaveRecord
+from akchat_fsm.integrations.ledger import ClaimRequest, args_digest, plan_execute
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
 
 
@@ -39,5 +41,35 @@ def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> RecordsBackend:
 
 BACKENDS: dict[str, Callable[[Path, pytest.FixtureRequest], RecordsBackend]] = {
     "memory": _memory,
-    # "sqlite": _sqlite,  (enabled once the storage branch's SQLite records land)
+    "sqlite": _sqlite,
 }
+
+
+def crash_inside_body(
+    storage: Any,
+    tool_call_id: str = "c1",
+    *,
+    session_id: str = "s-ledger",
+    tool: str = "send",
+    args: Any = None,
+) -> None:
+    """Step the real plan until the body would run, then abandon it (the claimant died)."""
+    request = ClaimRequest(
+        tool_call_id, tool, args_digest(args or {"to": "a@example.com"}), "dead", "nonce", 5
+    )
+    plan = plan_execute(session_id, request)
+    effect = next(plan)
+    while not isinstance(effect, RunBody):
+        if isinstance(effect, LoadRecord):
+            value: Any = storage.load_record(effect.session_id, effect.key)
+        else:
+            assert isinstance(effect, SaveRecord)
+            value = storage.save_record(
+                effect.session_id,
+                effect.key,
+                effect.text,
+                effect.expected_version,
+                processing=effect.processing,
+            )
+        effect = plan.send(value)
+    plan.close()

@@ -11,10 +11,9 @@ import threading
 from typing import Any
 
 import pytest
-from bridge_harness import RecordsBackend
+from bridge_harness import RecordsBackend, crash_inside_body
 
 from akchat_fsm.errors import AlreadyResolved, ConfigError, OutcomeUnknown
-from akchat_fsm.integrations._bridge_io import LoadRecord, RunBody, SaveRecord
 from akchat_fsm.integrations.ledger import (
     AsyncToolLedger,
     ClaimRequest,
@@ -23,10 +22,8 @@ from akchat_fsm.integrations.ledger import (
     LedgerEntry,
     ToolCallMismatch,
     ToolLedger,
-    args_digest,
     decide_claim,
     ledger_key,
-    plan_execute,
 )
 
 SID = "s-ledger"
@@ -88,30 +85,9 @@ def test_concurrent_claimants_run_the_body_exactly_once(records_backend: Records
     assert entry is not None and entry.state is ExecutionState.EXECUTED
 
 
-def _crash_inside_body(storage: Any, tool_call_id: str = "c1") -> None:
-    """Step the real plan until the body would run, then abandon it (the claimant died)."""
-    request = ClaimRequest(tool_call_id, "send", args_digest(ARGS), "dead", "nonce-dead", 5)
-    plan = plan_execute(SID, request)
-    effect = next(plan)
-    while not isinstance(effect, RunBody):
-        if isinstance(effect, LoadRecord):
-            value: Any = storage.load_record(effect.session_id, effect.key)
-        else:
-            assert isinstance(effect, SaveRecord)
-            value = storage.save_record(
-                effect.session_id,
-                effect.key,
-                effect.text,
-                effect.expected_version,
-                processing=effect.processing,
-            )
-        effect = plan.send(value)
-    plan.close()
-
-
 def test_an_unknown_outcome_is_never_rerun_and_is_listed(records_backend: RecordsBackend) -> None:
     storage = records_backend.sync()
-    _crash_inside_body(storage)
+    crash_inside_body(storage)
     runs: list[int] = []
     ledger = _ledger(records_backend)
     with pytest.raises(ExecutionUnknown) as caught:
@@ -126,7 +102,7 @@ def test_an_unknown_outcome_is_never_rerun_and_is_listed(records_backend: Record
 def test_an_idempotent_tool_is_reclaimed_with_the_next_attempt(
     records_backend: RecordsBackend,
 ) -> None:
-    _crash_inside_body(records_backend.sync())
+    crash_inside_body(records_backend.sync())
     runs: list[int] = []
     execution = _ledger(records_backend).execute(
         "c1", "send", ARGS, lambda: runs.append(1) or "again", idempotent=True
@@ -137,8 +113,8 @@ def test_an_idempotent_tool_is_reclaimed_with_the_next_attempt(
 
 
 def test_operators_settle_an_unknown_outcome_either_way(records_backend: RecordsBackend) -> None:
-    _crash_inside_body(records_backend.sync(), "ran")
-    _crash_inside_body(records_backend.sync(), "lost")
+    crash_inside_body(records_backend.sync(), "ran")
+    crash_inside_body(records_backend.sync(), "lost")
     ledger = _ledger(records_backend)
     settled = ledger.settle("ran", ran=True, result="receipt-7", operator="ops")
     assert settled.outcome == "settled" and settled.owner == "ops"

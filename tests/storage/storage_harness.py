@@ -38,11 +38,11 @@ class Client:
         self._runner = asyncio.Runner() if is_async else None
         self.closed = False
 
-    def _call(self, name: str, *args: Any) -> Any:
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         method = getattr(self.adapter, name)
         if self._runner is None:
-            return method(*args)
-        return self._runner.run(method(*args))
+            return method(*args, **kwargs)
+        return self._runner.run(method(*args, **kwargs))
 
     def load(self, session_id: str) -> Any:
         return self._call("load", session_id)
@@ -54,6 +54,32 @@ class Client:
 
     def delete(self, session_id: str) -> None:
         self._call("delete", session_id)
+
+    # The optional capabilities (records, processing index).
+    def load_record(self, session_id: str, key: str) -> Any:
+        return self._call("load_record", session_id, key)
+
+    def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        result = self._call("save_record", session_id, key, text, expected, processing=processing)
+        assert isinstance(result, bool)
+        return result
+
+    def list_records(self, session_id: str, prefix: str = "") -> Any:
+        return self._call("list_records", session_id, prefix)
+
+    def delete_record(self, session_id: str, key: str) -> None:
+        self._call("delete_record", session_id, key)
+
+    def list_processing(self, *, written_before_ms: int | None = None, limit: int = 1000) -> Any:
+        return self._call("list_processing", written_before_ms=written_before_ms, limit=limit)
 
     def close(self) -> None:
         if self.closed:

@@ -25,7 +25,7 @@ def table(pg_url: str) -> Iterator[str]:
     name = f"t_{uuid.uuid4().hex[:12]}"
     yield name
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {name}")
+        conn.execute(f"DROP TABLE IF EXISTS {name}, {name}__records")
 
 
 def _admin(pg_url: str) -> psycopg.Connection[Any]:
@@ -270,7 +270,7 @@ def test_racing_first_connections_create_the_table_once_without_errors(
             for st in adapters:
                 st.close()
             with _admin(pg_url) as admin:
-                admin.execute(f"DROP TABLE IF EXISTS {table}")
+                admin.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
 
 
 def test_unreachable_server_is_storage_unavailable(unique_id: str) -> None:

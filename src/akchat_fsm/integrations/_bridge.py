@@ -283,6 +283,8 @@ def plan_memory_record(session_id: str) -> Plan[dict[str, Any]]:
         for call in run.approvals if run is not None else ():
             calls[call.tool_call_id] = (call.tool, call.args)
     entries = {e.tool_call_id: e for e in (yield from plan_entries(session_id))}
+    for entry in entries.values():  # calls of completed runs are known from the ledger only
+        calls.setdefault(entry.tool_call_id, (entry.tool, {}))
     tool_calls = [
         {"id": cid, "name": name, "args": dict(args), "status": status_of(entries.get(cid))}
         for cid, (name, args) in calls.items()

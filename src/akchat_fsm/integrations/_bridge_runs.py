@@ -322,7 +322,6 @@ def decide_settle_run(
             run,
             state=RunState.COMPLETED,
             snapshot=snapshot,
-            calls=(),
             output=output,
             external={},
             updated_ms=now_ms,

@@ -206,3 +206,52 @@ def prepare_record_save(
         raise ConfigError("processing must be a bool.", hint=RECORD_HINT)
     version = 1 if expected is None else expected + 1
     return PreparedRecordSave(sid, k, version, expected, text, processing, now_ms())
+
+
+# --------------------------------------------------------------------------- index helpers
+#
+# Shared by the SQL and Redis adapters' records tables and processing index (ADR-0085).
+
+
+def processing_statuses() -> tuple[str, ...]:
+    """The wire statuses :func:`holds_processing` counts, for backfills written in SQL."""
+    from ..wire.enums import ConfirmationStatus
+
+    return tuple(sorted(s.value for s in ConfirmationStatus if s.is_processing))
+
+
+def derived_identifier(table: str, suffix: str) -> str:
+    """``table + suffix`` as an SQL identifier of at most 63 characters.
+
+    The records table and the indexes are named after the sessions table; a name that
+    PostgreSQL would truncate (and so could collide) is shortened with a hash of the whole.
+    """
+    import hashlib
+
+    name = check_sql_identifier(table) + suffix
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+    return f"{name[: 63 - 11]}_{digest}"
+
+
+def record_prefix_matches_nothing(prefix: object) -> bool:
+    """Validate ``list_records``'s prefix: a str (else ``ConfigError``).
+
+    ``True`` when no valid record key can start with it, so adapters answer ``[]`` without
+    sending a prefix that a backend might refuse (a NUL byte in PostgreSQL ``text``).
+    """
+    if not isinstance(prefix, str):
+        raise ConfigError("list_records() needs the prefix as a str.", hint=RECORD_HINT)
+    return prefix != "" and re.fullmatch(r"[A-Za-z0-9._:-]{1,200}", prefix, re.ASCII) is None
+
+
+def check_limit(limit: object, written_before_ms: object) -> tuple[int, int | None]:
+    """Validate ``list_processing``'s arguments: an int limit (below 0: none), an int bound."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise ConfigError(f"limit must be an int, got {limit!r}.")
+    if written_before_ms is None:
+        return max(0, limit), None
+    if isinstance(written_before_ms, bool) or not isinstance(written_before_ms, int):
+        raise ConfigError(f"written_before_ms must be an int or None, got {written_before_ms!r}.")
+    return max(0, limit), written_before_ms

@@ -8,10 +8,12 @@ mid-flight may still apply: treat it like :class:`~akchat_fsm.errors.OutcomeUnkn
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Generic, Protocol, TypeVar
 
 from ..wire.session import SessionSnapshot
 from ._closing import AsyncClosing
+from .port import ProcessingSession, StoredRecord
 
 __all__ = ["ThreadedAsyncStorage"]
 
@@ -22,6 +24,26 @@ class _Blocking(Protocol):
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool: ...
 
     def delete(self, session_id: str) -> None: ...
+
+    def load_record(self, session_id: str, key: str) -> StoredRecord | None: ...
+
+    def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool: ...
+
+    def list_records(self, session_id: str, prefix: str = "") -> list[str]: ...
+
+    def delete_record(self, session_id: str, key: str) -> None: ...
+
+    def list_processing(
+        self, *, written_before_ms: int | None = None, limit: int = 1000
+    ) -> list[ProcessingSession]: ...
 
     def close(self) -> None: ...
 
@@ -48,6 +70,49 @@ class ThreadedAsyncStorage(AsyncClosing, Generic[S]):
     async def delete(self, session_id: str) -> None:
         """Forget ``session_id``; a missing session is not an error."""
         await asyncio.to_thread(self.sync.delete, session_id)
+
+    async def load_record(self, session_id: str, key: str) -> StoredRecord | None:
+        """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
+        return await asyncio.to_thread(self.sync.load_record, session_id, key)
+
+    async def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        """Store the record iff its stored version equals ``expected_version`` (see the port)."""
+        return await asyncio.to_thread(
+            functools.partial(
+                self.sync.save_record,
+                session_id,
+                key,
+                text,
+                expected_version,
+                processing=processing,
+            )
+        )
+
+    async def list_records(self, session_id: str, prefix: str = "") -> list[str]:
+        """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
+        return await asyncio.to_thread(self.sync.list_records, session_id, prefix)
+
+    async def delete_record(self, session_id: str, key: str) -> None:
+        """Forget one record; a missing record is not an error."""
+        await asyncio.to_thread(self.sync.delete_record, session_id, key)
+
+    async def list_processing(
+        self, *, written_before_ms: int | None = None, limit: int = 1000
+    ) -> list[ProcessingSession]:
+        """Sessions holding processing work, oldest last write first (see the port)."""
+        return await asyncio.to_thread(
+            functools.partial(
+                self.sync.list_processing, written_before_ms=written_before_ms, limit=limit
+            )
+        )
 
     def open_connections(self) -> int:
         """Connections the wrapped adapter holds open (0 after ``aclose``)."""

@@ -12,10 +12,12 @@ import threading
 from ..wire.session import SessionSnapshot
 from ._cas import (
     cas_allows,
+    check_limit,
     check_record_key,
     check_session_id,
     prepare_record_save,
     prepare_save,
+    record_prefix_matches_nothing,
 )
 from ._closing import AsyncClosing, Closing
 from .port import ProcessingSession, StoredRecord
@@ -99,6 +101,8 @@ class MemoryStorage(Closing):
     def list_records(self, session_id: str, prefix: str = "") -> list[str]:
         """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
         sid = check_session_id(session_id)
+        if record_prefix_matches_nothing(prefix):
+            return []
         with self._lock:
             return sorted(k for k in self._records.get(sid, {}) if k.startswith(prefix))
 
@@ -116,6 +120,7 @@ class MemoryStorage(Closing):
         self, *, written_before_ms: int | None = None, limit: int = 1000
     ) -> list[ProcessingSession]:
         """Sessions holding processing work, oldest last write first (see the port)."""
+        limit, written_before_ms = check_limit(limit, written_before_ms)
         with self._lock:
             found = [
                 ProcessingSession(sid, written)
@@ -123,7 +128,7 @@ class MemoryStorage(Closing):
                 if (envelope or busy) and (written_before_ms is None or written < written_before_ms)
             ]
         found.sort(key=lambda row: (row.last_write_ms, row.session_id))
-        return found[: max(0, limit)]
+        return found[:limit]
 
     def open_connections(self) -> int:
         """Always 0: nothing to leak (the leak-check capability of the conformance kit)."""

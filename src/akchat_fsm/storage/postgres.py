@@ -10,6 +10,12 @@ Each call is one autocommit statement, so no transaction (and no snapshot) outli
 A returned row means the write committed; no row means a definite conflict. Correct under
 READ COMMITTED (the loser waits for the winner, re-checks ``cursor`` and matches no row) and
 under REPEATABLE READ / SERIALIZABLE (the loser gets SQLSTATE 40001, mapped to ``False``).
+
+Records live in ``<table>__records`` (primary key ``(session_id, key)``, same statements with
+``version`` for ``cursor``). The processing index is the ``processing``/``written_ms`` columns
+of both tables, set by the same statement as the state they describe, with a partial index on
+the processing rows; ``delete`` removes a session's envelope and records in one statement.
+Tables created by 0.1.0 are upgraded in place on connect (ADR-0085).
 """
 
 from __future__ import annotations
@@ -26,8 +32,19 @@ from psycopg.pq import TransactionStatus
 
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
-from ._cas import check_session_id, check_sql_identifier, prepare_save
+from ._cas import (
+    check_limit,
+    check_record_key,
+    check_session_id,
+    check_sql_identifier,
+    derived_identifier,
+    prepare_record_save,
+    prepare_save,
+    processing_statuses,
+    record_prefix_matches_nothing,
+)
 from ._closing import AsyncClosing, Closing
+from .port import ProcessingSession, StoredRecord
 
 __all__ = ["AsyncPostgresStorage", "PostgresStorage", "map_pg_error"]
 
@@ -118,27 +135,134 @@ class _Plan:
         self.setup = [f"SET default_transaction_isolation = '{ISOLATIONS[isolation]}'"]
         if statement_timeout_ms is not None:
             self.setup.append(f"SET statement_timeout = {statement_timeout_ms}")
-        self.create = (
-            f"CREATE TABLE IF NOT EXISTS {t} (session_id text PRIMARY KEY,"
-            " cursor bigint NOT NULL, body text NOT NULL,"
-            " updated_at timestamptz NOT NULL DEFAULT now())"
-        )
+        self.records = r = derived_identifier(t, "__records")
+        self.create = _schema(t, r)
         self.select = f"SELECT body FROM {t} WHERE session_id = %s"
         self.insert = (
-            f"INSERT INTO {t} (session_id, cursor, body) VALUES (%s, %s, %s)"
-            " ON CONFLICT (session_id) DO NOTHING RETURNING cursor"
+            f"INSERT INTO {t} (session_id, cursor, body, processing, written_ms)"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session_id) DO NOTHING RETURNING cursor"
         )
         self.update = (
-            f"UPDATE {t} SET cursor = %s, body = %s, updated_at = now()"
-            " WHERE session_id = %s AND cursor = %s RETURNING cursor"
+            f"UPDATE {t} SET cursor = %s, body = %s, updated_at = now(), processing = %s,"
+            " written_ms = %s WHERE session_id = %s AND cursor = %s RETURNING cursor"
         )
-        self.delete = f"DELETE FROM {t} WHERE session_id = %s"
+        self.delete = (
+            f"WITH records AS (DELETE FROM {r} WHERE session_id = %s)"
+            f" DELETE FROM {t} WHERE session_id = %s"
+        )
+        self.select_record = f"SELECT version, body FROM {r} WHERE session_id = %s AND key = %s"
+        self.insert_record = (
+            f"INSERT INTO {r} (session_id, key, version, body, processing, written_ms)"
+            " VALUES (%s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (session_id, key) DO NOTHING RETURNING version"
+        )
+        self.update_record = (
+            f"UPDATE {r} SET version = %s, body = %s, processing = %s, written_ms = %s"
+            " WHERE session_id = %s AND key = %s AND version = %s RETURNING version"
+        )
+        self.list_records = f"SELECT key FROM {r} WHERE session_id = %s AND left(key, %s) = %s"
+        self.delete_record = f"DELETE FROM {r} WHERE session_id = %s AND key = %s"
+        # Only processing rows are visited (the partial indexes); a listed session's last
+        # write is the newest of its envelope's and its records' (primary-key lookups).
+        self.list_processing = (
+            "SELECT session_id, last FROM (SELECT p.session_id, GREATEST("
+            f" (SELECT s.written_ms FROM {t} s WHERE s.session_id = p.session_id),"
+            f" (SELECT max(x.written_ms) FROM {r} x WHERE x.session_id = p.session_id), 0)"
+            f" AS last FROM (SELECT session_id FROM {t} WHERE processing"
+            f" UNION SELECT session_id FROM {r} WHERE processing) p) q"
+            " WHERE %s::bigint IS NULL OR last < %s::bigint"
+            ' ORDER BY last, session_id COLLATE "C" LIMIT %s'
+        )
 
     def save_statement(self, snapshot: Any, expected_cursor: Any) -> tuple[str, tuple[Any, ...]]:
         p = prepare_save(snapshot, expected_cursor)
         if p.expected is None:
-            return self.insert, (p.session_id, p.cursor, p.text)
-        return self.update, (p.cursor, p.text, p.session_id, p.expected)
+            return self.insert, (p.session_id, p.cursor, p.text, p.processing, p.written_ms)
+        return self.update, (p.cursor, p.text, p.processing, p.written_ms, p.session_id, p.expected)
+
+    def delete_statement(self, session_id: Any) -> tuple[str, tuple[Any, ...]]:
+        sid = check_session_id(session_id)
+        return self.delete, (sid, sid)
+
+    def record_key(self, session_id: Any, key: Any) -> tuple[str, str]:
+        return check_session_id(session_id), check_record_key(key)
+
+    def save_record_statement(
+        self, session_id: Any, key: Any, text: Any, expected: Any, processing: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        p = prepare_record_save(session_id, key, text, expected, processing)
+        if p.expected is None:
+            create = (p.session_id, p.key, p.version, p.text, p.processing, p.written_ms)
+            return self.insert_record, create
+        update = (p.version, p.text, p.processing, p.written_ms, p.session_id, p.key, p.expected)
+        return self.update_record, update
+
+    def list_records_statement(
+        self, session_id: Any, prefix: Any
+    ) -> tuple[str, tuple[Any, ...]] | None:
+        """The query, or ``None`` when no key can match (the answer is ``[]``)."""
+        sid = check_session_id(session_id)
+        if record_prefix_matches_nothing(prefix):
+            return None
+        return self.list_records, (sid, len(prefix), prefix)
+
+    def list_processing_statement(
+        self, written_before_ms: Any, limit: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        count, before = check_limit(limit, written_before_ms)
+        return self.list_processing, (before, before, count)
+
+
+def _schema(t: str, r: str) -> str:
+    """One ``DO`` block that creates the tables and indexes, or upgrades a 0.1.0 table.
+
+    One statement, so the sync and async adapters run the same thing. It reads the catalog
+    first and takes no lock when everything exists; otherwise it locks the sessions table
+    (concurrent first connections queue, and each re-checks), adds the columns, and backfills
+    the flag of envelopes holding a processing confirmation, stamped with their ``updated_at``
+    (ADR-0085). An envelope that is not valid JSON is left alone, never an upgrade failure.
+    """
+    index_t, index_r = derived_identifier(t, "__processing"), derived_identifier(r, "_processing")
+    statuses = ", ".join(f"'{s}'" for s in processing_statuses())
+    rough = " OR ".join(f'body LIKE \'%"status":"{s}"%\'' for s in processing_statuses())
+    has_column = (
+        "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{t}')"
+        " AND attname = '{c}' AND NOT attisdropped)"
+    )
+    return f"""DO $akchat$
+DECLARE
+  rec record;
+BEGIN
+  IF to_regclass('{r}') IS NULL OR to_regclass('{index_t}') IS NULL
+     OR to_regclass('{index_r}') IS NULL OR NOT {has_column.format(t=t, c="written_ms")} THEN
+    CREATE TABLE IF NOT EXISTS {t} (session_id text PRIMARY KEY, cursor bigint NOT NULL,
+      body text NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(),
+      processing boolean NOT NULL DEFAULT false, written_ms bigint NOT NULL DEFAULT 0);
+    LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE;
+    IF NOT {has_column.format(t=t, c="processing")} THEN
+      ALTER TABLE {t} ADD COLUMN processing boolean NOT NULL DEFAULT false;
+      ALTER TABLE {t} ADD COLUMN IF NOT EXISTS written_ms bigint NOT NULL DEFAULT 0;
+      FOR rec IN SELECT session_id, body FROM {t} WHERE {rough} LOOP
+        BEGIN
+          IF EXISTS (SELECT 1 FROM jsonb_array_elements(rec.body::jsonb -> 'confirmations') c
+                     WHERE c ->> 'status' IN ({statuses})) THEN
+            UPDATE {t} SET processing = true,
+              written_ms = (extract(epoch FROM updated_at) * 1000)::bigint
+              WHERE session_id = rec.session_id;
+          END IF;
+        EXCEPTION WHEN others THEN NULL;
+        END;
+      END LOOP;
+    END IF;
+    ALTER TABLE {t} ADD COLUMN IF NOT EXISTS written_ms bigint NOT NULL DEFAULT 0;
+    CREATE TABLE IF NOT EXISTS {r} (session_id text NOT NULL, key text COLLATE "C" NOT NULL,
+      version bigint NOT NULL, body text NOT NULL, processing boolean NOT NULL DEFAULT false,
+      written_ms bigint NOT NULL DEFAULT 0, PRIMARY KEY (session_id, key));
+    CREATE INDEX IF NOT EXISTS {index_t} ON {t} (written_ms) WHERE processing;
+    CREATE INDEX IF NOT EXISTS {index_r} ON {r} (session_id) WHERE processing;
+  END IF;
+END
+$akchat$"""
 
 
 # Two sessions racing CREATE TABLE IF NOT EXISTS can still collide in the catalog.
@@ -195,12 +319,17 @@ class PostgresStorage(Closing):
         self._conn = conn
         return conn
 
-    def _run(self, sql: str, params: tuple[Any, ...], *, write: bool) -> tuple[Any, ...] | None:
-        """Execute one statement; the first row, or ``None`` (no row, or a conflict)."""
+    def _run(self, sql: str, params: tuple[Any, ...], *, write: bool, every: bool = False) -> Any:
+        """Execute one statement; the first row, or ``None`` (no row, or a conflict).
+
+        ``every``: the list of all rows instead (a read).
+        """
         with self._lock:
             conn = self._connection()
             try:
                 cur = conn.execute(sql, params)
+                if every:
+                    return cur.fetchall()
                 return cur.fetchone() if cur.description is not None else None
             except psycopg.Error as exc:
                 error = map_pg_error(exc, sent=True, write=write, broken=conn.broken)
@@ -223,8 +352,49 @@ class PostgresStorage(Closing):
         return self._run(sql, params, write=True) is not None
 
     def delete(self, session_id: str) -> None:
-        """Forget ``session_id``; a missing session is not an error."""
-        self._run(self._plan.delete, (check_session_id(session_id),), write=True)
+        """Forget ``session_id`` and its records (one statement); a missing one is no error."""
+        self._run(*self._plan.delete_statement(session_id), write=True)
+
+    # ------------------------------------------------------------------ records capability
+    def load_record(self, session_id: str, key: str) -> StoredRecord | None:
+        """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
+        row = self._run(
+            self._plan.select_record, self._plan.record_key(session_id, key), write=False
+        )
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        """Store the record iff its stored version equals ``expected_version`` (see the port)."""
+        statement = self._plan.save_record_statement(
+            session_id, key, text, expected_version, processing
+        )
+        return self._run(*statement, write=True) is not None
+
+    def list_records(self, session_id: str, prefix: str = "") -> list[str]:
+        """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
+        statement = self._plan.list_records_statement(session_id, prefix)
+        rows = [] if statement is None else self._run(*statement, write=False, every=True)
+        return sorted(str(row[0]) for row in rows)
+
+    def delete_record(self, session_id: str, key: str) -> None:
+        """Forget one record; a missing record is not an error."""
+        self._run(self._plan.delete_record, self._plan.record_key(session_id, key), write=True)
+
+    def list_processing(
+        self, *, written_before_ms: int | None = None, limit: int = 1000
+    ) -> list[ProcessingSession]:
+        """Sessions holding processing work, oldest last write first (see the port)."""
+        statement = self._plan.list_processing_statement(written_before_ms, limit)
+        rows = self._run(*statement, write=False, every=True)
+        return [ProcessingSession(str(sid), int(ms)) for sid, ms in rows]
 
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""
@@ -286,12 +456,14 @@ class AsyncPostgresStorage(AsyncClosing):
         return conn
 
     async def _run(
-        self, sql: str, params: tuple[Any, ...], *, write: bool
-    ) -> tuple[Any, ...] | None:
+        self, sql: str, params: tuple[Any, ...], *, write: bool, every: bool = False
+    ) -> Any:
         async with self._lock:
             conn = await self._connection()
             try:
                 cur = await conn.execute(sql, params)
+                if every:
+                    return await cur.fetchall()
                 return await cur.fetchone() if cur.description is not None else None
             except psycopg.Error as exc:
                 error = map_pg_error(exc, sent=True, write=write, broken=conn.broken)
@@ -314,8 +486,49 @@ class AsyncPostgresStorage(AsyncClosing):
         return await self._run(sql, params, write=True) is not None
 
     async def delete(self, session_id: str) -> None:
-        """Forget ``session_id``; a missing session is not an error."""
-        await self._run(self._plan.delete, (check_session_id(session_id),), write=True)
+        """Forget ``session_id`` and its records (one statement); a missing one is no error."""
+        await self._run(*self._plan.delete_statement(session_id), write=True)
+
+    # ------------------------------------------------------------------ records capability
+    async def load_record(self, session_id: str, key: str) -> StoredRecord | None:
+        """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
+        params = self._plan.record_key(session_id, key)
+        row = await self._run(self._plan.select_record, params, write=False)
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    async def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        """Store the record iff its stored version equals ``expected_version`` (see the port)."""
+        statement = self._plan.save_record_statement(
+            session_id, key, text, expected_version, processing
+        )
+        return await self._run(*statement, write=True) is not None
+
+    async def list_records(self, session_id: str, prefix: str = "") -> list[str]:
+        """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
+        statement = self._plan.list_records_statement(session_id, prefix)
+        rows = [] if statement is None else await self._run(*statement, write=False, every=True)
+        return sorted(str(row[0]) for row in rows)
+
+    async def delete_record(self, session_id: str, key: str) -> None:
+        """Forget one record; a missing record is not an error."""
+        params = self._plan.record_key(session_id, key)
+        await self._run(self._plan.delete_record, params, write=True)
+
+    async def list_processing(
+        self, *, written_before_ms: int | None = None, limit: int = 1000
+    ) -> list[ProcessingSession]:
+        """Sessions holding processing work, oldest last write first (see the port)."""
+        statement = self._plan.list_processing_statement(written_before_ms, limit)
+        rows = await self._run(*statement, write=False, every=True)
+        return [ProcessingSession(str(sid), int(ms)) for sid, ms in rows]
 
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""

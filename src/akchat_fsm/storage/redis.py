@@ -1,8 +1,14 @@
 """Redis adapter (redis-py, extra ``redis``): one Lua script is the whole compare-and-set.
 
 Each session is a hash at ``prefix + session_id`` with fields ``cursor`` (a decimal string,
-compared as a string: Lua numbers are doubles) and ``body`` (the canonical JSON text). The
-script validates first and writes last, so an error inside it never leaves a partial write.
+compared as a string: Lua numbers are doubles), ``body`` (the canonical JSON text) and
+``processing``. Its records are one hash at ``prefix + session_id + "#records"`` (fields
+``v:<key>`` version, ``b:<key>`` text, ``p:<key>`` while processing, ``#processing`` their
+count). The processing index is one sorted set at ``prefix + "#processing"``: a session is a
+member, scored by its last write in epoch ms, while its envelope or a record is processing
+(ADR-0085). ``#`` never occurs in a session id, so no key can collide with another's. Every
+write is one Lua script over the three keys: it validates first and writes last, so an error
+inside it never leaves a partial write, and the index changes in the same atomic step.
 
 We drive a pooled connection ourselves (connect, send, read) instead of
 ``Redis.execute_command`` so that each failure is classified by *when* it happened: before the
@@ -31,26 +37,107 @@ from redis.retry import Retry
 
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
-from ._cas import check_session_id, prepare_save
+from ._cas import (
+    check_limit,
+    check_record_key,
+    check_session_id,
+    prepare_record_save,
+    prepare_save,
+    record_prefix_matches_nothing,
+)
 from ._closing import AsyncClosing, Closing
+from .port import ProcessingSession, StoredRecord
 
 __all__ = ["CAS_SCRIPT", "AsyncRedisStorage", "RedisStorage", "map_redis_error"]
 
 DEFAULT_PREFIX = "akchat:session:"
 
-#: KEYS[1] session hash; ARGV[1] expected cursor ("" = create-only), ARGV[2] new cursor,
-#: ARGV[3] body. Returns 1 when written, 0 on a conflict. O(1).
-CAS_SCRIPT = """\
-local stored = redis.call('HGET', KEYS[1], 'cursor')
-if ARGV[1] == '' then
-  if stored then return 0 end
-elseif stored ~= ARGV[1] then
-  return 0
+# Every script takes KEYS[1] the session hash, KEYS[2] its records hash, KEYS[3] the index,
+# and ends with the same step: the session is in the index iff its envelope or one of its
+# records is processing, scored by this write's time. All are O(1) but ZADD/ZREM (O(log n)).
+_INDEX = """
+if busy > 0 or redis.call('HGET', KEYS[1], 'processing') == '1' then
+  redis.call('ZADD', KEYS[3], ARGV[1], ARGV[2])
+else
+  redis.call('ZREM', KEYS[3], ARGV[2])
 end
-redis.call('HSET', KEYS[1], 'cursor', ARGV[2], 'body', ARGV[3])
 return 1
 """
+
+#: ARGV[1] written ms, ARGV[2] session id, ARGV[3] expected cursor ("" = create-only),
+#: ARGV[4] new cursor, ARGV[5] body, ARGV[6] "1" if processing. 1 when written, 0 on a conflict.
+CAS_SCRIPT = (
+    """\
+local stored = redis.call('HGET', KEYS[1], 'cursor')
+if ARGV[3] == '' then
+  if stored then return 0 end
+elseif stored ~= ARGV[3] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'cursor', ARGV[4], 'body', ARGV[5], 'processing', ARGV[6])
+local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '0')
+"""
+    + _INDEX
+)
+
+#: ARGV[1] written ms, ARGV[2] session id, ARGV[3] key, ARGV[4] expected version ("" =
+#: create-only), ARGV[5] new version, ARGV[6] text, ARGV[7] "1" if processing.
+RECORD_SCRIPT = (
+    """\
+local v, p = 'v:' .. ARGV[3], 'p:' .. ARGV[3]
+local stored = redis.call('HGET', KEYS[2], v)
+if ARGV[4] == '' then
+  if stored then return 0 end
+elseif stored ~= ARGV[4] then
+  return 0
+end
+local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '0')
+local was = redis.call('HEXISTS', KEYS[2], p) == 1
+redis.call('HSET', KEYS[2], v, ARGV[5], 'b:' .. ARGV[3], ARGV[6])
+if ARGV[7] == '1' and not was then
+  busy = busy + 1
+  redis.call('HSET', KEYS[2], p, '1')
+elseif ARGV[7] ~= '1' and was then
+  busy = busy - 1
+  redis.call('HDEL', KEYS[2], p)
+end
+if busy > 0 then
+  redis.call('HSET', KEYS[2], '#processing', busy)
+else
+  redis.call('HDEL', KEYS[2], '#processing')
+end
+"""
+    + _INDEX
+)
+
+#: ARGV[1] written ms, ARGV[2] session id, ARGV[3] key. Leaves the score of a session that
+#: stays listed unchanged (a delete is not a write of state), like the memory adapter.
+DELETE_RECORD_SCRIPT = """\
+if redis.call('HDEL', KEYS[2], 'v:' .. ARGV[3], 'b:' .. ARGV[3]) == 0 then return 0 end
+if redis.call('HDEL', KEYS[2], 'p:' .. ARGV[3]) == 0 then return 1 end
+local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '1') - 1
+if busy > 0 then
+  redis.call('HSET', KEYS[2], '#processing', busy)
+  return 1
+end
+redis.call('HDEL', KEYS[2], '#processing')
+if redis.call('HGET', KEYS[1], 'processing') ~= '1' then redis.call('ZREM', KEYS[3], ARGV[2]) end
+return 1
+"""
+
+#: ARGV[1] written ms (unused), ARGV[2] session id: the envelope, its records, its index entry.
+DELETE_SCRIPT = """\
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[2])
+return 1
+"""
+
 CAS_SHA = hashlib.sha1(CAS_SCRIPT.encode()).hexdigest()
+_SOURCES = {
+    hashlib.sha1(source.encode()).hexdigest(): source
+    for source in (CAS_SCRIPT, RECORD_SCRIPT, DELETE_RECORD_SCRIPT, DELETE_SCRIPT)
+}
+_SHA = {source: sha for sha, source in _SOURCES.items()}
 
 Phase = Literal["connect", "send", "reply"]
 
@@ -86,20 +173,69 @@ class _Plan:
             "retry": Retry(NoBackoff(), 0),
         }
 
+        self.index = prefix + "#processing"
+
     def key(self, session_id: str) -> str:
         return self.prefix + check_session_id(session_id)
+
+    def records(self, session_id: str) -> str:
+        return self.key(session_id) + "#records"
 
     def load_command(self, session_id: str) -> tuple[Any, ...]:
         return ("HGET", self.key(session_id), "body")
 
-    def delete_command(self, session_id: str) -> tuple[Any, ...]:
-        return ("DEL", self.key(session_id))
+    def _script(self, source: str, session_id: str, written_ms: int, *args: str) -> tuple[Any, ...]:
+        """``EVALSHA sha 3 session records index written_ms session_id *args``."""
+        keys = (self.key(session_id), self.records(session_id), self.index)
+        return ("EVALSHA", _SHA[source], 3, *keys, str(written_ms), session_id, *args)
 
-    def save_args(self, snapshot: Any, expected_cursor: Any) -> tuple[Any, ...]:
-        """``1, key, expected, cursor, body``: what follows ``EVALSHA sha`` or ``EVAL src``."""
+    def delete_command(self, session_id: str) -> tuple[Any, ...]:
+        return self._script(DELETE_SCRIPT, check_session_id(session_id), 0)
+
+    def save_command(self, snapshot: Any, expected_cursor: Any) -> tuple[Any, ...]:
         p = prepare_save(snapshot, expected_cursor)
         expected = "" if p.expected is None else str(p.expected)
-        return (1, self.prefix + p.session_id, expected, str(p.cursor), p.text)
+        flag = "1" if p.processing else "0"
+        args = (expected, str(p.cursor), p.text, flag)
+        return self._script(CAS_SCRIPT, p.session_id, p.written_ms, *args)
+
+    def load_record_command(self, session_id: str, key: str) -> tuple[Any, ...]:
+        k = check_record_key(key)
+        return ("HMGET", self.records(session_id), f"v:{k}", f"b:{k}")
+
+    def save_record_command(
+        self, session_id: Any, key: Any, text: Any, expected: Any, processing: Any
+    ) -> tuple[Any, ...]:
+        p = prepare_record_save(session_id, key, text, expected, processing)
+        was = "" if p.expected is None else str(p.expected)
+        args = (p.key, was, str(p.version), p.text, "1" if p.processing else "0")
+        return self._script(RECORD_SCRIPT, p.session_id, p.written_ms, *args)
+
+    def delete_record_command(self, session_id: str, key: str) -> tuple[Any, ...]:
+        sid, k = check_session_id(session_id), check_record_key(key)
+        return self._script(DELETE_RECORD_SCRIPT, sid, 0, k)
+
+    def list_processing_command(self, written_before_ms: Any, limit: Any) -> tuple[Any, ...]:
+        count, before = check_limit(limit, written_before_ms)
+        top = "+inf" if before is None else f"({before}"
+        return ("ZRANGEBYSCORE", self.index, "-inf", top, "WITHSCORES", "LIMIT", 0, count)
+
+
+def _record(reply: Any) -> StoredRecord | None:
+    version, body = reply
+    return None if version is None else (int(version), bytes(body).decode("utf-8"))
+
+
+def _keys(reply: Any, prefix: str) -> list[str]:
+    fields = (bytes(field).decode("utf-8") for field in reply)
+    return sorted(f[2:] for f in fields if f.startswith("v:") and f[2:].startswith(prefix))
+
+
+def _processing(reply: Any) -> list[ProcessingSession]:
+    # RESP3 answers WITHSCORES with [member, score] pairs, RESP2 with one flat list.
+    flat = bool(reply) and not isinstance(reply[0], list | tuple)
+    pairs = zip(reply[0::2], reply[1::2], strict=True) if flat else (tuple(p) for p in reply)
+    return [ProcessingSession(bytes(m).decode("utf-8"), int(float(ms))) for m, ms in pairs]
 
 
 def _peer_hung_up(conn: Any) -> bool:
@@ -167,7 +303,7 @@ class RedisStorage(Closing):
         except (ValueError, RedisError) as exc:
             raise ConfigError(f"Invalid Redis URL: {exc}") from exc
 
-    def _call(self, command: tuple[Any, ...], *, write: bool, script: bool = False) -> Any:
+    def _call(self, command: tuple[Any, ...], *, write: bool) -> Any:
         if self._closed:
             raise StorageUnavailable("RedisStorage is closed.")
         phase: Phase = "connect"
@@ -191,10 +327,10 @@ class RedisStorage(Closing):
             try:
                 return conn.read_response()
             except NoScriptError:
-                if not script:
+                if command[0] != "EVALSHA":
                     raise
                 phase = "send"  # nothing ran: send the source once, which re-caches it
-                conn.send_command("EVAL", CAS_SCRIPT, *command[2:])
+                conn.send_command("EVAL", _SOURCES[command[1]], *command[2:])
                 phase = "reply"
                 return conn.read_response()
         except (RedisError, OSError) as exc:
@@ -212,12 +348,50 @@ class RedisStorage(Closing):
 
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""
-        args = self._plan.save_args(snapshot, expected_cursor)
-        return bool(self._call(("EVALSHA", CAS_SHA, *args), write=True, script=True) == 1)
+        return bool(self._call(self._plan.save_command(snapshot, expected_cursor), write=True) == 1)
 
     def delete(self, session_id: str) -> None:
-        """Forget ``session_id``; a missing session is not an error."""
+        """Forget ``session_id`` and its records (one script); a missing one is not an error."""
         self._call(self._plan.delete_command(session_id), write=True)
+
+    # ------------------------------------------------------------------ records capability
+    def load_record(self, session_id: str, key: str) -> StoredRecord | None:
+        """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
+        return _record(self._call(self._plan.load_record_command(session_id, key), write=False))
+
+    def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        """Store the record iff its stored version equals ``expected_version`` (see the port)."""
+        command = self._plan.save_record_command(
+            session_id, key, text, expected_version, processing
+        )
+        return bool(self._call(command, write=True) == 1)
+
+    def list_records(self, session_id: str, prefix: str = "") -> list[str]:
+        """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
+        records = self._plan.records(session_id)
+        if record_prefix_matches_nothing(prefix):
+            return []
+        return _keys(self._call(("HKEYS", records), write=False), prefix)
+
+    def delete_record(self, session_id: str, key: str) -> None:
+        """Forget one record; a missing record is not an error."""
+        self._call(self._plan.delete_record_command(session_id, key), write=True)
+
+    # ------------------------------------------------------------------ processing index
+    def list_processing(
+        self, *, written_before_ms: int | None = None, limit: int = 1000
+    ) -> list[ProcessingSession]:
+        """Sessions holding processing work, oldest last write first (see the port)."""
+        command = self._plan.list_processing_command(written_before_ms, limit)
+        return [] if command[-1] == 0 else _processing(self._call(command, write=False))
 
     def open_connections(self) -> int:
         """Pooled connections holding a socket (0 after ``close``)."""
@@ -249,7 +423,7 @@ class AsyncRedisStorage(AsyncClosing):
         except (ValueError, RedisError) as exc:
             raise ConfigError(f"Invalid Redis URL: {exc}") from exc
 
-    async def _call(self, command: tuple[Any, ...], *, write: bool, script: bool = False) -> Any:
+    async def _call(self, command: tuple[Any, ...], *, write: bool) -> Any:
         if self._closed:
             raise StorageUnavailable("AsyncRedisStorage is closed.")
         phase: Phase = "connect"
@@ -277,9 +451,9 @@ class AsyncRedisStorage(AsyncClosing):
             try:
                 return await conn.read_response()
             except NoScriptError:
-                if not script:
+                if command[0] != "EVALSHA":
                     raise
-                await conn.send_command("EVAL", CAS_SCRIPT, *command[2:])
+                await conn.send_command("EVAL", _SOURCES[command[1]], *command[2:])
                 phase = "reply"
                 return await conn.read_response()
         except (RedisError, OSError) as exc:
@@ -297,12 +471,52 @@ class AsyncRedisStorage(AsyncClosing):
 
     async def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""
-        args = self._plan.save_args(snapshot, expected_cursor)
-        return bool(await self._call(("EVALSHA", CAS_SHA, *args), write=True, script=True) == 1)
+        command = self._plan.save_command(snapshot, expected_cursor)
+        return bool(await self._call(command, write=True) == 1)
 
     async def delete(self, session_id: str) -> None:
-        """Forget ``session_id``; a missing session is not an error."""
+        """Forget ``session_id`` and its records (one script); a missing one is not an error."""
         await self._call(self._plan.delete_command(session_id), write=True)
+
+    # ------------------------------------------------------------------ records capability
+    async def load_record(self, session_id: str, key: str) -> StoredRecord | None:
+        """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
+        command = self._plan.load_record_command(session_id, key)
+        return _record(await self._call(command, write=False))
+
+    async def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        """Store the record iff its stored version equals ``expected_version`` (see the port)."""
+        command = self._plan.save_record_command(
+            session_id, key, text, expected_version, processing
+        )
+        return bool(await self._call(command, write=True) == 1)
+
+    async def list_records(self, session_id: str, prefix: str = "") -> list[str]:
+        """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
+        records = self._plan.records(session_id)
+        if record_prefix_matches_nothing(prefix):
+            return []
+        return _keys(await self._call(("HKEYS", records), write=False), prefix)
+
+    async def delete_record(self, session_id: str, key: str) -> None:
+        """Forget one record; a missing record is not an error."""
+        await self._call(self._plan.delete_record_command(session_id, key), write=True)
+
+    # ------------------------------------------------------------------ processing index
+    async def list_processing(
+        self, *, written_before_ms: int | None = None, limit: int = 1000
+    ) -> list[ProcessingSession]:
+        """Sessions holding processing work, oldest last write first (see the port)."""
+        command = self._plan.list_processing_command(written_before_ms, limit)
+        return [] if command[-1] == 0 else _processing(await self._call(command, write=False))
 
     def open_connections(self) -> int:
         """Pooled connections holding a socket (0 after ``aclose``)."""

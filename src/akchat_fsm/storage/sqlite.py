@@ -1,11 +1,16 @@
 """SQLite adapter (stdlib ``sqlite3``): the embedded default.
 
-One row per session: ``session_id TEXT PRIMARY KEY, cursor INTEGER, body TEXT``. Every write
-is ``BEGIN IMMEDIATE`` (take the write lock first: a deferred read-then-write transaction
-fails at once with "database is locked" under contention, busy handler or not), one
-conditional statement, then ``COMMIT``. The connection runs with ``isolation_level=None`` so
-Python never issues its own implicit deferred ``BEGIN``; WAL lets readers run beside the one
-writer; ``synchronous=FULL`` makes an acknowledged commit survive power loss.
+One row per session: ``session_id TEXT PRIMARY KEY, cursor INTEGER, body TEXT, processing,
+written_ms``; records beside it in ``<table>__records`` (primary key ``(session_id, key)``).
+Every write is ``BEGIN IMMEDIATE`` (take the write lock first: a deferred read-then-write
+transaction fails at once with "database is locked" under contention, busy handler or not),
+one conditional statement (two for ``delete``), then ``COMMIT``. The processing index is the
+``processing``/``written_ms`` columns of both tables, written by the same statement as the
+state they describe, with a partial index on the processing rows (ADR-0085).
+
+The connection runs with ``isolation_level=None`` so Python never issues its own implicit
+deferred ``BEGIN``; WAL lets readers run beside the one writer; ``synchronous=FULL`` makes an
+acknowledged commit survive power loss.
 
 Safe across threads (one connection per adapter, guarded by a lock) and across processes on
 one host (SQLite's file locks; WAL does not work on network filesystems).
@@ -16,12 +21,24 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from typing import Any
 
 from ..errors import OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
-from ._cas import check_session_id, check_sql_identifier, prepare_save
+from ._cas import (
+    check_limit,
+    check_record_key,
+    check_session_id,
+    check_sql_identifier,
+    now_ms,
+    prepare_record_save,
+    prepare_save,
+    processing_statuses,
+    record_prefix_matches_nothing,
+)
 from ._closing import Closing
 from ._threaded import ThreadedAsyncStorage
+from .port import ProcessingSession, StoredRecord
 
 __all__ = ["AsyncSQLiteStorage", "SQLiteStorage"]
 
@@ -63,16 +80,16 @@ class SQLiteStorage(Closing):
         self.table = check_sql_identifier(table)
         self.busy_timeout = float(busy_timeout)
         t = self.table
-        self._create = (
-            f"CREATE TABLE IF NOT EXISTS {t} (session_id TEXT PRIMARY KEY NOT NULL,"
-            " cursor INTEGER NOT NULL, body TEXT NOT NULL)"
-        )
+        self._schema = _Schema(t)
         self._select = f"SELECT body FROM {t} WHERE session_id = ?"
         self._insert = (
-            f"INSERT INTO {t} (session_id, cursor, body) VALUES (?, ?, ?)"
-            " ON CONFLICT (session_id) DO NOTHING"
+            f"INSERT INTO {t} (session_id, cursor, body, processing, written_ms)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
         )
-        self._update = f"UPDATE {t} SET cursor = ?, body = ? WHERE session_id = ? AND cursor = ?"
+        self._update = (
+            f"UPDATE {t} SET cursor = ?, body = ?, processing = ?, written_ms = ?"
+            " WHERE session_id = ? AND cursor = ?"
+        )
         self._delete = f"DELETE FROM {t} WHERE session_id = ?"
         self._lock = threading.Lock()
         self._closed = False
@@ -97,7 +114,7 @@ class SQLiteStorage(Closing):
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode=WAL").fetchall()
             conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(self._create)
+            self._schema.ensure(conn)
         except sqlite3.Error as exc:
             if conn is not None:
                 conn.close()
@@ -134,21 +151,33 @@ class SQLiteStorage(Closing):
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""
         p = prepare_save(snapshot, expected_cursor)
+        flag = int(p.processing)
         if p.expected is None:
-            return self._write(self._insert, (p.session_id, p.cursor, p.text))
-        return self._write(self._update, (p.cursor, p.text, p.session_id, p.expected))
+            return self._write(self._insert, (p.session_id, p.cursor, p.text, flag, p.written_ms))
+        return self._write(
+            self._update, (p.cursor, p.text, flag, p.written_ms, p.session_id, p.expected)
+        )
 
     def delete(self, session_id: str) -> None:
-        """Forget ``session_id``; a missing session is not an error."""
-        self._write(self._delete, (check_session_id(session_id),))
+        """Forget ``session_id`` and its records (one transaction); a missing one is no error."""
+        key = (check_session_id(session_id),)
+        self._write(self._delete, key, (self._schema.delete_records, key))
 
-    def _write(self, sql: str, params: tuple[object, ...]) -> bool:
-        """``BEGIN IMMEDIATE``; one statement; ``COMMIT`` iff it changed one row."""
+    def _write(
+        self, sql: str, params: tuple[object, ...], *more: tuple[str, tuple[object, ...]]
+    ) -> bool:
+        """``BEGIN IMMEDIATE``; one statement; ``COMMIT`` iff it changed one row.
+
+        ``more`` statements run after the first in the same transaction, whatever it changed
+        (``delete``: the session's records go with its envelope).
+        """
         with self._lock:
             conn = self._connection()
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 changed = conn.execute(sql, params).rowcount == 1
+                for extra_sql, extra_params in more:
+                    changed = conn.execute(extra_sql, extra_params).rowcount > 0 or changed
                 if not changed:
                     conn.execute("ROLLBACK")
                     return False
@@ -165,6 +194,63 @@ class SQLiteStorage(Closing):
                 raise map_sqlite_error(exc, at_commit=True) from exc
             return True
 
+    def _read(self, sql: str, params: tuple[object, ...]) -> list[Any]:
+        with self._lock:
+            conn = self._connection()
+            try:
+                return conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise map_sqlite_error(exc) from exc
+
+    # ------------------------------------------------------------------ records capability
+    def load_record(self, session_id: str, key: str) -> StoredRecord | None:
+        """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
+        rows = self._read(
+            self._schema.select_record, (check_session_id(session_id), check_record_key(key))
+        )
+        return None if not rows else (int(rows[0][0]), str(rows[0][1]))
+
+    def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        """Store the record iff its stored version equals ``expected_version`` (see the port)."""
+        p = prepare_record_save(session_id, key, text, expected_version, processing)
+        flag = int(p.processing)
+        if p.expected is None:
+            create = (p.session_id, p.key, p.version, p.text, flag, p.written_ms)
+            return self._write(self._schema.insert_record, create)
+        update = (p.version, p.text, flag, p.written_ms, p.session_id, p.key, p.expected)
+        return self._write(self._schema.update_record, update)
+
+    def list_records(self, session_id: str, prefix: str = "") -> list[str]:
+        """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
+        sid = check_session_id(session_id)
+        if record_prefix_matches_nothing(prefix):
+            return []
+        rows = self._read(self._schema.list_records, (sid, len(prefix), prefix))
+        return sorted(str(row[0]) for row in rows)
+
+    def delete_record(self, session_id: str, key: str) -> None:
+        """Forget one record; a missing record is not an error."""
+        self._write(
+            self._schema.delete_record, (check_session_id(session_id), check_record_key(key))
+        )
+
+    # ------------------------------------------------------------------ processing index
+    def list_processing(
+        self, *, written_before_ms: int | None = None, limit: int = 1000
+    ) -> list[ProcessingSession]:
+        """Sessions holding processing work, oldest last write first (see the port)."""
+        count, before = check_limit(limit, written_before_ms)
+        rows = self._read(self._schema.list_processing, (before, before, count))
+        return [ProcessingSession(str(sid), int(ms)) for sid, ms in rows]
+
     # ------------------------------------------------------------------ lifecycle
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""
@@ -177,6 +263,101 @@ class SQLiteStorage(Closing):
             conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+class _Schema:
+    """The SQL of the records table and the processing index, and the in-place upgrade.
+
+    Tables written by 0.1.0 lack ``processing``/``written_ms``: :meth:`ensure` adds them under
+    the write lock (so concurrent first connections upgrade once) and backfills the flag of
+    envelopes already holding a processing confirmation, stamped with the upgrade time
+    (ADR-0085). An up-to-date schema costs two catalog reads and takes no lock.
+    """
+
+    def __init__(self, table: str) -> None:
+        t, r = table, f"{table}__records"
+        self.table, self.records = t, r
+        self.indexes = (f"{t}__processing", f"{r}_processing")
+        self.create = (
+            f"CREATE TABLE IF NOT EXISTS {t} (session_id TEXT PRIMARY KEY NOT NULL,"
+            " cursor INTEGER NOT NULL, body TEXT NOT NULL,"
+            " processing INTEGER NOT NULL DEFAULT 0, written_ms INTEGER NOT NULL DEFAULT 0)",
+            f"CREATE TABLE IF NOT EXISTS {r} (session_id TEXT NOT NULL, key TEXT NOT NULL,"
+            " version INTEGER NOT NULL, body TEXT NOT NULL,"
+            " processing INTEGER NOT NULL DEFAULT 0, written_ms INTEGER NOT NULL DEFAULT 0,"
+            " PRIMARY KEY (session_id, key))",
+            f"CREATE INDEX IF NOT EXISTS {self.indexes[0]} ON {t} (written_ms)"
+            " WHERE processing = 1",
+            f"CREATE INDEX IF NOT EXISTS {self.indexes[1]} ON {r} (session_id)"
+            " WHERE processing = 1",
+        )
+        statuses = ", ".join(f"'{s}'" for s in processing_statuses())
+        rough = " OR ".join(f'body LIKE \'%"status":"{s}"%\'' for s in processing_statuses())
+        # LIKE finds the candidates cheaply; the JSON check confirms each (a tool input may
+        # hold the same characters). Invalid JSON is left alone, never an upgrade failure.
+        self.backfill = (
+            f"UPDATE {t} SET processing = 1, written_ms = ? WHERE ({rough}) AND CASE"
+            " WHEN json_valid(body) THEN EXISTS (SELECT 1 FROM json_each(body, '$.confirmations')"
+            f" c WHERE json_extract(body, c.fullkey || '.status') IN ({statuses})) ELSE 0 END"
+        )
+        self.select_record = f"SELECT version, body FROM {r} WHERE session_id = ? AND key = ?"
+        self.insert_record = (
+            f"INSERT INTO {r} (session_id, key, version, body, processing, written_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, key) DO NOTHING"
+        )
+        self.update_record = (
+            f"UPDATE {r} SET version = ?, body = ?, processing = ?, written_ms = ?"
+            " WHERE session_id = ? AND key = ? AND version = ?"
+        )
+        self.list_records = f"SELECT key FROM {r} WHERE session_id = ? AND substr(key, 1, ?) = ?"
+        self.delete_record = f"DELETE FROM {r} WHERE session_id = ? AND key = ?"
+        self.delete_records = f"DELETE FROM {r} WHERE session_id = ?"
+        # Only processing rows are visited (the partial indexes); a listed session's last
+        # write is the newest of its envelope's and its records' (primary-key lookups).
+        self.list_processing = (
+            "SELECT session_id, last FROM (SELECT p.session_id AS session_id, max("
+            f" coalesce((SELECT s.written_ms FROM {t} s WHERE s.session_id = p.session_id), 0),"
+            f" coalesce((SELECT max(x.written_ms) FROM {r} x WHERE x.session_id = p.session_id),"
+            f" 0)) AS last FROM (SELECT session_id FROM {t} WHERE processing = 1"
+            f" UNION SELECT session_id FROM {r} WHERE processing = 1) p)"
+            " WHERE ? IS NULL OR last < ? ORDER BY last, session_id LIMIT ?"
+        )
+
+    def _current(self, conn: sqlite3.Connection) -> bool:
+        columns = {row[1] for row in conn.execute(f"PRAGMA table_info({self.table})")}
+        names = (self.records, *self.indexes)
+        marks = ", ".join("?" for _ in names)
+        found = conn.execute(
+            f"SELECT count(*) FROM sqlite_master WHERE name IN ({marks})", names
+        ).fetchone()
+        return {"processing", "written_ms"} <= columns and found == (len(names),)
+
+    def ensure(self, conn: sqlite3.Connection) -> None:
+        """Create or upgrade the tables and indexes; a no-op on an up-to-date database."""
+        if self._current(conn):
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            old = {row[1] for row in conn.execute(f"PRAGMA table_info({self.table})")}
+            for statement in self.create[:1]:
+                conn.execute(statement)
+            if old and "processing" not in old:
+                conn.execute(
+                    f"ALTER TABLE {self.table} ADD COLUMN processing INTEGER NOT NULL DEFAULT 0"
+                )
+            if old and "written_ms" not in old:
+                conn.execute(
+                    f"ALTER TABLE {self.table} ADD COLUMN written_ms INTEGER NOT NULL DEFAULT 0"
+                )
+            if old and "processing" not in old:
+                conn.execute(self.backfill, (now_ms(),))
+            for statement in self.create[1:]:
+                conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
 
 class AsyncSQLiteStorage(ThreadedAsyncStorage[SQLiteStorage]):

@@ -1,0 +1,154 @@
+"""A bridge host in its own process, for the multi-process proofs (racing approvers, SIGKILL).
+
+``python bridge_worker.py STORE SESSION LOG KILL ACTIONS [GO]``:
+
+* ``STORE``: ``sqlite:<path>`` or ``postgres:<url>|<table>``;
+* ``LOG``: the durable log outside the library: every tool body and every continuation model
+  request appends one fsynced line (``O_APPEND``, one ``write``), so after any kill the log says
+  what really happened;
+* ``KILL``: ``none``, ``write:<n>:before|after`` (SIGKILL this process around its n-th storage
+  write, envelope or record, counted from 1) or ``body:before|after`` (inside the tool body,
+  around its side effect);
+* ``ACTIONS``: comma-separated ``approve:<call-id>`` / ``reject:<call-id>:<reason>``;
+* ``GO``: a file to wait for before acting (lines the racers up).
+
+The worker prints one JSON line: per action, the outcome (``run`` status) or the error type.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai import Agent, DeferredToolRequests, RunContext
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from akchat_fsm import ChatDefinition, resume_chat_session
+from akchat_fsm.errors import AkchatError
+from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
+
+sys.path.insert(0, str(Path(__file__).parent))
+from pai_agents import answer
+
+DEFINITION = ChatDefinition("bridge-proof")
+CALLS = (("send_email", {"to": "a@example.com"}, "c1"), ("refund", {"amount": 5}, "c2"))
+
+
+def append(log: Path, line: str) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{line} {os.getpid()}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_log(log: Path) -> list[list[str]]:
+    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def open_store(spec: str) -> Any:
+    kind, _, rest = spec.partition(":")
+    if kind == "sqlite":
+        from akchat_fsm.storage.sqlite import SQLiteStorage
+
+        return SQLiteStorage(rest)
+    from akchat_fsm.storage.postgres import PostgresStorage
+
+    url, _, table = rest.partition("|")
+    return PostgresStorage(url, table=table)
+
+
+def build_agent(log: Path, kill: str = "none") -> Agent[None, Any]:
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart(n, a, tool_call_id=i) for n, a, i in CALLS])
+        append(log, "model continue")
+        return ModelResponse(parts=[TextPart(answer(messages))])
+
+    agent: Agent[None, Any] = Agent(FunctionModel(model), output_type=[str, DeferredToolRequests])
+
+    def side_effect(ctx: RunContext[None], what: str) -> str:
+        if kill == "body:before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        append(log, f"body {ctx.tool_call_id}")
+        if kill == "body:after":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return what
+
+    @agent.tool(requires_approval=True)
+    def send_email(ctx: RunContext[None], to: str) -> str:
+        return side_effect(ctx, f"sent to {to}")
+
+    @agent.tool(requires_approval=True)
+    def refund(ctx: RunContext[None], amount: int) -> str:
+        return side_effect(ctx, f"refunded {amount}")
+
+    return agent
+
+
+class KillingStorage:
+    """A real storage that SIGKILLs its own process around its n-th write (nothing else)."""
+
+    def __init__(self, inner: Any, kill: str) -> None:
+        self.inner = inner
+        parts = kill.split(":")
+        self.target = int(parts[1]) if parts[0] == "write" else 0
+        self.when = parts[2] if parts[0] == "write" else ""
+        self.writes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _write(self, call: Any) -> Any:
+        self.writes += 1
+        if self.writes == self.target and self.when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        result = call()
+        if self.writes == self.target and self.when == "after":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    def save(self, snapshot: Any, expected: int | None) -> bool:
+        return bool(self._write(lambda: self.inner.save(snapshot, expected)))
+
+    def save_record(self, *args: Any, **kwargs: Any) -> bool:
+        return bool(self._write(lambda: self.inner.save_record(*args, **kwargs)))
+
+
+def bridge_for(storage: Any, log: Path, kill: str = "none", **options: Any) -> PydanticAIBridge:
+    session = resume_chat_session(DEFINITION, session_id="proof", storage=storage)
+    return PydanticAIBridge(build_agent(log, kill), session, storage, **options)
+
+
+def main(argv: list[str]) -> None:
+    store, _session, log_name, kill, actions = argv[:5]
+    go = Path(argv[5]) if len(argv) > 5 else None
+    log = Path(log_name)
+    storage = KillingStorage(open_store(store), kill)
+    bridge = bridge_for(storage, log, kill)
+    tokens = {b.tool_call_id: b.token for b in bridge.session.confirmations}
+    while go is not None and not go.exists():
+        time.sleep(0.001)
+    results: list[str] = []
+    for action in actions.split(","):
+        verb, call_id, *rest = action.split(":")
+        try:
+            if verb == "approve":
+                decided = bridge.approve(tokens[call_id])
+            else:
+                decided = bridge.reject(tokens[call_id], rest[0] if rest else None)
+            results.append(decided.run.status if decided.run else "none")
+        except AkchatError as exc:
+            results.append(type(exc).__name__)
+    print(json.dumps({"results": results, "writes": storage.writes}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,300 @@
+"""The pydantic-ai bridge, with the real pydantic-ai package driven by its ``FunctionModel``.
+
+Every decision is made by a *different* session object (a fresh resume over the same storage),
+as separate approver processes would; bodies and model requests are counted (:mod:`pai_agents`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from typing import Any
+
+import pytest
+from bridge_harness import RecordsBackend, crash_inside_body
+from pai_agents import Call, Counts, build_agent
+
+from akchat_fsm import (
+    AlreadyResolved,
+    ChatDefinition,
+    ConfigError,
+    UpstreamFailed,
+    resume_chat_session,
+    resume_chat_session_async,
+)
+from akchat_fsm.integrations._bridge import BridgeUpstream, LedgerMemory
+from akchat_fsm.integrations._bridge_runs import EXPIRED_MESSAGE, REJECTED_MESSAGE, RunState
+from akchat_fsm.integrations.ledger import ExecutionState, ExecutionUnknown, ToolLedger
+from akchat_fsm.integrations.pydantic_ai import AsyncPydanticAIBridge, PydanticAIBridge
+
+DEFINITION = ChatDefinition("support")
+SID = "chat-1"
+T0 = 1_000_000
+TTL = 60_000
+EMAIL = Call("send_email", {"to": "a@example.com"}, "c1")
+REFUND = Call("refund", {"amount": 5}, "c2")
+EMAIL_B = Call("send_email", {"to": "b@example.com"}, "c3")
+LOOKUP = Call("lookup_order", {"order": "o-9"}, "e1")
+
+
+def _bridge(
+    backend: RecordsBackend, agent: Any, *, now: int = T0, **options: Any
+) -> PydanticAIBridge:
+    storage = backend.sync()
+    session = resume_chat_session(DEFINITION, session_id=SID, storage=storage, clock=lambda: now)
+    return PydanticAIBridge(agent, session, storage, ttl_ms=TTL, **options)
+
+
+def _start(backend: RecordsBackend, calls: list[Call], counts: Counts) -> tuple[Any, Any]:
+    agent = build_agent(calls, counts)
+    outcome = _bridge(backend, agent).run("do it", run_id="r1")
+    return agent, outcome
+
+
+def test_a_pause_becomes_confirmations_named_after_the_runtime_calls(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    _, outcome = _start(records_backend, [EMAIL, REFUND], counts)
+    assert outcome.status == "paused" and counts.bodies == [] and counts.requests == 1
+    by_id = {b.tool_call_id: b for b in outcome.pending}
+    assert set(by_id) == {"c1", "c2"}
+    assert by_id["c1"].action == "send_email" and dict(by_id["c1"].input) == EMAIL.args
+    assert by_id["c2"].action == "refund" and dict(by_id["c2"].input) == REFUND.args
+    assert {b.expires_at for b in outcome.pending} == {T0 + TTL}  # session clock + ttl_ms
+    assert all(b.status.value == "pending" for b in outcome.pending)
+
+
+DECISIONS = ("approve", "reject", "expire")
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
+def test_calls_decided_in_any_order_by_different_sessions_continue_once(
+    records_backend: RecordsBackend, order: tuple[int, ...]
+) -> None:
+    counts = Counts()
+    agent, paused = _start(records_backend, [EMAIL, REFUND, EMAIL_B], counts)
+    tokens = {b.tool_call_id: b.token for b in paused.pending}
+    plan = {"c1": "approve", "c2": "reject", "c3": "expire"}
+    statuses = []
+    for i in order:
+        call_id = ("c1", "c2", "c3")[i]
+        verb = plan[call_id]
+        if verb == "expire":  # only the expirer's clock is past the expiry
+            decided = _bridge(records_backend, agent, now=T0 + TTL).expire(tokens[call_id])
+        elif verb == "reject":
+            decided = _bridge(records_backend, agent).reject(tokens[call_id], "too much")
+        else:
+            decided = _bridge(records_backend, agent).approve(tokens[call_id])
+        assert decided.binding.tool_call_id == call_id
+        statuses.append(decided.run.status)
+    assert statuses == ["waiting", "waiting", "completed"]
+    assert counts.bodies == ["send_email:a@example.com"]
+    assert counts.requests == 2  # the pause and exactly one continuation
+    final = _bridge(records_backend, agent).continue_run("r1")
+    assert final.status == "completed" and final.replayed and counts.requests == 2
+    assert final.output == (f"c1=sent to a@example.com; c2=too much; c3={EXPIRED_MESSAGE}")
+    record = _bridge(records_backend, agent).run_record("r1")
+    assert record is not None and record.state is RunState.COMPLETED
+
+
+def test_a_rejection_without_reason_still_tells_the_model(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent, paused = _start(records_backend, [REFUND], counts)
+    done = _bridge(records_backend, agent).reject(paused.pending[0].token)
+    assert done.run.status == "completed" and done.run.output == f"c2={REJECTED_MESSAGE}"
+    assert counts.bodies == []
+
+
+def test_a_loser_gets_the_typed_error_and_a_repeat_calls_nothing(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent, paused = _start(records_backend, [EMAIL], counts)
+    token = paused.pending[0].token
+    first = _bridge(records_backend, agent).approve(token)
+    assert first.run.status == "completed" and not first.run.replayed
+    repeat = _bridge(records_backend, agent).approve(token)
+    assert repeat.binding.status.value == "approved" and repeat.run.replayed
+    with pytest.raises(AlreadyResolved):
+        _bridge(records_backend, agent).reject(token, "changed my mind")
+    assert counts.bodies == ["send_email:a@example.com"] and counts.requests == 2
+
+
+def test_external_calls_pass_through_to_the_host(records_backend: RecordsBackend) -> None:
+    counts = Counts()
+    agent, paused = _start(records_backend, [EMAIL, LOOKUP], counts)
+    assert [c.tool_call_id for c in paused.external] == ["e1"]
+    assert paused.external[0].tool == "lookup_order" and paused.external[0].args == LOOKUP.args
+    assert [b.tool_call_id for b in paused.pending] == ["c1"]  # only approvals are confirmations
+    waiting = _bridge(records_backend, agent).approve(paused.pending[0].token)
+    assert waiting.run.status == "waiting"
+    assert [c.tool_call_id for c in waiting.run.external] == ["e1"]
+    done = _bridge(records_backend, agent).continue_run("r1", external={"e1": "shipped"})
+    assert done.status == "completed"
+    assert done.output == "c1=sent to a@example.com; e1=shipped"
+    assert counts.bodies == ["send_email:a@example.com"]
+
+
+def test_concurrent_continuations_run_the_body_and_the_model_once(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent, paused = _start(records_backend, [EMAIL, REFUND], counts)
+    for binding in paused.pending:
+        _bridge(records_backend, agent).approve(binding.token, continue_run=False)
+    barrier = threading.Barrier(4)
+    results: list[Any] = []
+
+    def worker() -> None:
+        bridge = _bridge(records_backend, agent)
+        barrier.wait()
+        results.append(bridge.continue_run("r1"))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(counts.bodies) == ["refund:5", "send_email:a@example.com"]
+    assert counts.requests == 2
+    ran = [r for r in results if r.status == "completed" and not r.replayed]
+    assert len(ran) == 1
+    assert {r.status for r in results} <= {"completed", "continuing"}
+
+
+def test_a_crash_after_the_body_ran_replays_it_on_the_next_continuation(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent, paused = _start(records_backend, [EMAIL], counts)
+    counts.fail_next_answer = 1  # the model fails after the body ran, before the run is saved
+    with pytest.raises(ConnectionError):
+        _bridge(records_backend, agent).approve(paused.pending[0].token)
+    bridge = _bridge(records_backend, agent)
+    record = bridge.run_record("r1")
+    assert record is not None and record.state is RunState.PAUSED  # released for a retry
+    entry = ToolLedger(records_backend.sync(), SID).get("c1")
+    assert entry is not None and entry.state is ExecutionState.EXECUTED
+    done = bridge.continue_run("r1")
+    assert done.status == "completed" and done.output == "c1=sent to a@example.com"
+    assert counts.bodies == ["send_email:a@example.com"]
+
+
+def test_an_unknown_execution_is_never_rerun_until_an_operator_settles_it(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent, paused = _start(records_backend, [EMAIL], counts)
+    _bridge(records_backend, agent).approve(paused.pending[0].token, continue_run=False)
+    crash_inside_body(records_backend.sync(), "c1", session_id=SID, tool="send_email")
+    bridge = _bridge(records_backend, agent)
+    with pytest.raises(ExecutionUnknown):
+        bridge.continue_run("r1")
+    report = bridge.reconcile()
+    assert [e.tool_call_id for e in report.execution_unknown] == ["c1"]
+    assert [r.status for r in report.runs] == ["waiting"]
+    bridge.settle_execution("c1", ran=True, result="sent (confirmed by ops)")
+    done = bridge.continue_run("r1")
+    assert done.output == "c1=sent (confirmed by ops)"
+    assert counts.bodies == []
+    assert bridge.reconcile().execution_unknown == ()
+
+
+def test_an_idempotent_tool_is_run_again_after_an_unknown_outcome(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent, paused = _start(records_backend, [EMAIL], counts)
+    _bridge(records_backend, agent).approve(paused.pending[0].token, continue_run=False)
+    crash_inside_body(records_backend.sync(), "c1", session_id=SID, tool="send_email")
+    bridge = _bridge(records_backend, agent, idempotent_tools=["send_email"])
+    assert bridge.continue_run("r1").status == "completed"
+    assert counts.bodies == ["send_email:a@example.com"]
+    entry = ToolLedger(records_backend.sync(), SID).get("c1")
+    assert entry is not None and entry.attempt == 2
+
+
+class _FailingApprove(BridgeUpstream):
+    def approve(self, tool_call_id: str) -> None:
+        raise RuntimeError("approver crashed mid-resolution")
+
+
+def test_reconcile_settles_a_processing_claim_from_the_ledger_and_continues(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent, paused = _start(records_backend, [EMAIL], counts)
+    storage = records_backend.sync()
+    session = resume_chat_session(DEFINITION, session_id=SID, storage=storage, clock=lambda: T0)
+    with pytest.raises(UpstreamFailed):
+        session.confirmations_for(_FailingApprove(storage, SID)).approve(paused.pending[0].token)
+    assert session.get_by_tool_call("c1").status.value == "approving"  # type: ignore[union-attr]
+    assert LedgerMemory(storage, SID).tool_call_statuses(["c1"]) == {"c1": "requires_confirmation"}
+    report = _bridge(records_backend, agent).reconcile()
+    assert [(o.tool_call_id, o.action) for o in report.confirmations] == [("c1", "resumed")]
+    assert [(r.run_id, r.status) for r in report.runs] == [("r1", "completed")]
+    assert counts.bodies == ["send_email:a@example.com"]
+    assert LedgerMemory(storage, SID).tool_call_statuses(["c1", "zz"]) == {
+        "c1": "complete",
+        "zz": "requires_confirmation",
+    }
+    record = LedgerMemory(storage, SID).load()
+    assert [c["status"] for c in record["messages"][0]["toolCalls"]] == ["complete"]
+
+
+def test_the_async_bridge_runs_the_same_plans(records_backend: RecordsBackend) -> None:
+    counts = Counts()
+    agent = build_agent([EMAIL, REFUND], counts)
+
+    async def bridge(now: int = T0) -> AsyncPydanticAIBridge:
+        storage = records_backend.async_()
+        session = await resume_chat_session_async(
+            DEFINITION, session_id=SID, storage=storage, clock=lambda: now
+        )
+        return AsyncPydanticAIBridge(agent, session, storage, ttl_ms=TTL)
+
+    async def scenario() -> None:
+        paused = await (await bridge()).run("do it", run_id="r1")
+        tokens = {b.tool_call_id: b.token for b in paused.pending}
+        first = await (await bridge()).reject(tokens["c2"], "no refunds")
+        assert first.run is not None and first.run.status == "waiting"
+        done = await (await bridge()).approve(tokens["c1"])
+        assert done.run is not None and done.run.status == "completed"
+        assert done.run.output == "c1=sent to a@example.com; c2=no refunds"
+        again = await (await bridge()).continue_run("r1")
+        assert again.replayed
+        report = await (await bridge()).reconcile()
+        assert report.execution_unknown == () and report.runs == ()
+
+    asyncio.run(scenario())
+    assert counts.bodies == ["send_email:a@example.com"] and counts.requests == 2
+
+
+def test_storage_without_records_is_refused_naming_the_capability() -> None:
+    from akchat_fsm.storage.memory import MemoryStorage
+
+    class EnvelopeOnly:
+        def __init__(self) -> None:
+            self.inner = MemoryStorage()
+
+        def load(self, session_id: str) -> Any:
+            return self.inner.load(session_id)
+
+        def save(self, snapshot: Any, expected: int | None) -> bool:
+            return self.inner.save(snapshot, expected)
+
+    storage = EnvelopeOnly()
+    session = resume_chat_session(DEFINITION, session_id=SID, storage=storage)
+    with pytest.raises(ConfigError, match="RecordStorage"):
+        PydanticAIBridge(build_agent([EMAIL], Counts()), session, storage)
+
+
+def test_a_used_run_id_is_refused(records_backend: RecordsBackend) -> None:
+    counts = Counts()
+    agent, _ = _start(records_backend, [EMAIL], counts)
+    with pytest.raises(ConfigError, match="already used"):
+        _bridge(records_backend, agent).run("again", run_id="r1")
