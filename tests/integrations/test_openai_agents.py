@@ -6,14 +6,17 @@ session and bridge, as another process would. The execution log says what ran.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
-from agents import Agent, handoff
-from oai_harness import DEFINITION, ExecutionLog, Host, make_agent
+from agents import Agent, function_tool, handoff
+from oai_harness import DEFINITION, ExecutionLog, Host, make_agent, make_tools
+from oai_models import ScriptedModel
 
 from akchat_fsm.errors import AlreadyResolved, ConfigError
+from akchat_fsm.integrations.ledger import ExecutionState, ExecutionUnknown, ToolLedger
 from akchat_fsm.integrations.openai_agents import OpenAIAgentsBridge, guard_agent
 from akchat_fsm.session import resume_chat_session
 from akchat_fsm.wire.enums import ConfirmationStatus
@@ -257,3 +260,43 @@ def test_agents_handed_off_to_are_guarded_too() -> None:
             assert new.on_invoke_tool is not old.on_invoke_tool
             assert new.needs_approval == old.needs_approval
     assert [t.on_invoke_tool for t in agent.tools] == [t.on_invoke_tool for t in inner.tools]
+
+
+def test_a_call_refused_as_unknown_does_not_strand_its_approved_sibling(flavour: str) -> None:
+    """One call of a batch is an unknown execution (a dead process claimed it), so the
+    continuation fails and the SDK cancels the other tool tasks. The sibling whose body was
+    claimed and is running still finishes and records its outcome: it is not left an unknown
+    execution, and the next continuation replays it instead of asking an operator."""
+    log = ExecutionLog()
+
+    @function_tool(needs_approval=True)
+    async def post(text: str) -> str:
+        """Post a message (its body awaits, so a sibling's failure lands mid-body)."""
+        log.append(f"post:{text}")
+        for _ in range(50):  # loop turns (not time): the SDK's sibling cancel lands in here
+            await asyncio.sleep(0)
+        return f"posted {text}"
+
+    tools = [post, *make_tools(log)]
+    model = ScriptedModel([[("post", {"text": "hi"}), ("send_email", {"to": "b@x"})]])
+    host = Host(flavour, Agent(name="assistant", model=model, tools=tools))
+    a, b = host.run("post and mail", run_id="r1").pending
+    dead = ToolLedger(host.storage, "s1", owner="dead-process")
+
+    def killed() -> None:
+        raise _Killed("died inside b's body")
+
+    with pytest.raises(_Killed):
+        dead.execute(b.tool_call_id, "send_email", {"to": "b@x"}, killed)
+    assert host.approve(b.token).run.status == "waiting"
+    with pytest.raises(ExecutionUnknown):
+        host.approve(a.token)
+    assert log.read() == ["post:hi"]
+    entry = dead.get(a.tool_call_id)
+    assert entry is not None and entry.state is ExecutionState.EXECUTED
+    report = host.reconcile()
+    assert [e.tool_call_id for e in report.execution_unknown] == [b.tool_call_id]
+    host.settle_execution(b.tool_call_id, ran=False)  # the operator: b's body never acted
+    (run,) = host.reconcile().runs
+    assert run.output == "done: posted hi; sent to b@x"
+    assert log.read() == ["post:hi", "send_email:b@x"]

@@ -39,7 +39,7 @@ from ._bridge import (
     RunRecord,
     RuntimeResult,
 )
-from .ledger import AsyncToolLedger
+from .ledger import AsyncToolLedger, Execution
 
 __all__ = [
     "AsyncOpenAIAgentsBridge",
@@ -68,9 +68,18 @@ class RecordedToolFailure(ConfirmationError):
     beside the ledger so both bridges raise one class (see the report to the lead)."""
 
 
-# The guard of the continuation running in this task (asyncio copies it into the SDK's tasks).
-_current: contextvars.ContextVar[ExecutionGuard | None] = contextvars.ContextVar(
-    "akchat_openai_guard", default=None
+@dataclasses.dataclass
+class _RunScope:
+    """What the tool hooks of one SDK run share: the continuation's guard (``None`` for a new
+    run) and the ledger executions still in flight."""
+
+    guard: ExecutionGuard | None
+    inflight: set[asyncio.Future[Any]] = dataclasses.field(default_factory=set)
+
+
+# The scope of the run in this task (asyncio copies it into the tasks the SDK starts).
+_scope: contextvars.ContextVar[_RunScope | None] = contextvars.ContextVar(
+    "akchat_openai_run", default=None
 )
 
 
@@ -148,19 +157,30 @@ class OpenAIRuntime:
         self.run_config = run_config
 
     async def _guarded(self, inner: Invoke, ctx: ToolContext[Any], args_json: str) -> Any:
-        guard = _current.get()
-        body = lambda: inner(ctx, args_json)  # noqa: E731 - the ledger calls it at most once
-        if guard is not None and ctx.tool_call_id in guard.approved:
-            execution = await guard.execute(ctx.tool_call_id, ctx.tool_name, args_json, body)
-        else:  # an ungated call (a sibling, or a new turn's): still at most once per call id
-            execution = await self.ledger.execute(ctx.tool_call_id, ctx.tool_name, args_json, body)
-        if not execution.ran and execution.entry.outcome == "raised":
+        scope = _scope.get() or _RunScope(None)
+        # Shielded: when a sibling call fails, the SDK cancels the other tool tasks; a body
+        # that was claimed still finishes and records its outcome (else it would be left an
+        # unknown execution although it completed). ``_run`` waits for these before leaving.
+        execution = asyncio.ensure_future(self._execute(scope.guard, inner, ctx, args_json))
+        scope.inflight.add(execution)
+        execution.add_done_callback(scope.inflight.discard)
+        done = await asyncio.shield(execution)
+        if not done.ran and done.entry.outcome == "raised":
             raise RecordedToolFailure(
                 f"Tool call {ctx.tool_call_id!r} already ran and raised "
-                f"({execution.entry.error}); it is not run again.",
-                record=execution.entry,
+                f"({done.entry.error}); it is not run again.",
+                record=done.entry,
             )
-        return execution.value
+        return done.value
+
+    async def _execute(
+        self, guard: ExecutionGuard | None, inner: Invoke, ctx: ToolContext[Any], args_json: str
+    ) -> Execution:
+        body = lambda: inner(ctx, args_json)  # noqa: E731 - the ledger calls it at most once
+        if guard is not None and ctx.tool_call_id in guard.approved:
+            return await guard.execute(ctx.tool_call_id, ctx.tool_name, args_json, body)
+        # An ungated call (a sibling, or a new turn's): still at most once per call id.
+        return await self.ledger.execute(ctx.tool_call_id, ctx.tool_name, args_json, body)
 
     async def start(self, input: Any, **kwargs: Any) -> RuntimeResult:
         return await self._run(input, None, kwargs)
@@ -184,7 +204,8 @@ class OpenAIRuntime:
     async def _run(
         self, input: Any, guard: ExecutionGuard | None, kwargs: Mapping[str, Any]
     ) -> RuntimeResult:
-        token = _current.set(guard)
+        scope = _RunScope(guard)
+        token = _scope.set(scope)
         try:
             result = await Runner.run(self.agent, input, run_config=self.run_config, **kwargs)
         except AgentsException as exc:
@@ -193,7 +214,9 @@ class OpenAIRuntime:
                 raise exc.__cause__ from exc
             raise
         finally:
-            _current.reset(token)
+            _scope.reset(token)
+            if scope.inflight:  # claimed bodies the SDK stopped waiting for: let them record
+                await asyncio.gather(*scope.inflight, return_exceptions=True)
         snapshot = json.dumps(result.to_state().to_json(), separators=(",", ":"))
         if result.interruptions:
             return RuntimeResult(snapshot, tuple(_pending(i) for i in result.interruptions))
