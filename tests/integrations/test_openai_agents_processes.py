@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from oai_worker import describe, open_bridge, perform
 
 import akchat_fsm
