@@ -1,10 +1,12 @@
 """One host process of the cross-process bridge tests: ``python oai_worker.py SPEC``.
 
-``SPEC`` is JSON: ``db`` (SQLite path), ``log`` (the execution log), ``command``
-(``start`` / ``approve`` / ``reject`` / ``reconcile``), its arguments, and optionally
-``go`` (a file to wait for, so racers start together), ``kill_after_write`` (SIGKILL this
-process right after its N-th storage write applied) or ``kill_in_body`` (SIGKILL inside a
-tool body, after its side effect). Prints one JSON line: what the call returned or raised.
+``SPEC`` is JSON: ``store`` (``sqlite:<path>`` or ``postgres:<url>|<table>``), ``log`` (the
+execution log), ``command`` (``start`` / ``approve`` / ``reject`` / ``settle`` /
+``reconcile``), its arguments, and optionally ``go`` (a file to wait for, so racers start
+together) and ``kill``: ``write:<n>:before|after`` (SIGKILL this process around its n-th
+storage write, the shared worker's :class:`KillingStorage`) or ``body:before|after`` (inside
+the gated tool body, around its side effect). Prints one JSON line: what the call returned or
+raised, and how many writes it made.
 
 The execution log is the proof's ground truth: every tool body and every model request
 appends a line with ``O_APPEND`` + ``fsync``, so it survives the SIGKILL of its writer.
@@ -24,42 +26,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agents import Agent, RunConfig, function_tool
 from agents.tool_context import ToolContext
+from bridge_worker import KillingStorage, open_store
 from oai_harness import DEFINITION, ExecutionLog
 from oai_models import ScriptedModel
 
 from akchat_fsm.errors import AkchatError
 from akchat_fsm.integrations.openai_agents import OpenAIAgentsBridge
 from akchat_fsm.session import resume_chat_session
-from akchat_fsm.storage.sqlite import SQLiteStorage
 
 BATCHES = [[("send_email", {"to": "a@x"}), ("lookup", {"q": "z"}), ("send_email", {"to": "b@x"})]]
 
 
 def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-class KillingStorage:
-    """The SQLite adapter, with a SIGKILL right after the N-th write that applied."""
-
-    def __init__(self, inner: SQLiteStorage, kill_after: int | None) -> None:
-        self.inner, self.kill_after, self.writes = inner, kill_after, 0
-
-    def _wrote(self, applied: bool) -> bool:
-        if applied:
-            self.writes += 1
-            if self.writes == self.kill_after:
-                die()
-        return applied
-
-    def save(self, snapshot: Any, expected: int | None) -> bool:
-        return self._wrote(self.inner.save(snapshot, expected))
-
-    def save_record(self, *args: Any, **kwargs: Any) -> bool:
-        return self._wrote(self.inner.save_record(*args, **kwargs))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 class LoggedModel(ScriptedModel):
@@ -73,12 +52,14 @@ class LoggedModel(ScriptedModel):
         return response
 
 
-def agent_for(log: ExecutionLog, kill_in_body: bool) -> Agent[Any]:
+def agent_for(log: ExecutionLog, kill: str = "none") -> Agent[Any]:
     @function_tool(needs_approval=True)
     def send_email(ctx: ToolContext[Any], to: str) -> str:
         """Send an email."""
+        if kill == "body:before":
+            die()
         log.append(f"body:{ctx.tool_call_id}")
-        if kill_in_body:
+        if kill == "body:after":
             die()
         return f"sent to {to}"
 
@@ -94,9 +75,10 @@ def agent_for(log: ExecutionLog, kill_in_body: bool) -> Agent[Any]:
 def open_bridge(spec: dict[str, Any]) -> tuple[OpenAIAgentsBridge, KillingStorage]:
     """The bridge a host process opens: SQLite, the scripted agent, the execution log."""
     log = ExecutionLog(Path(spec["log"]))
-    storage = KillingStorage(SQLiteStorage(spec["db"]), spec.get("kill_after_write"))
+    kill = spec.get("kill", "none")
+    storage = KillingStorage(open_store(spec["store"]), kill)
     session = resume_chat_session(DEFINITION, session_id="s1", storage=storage)
-    agent = agent_for(log, bool(spec.get("kill_in_body")))
+    agent = agent_for(log, kill)
     bridge = OpenAIAgentsBridge(
         agent, session, storage, run_config=RunConfig(tracing_disabled=True)
     )

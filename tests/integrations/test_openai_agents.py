@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 import pytest
-from agents import Agent, function_tool, handoff
-from oai_harness import DEFINITION, ExecutionLog, Host, make_agent, make_tools
+from agents import Agent, Runner, function_tool, handoff
+from oai_harness import DEFINITION, RUN_CONFIG, ExecutionLog, Host, make_agent, make_tools
 from oai_models import ScriptedModel
 
 from akchat_fsm.errors import AlreadyResolved, ConfigError
@@ -205,17 +205,12 @@ def test_an_idempotent_tool_is_rerun_after_an_unknown_outcome(flavour: str) -> N
 
 def test_ungated_tools_outside_a_bridge_run_still_run_at_most_once_per_call(flavour: str) -> None:
     """A guarded agent run straight through the SDK (no bridge run) keeps the ledger's rule."""
-    import asyncio
-
-    from agents import Runner
 
     log = ExecutionLog()
     agent, _ = make_agent([[("lookup", {"q": "z"})]], log)
     host = Host(flavour, agent)
     bridge = host.bridge()
     guarded = getattr(bridge, "inner", bridge).runtime.agent
-    from oai_harness import RUN_CONFIG
-
     for _ in range(2):
         result = asyncio.run(Runner.run(guarded, "look z", run_config=RUN_CONFIG))
         assert result.final_output == "done: found z"
@@ -300,3 +295,17 @@ def test_a_call_refused_as_unknown_does_not_strand_its_approved_sibling(flavour:
     (run,) = host.reconcile().runs
     assert run.output == "done: posted hi; sent to b@x"
     assert log.read() == ["post:hi", "send_email:b@x"]
+
+
+def test_the_sync_bridge_inside_a_running_loop_says_to_use_the_async_one() -> None:
+    log = ExecutionLog()
+    agent, model = make_agent([THREE], log)
+    host = Host("sync", agent)
+
+    async def inside() -> None:
+        host.run("mail both", run_id="r1")
+
+    with pytest.raises(ConfigError, match="AsyncOpenAIAgentsBridge"):
+        asyncio.run(inside())
+    assert model.requests == 0 and log.read() == []
+    assert host.storage.list_records("s1") == []

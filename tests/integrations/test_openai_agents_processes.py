@@ -1,11 +1,12 @@
-"""Separate host processes on one SQLite file, with the real ``openai-agents`` package.
+"""Separate host processes on one store (SQLite, PostgreSQL), with the real ``openai-agents``.
 
 * Racing approvers: several processes approve the same call at once; the tool body runs
   once, the run continues once (one model request after the decisions), and every loser is
   told so with a typed error or the recorded outcome.
-* Enumerated SIGKILL points: the approve that settles a run's last call is killed right after
-  each of its storage writes in turn, and inside the tool body; then reconcile (and, for an
-  unknown execution, the operator's verdict read from the log). Counted in the durable
+* Enumerated SIGKILL points: the approve that settles a run's last call is killed before and
+  after each of its storage writes in turn, and inside the tool body before and after its
+  side effect; then reconcile (and, for an unknown execution, the operator's verdict read
+  from the log). Counted in the durable
   execution log: every body ran at most once, every ``approved`` call exactly once, every
   execution has an ``approved`` record, nothing is left processing, and the run completes
   with the same output as without a crash.
@@ -17,14 +18,16 @@ import json
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bridge_worker import open_store
 from oai_worker import describe, open_bridge, perform
 
 import akchat_fsm
-from akchat_fsm.storage.sqlite import SQLiteStorage
 
 WORKER = Path(__file__).resolve().parent / "oai_worker.py"
 #: The akchat_fsm this test imported: the workers run the same code.
@@ -33,10 +36,25 @@ CLEAN_OUTPUT = "done: found z; sent to a@x; sent to b@x"
 #: The recipient of each gated call, by the last digit of its call id (the batch order).
 TO = {"0": "a@x", "2": "b@x"}
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(SQLiteStorage, "save_record"),
-    reason="SQLite records arrive with the storage branch",
-)
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[Path], str]]:
+    """Makes a fresh store per case (a file, or a PostgreSQL table pair dropped afterwards)."""
+    tables: list[str] = []
+
+    def make(case: Path) -> str:
+        if request.param == "sqlite":
+            return f"sqlite:{case / 's.db'}"
+        tables.append(f"oai_{uuid.uuid4().hex[:12]}")
+        return f"postgres:{request.getfixturevalue('pg_url')}|{tables[-1]}"
+
+    yield make
+    if tables:
+        import psycopg
+
+        with psycopg.connect(request.getfixturevalue("pg_url"), autocommit=True) as conn:
+            for table in tables:
+                conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
 
 
 def _env() -> dict[str, str]:
@@ -74,8 +92,9 @@ def here(base: dict[str, Any], **spec: Any) -> dict[str, Any]:
         storage.close()
 
 
-def start(tmp_path: Path) -> tuple[dict[str, Any], list[list[str]]]:
-    base = {"db": str(tmp_path / "s.db"), "log": str(tmp_path / "exec.log")}
+def start(case: Path, store: Callable[[Path], str]) -> tuple[dict[str, Any], list[list[str]]]:
+    case.mkdir(exist_ok=True)
+    base = {"store": store(case), "log": str(case / "exec.log")}
     out = here(base, command="start", run_id="r1", prompt="mail both")
     assert out["result"]["status"] == "paused"
     return base, out["result"]["pending"]
@@ -91,7 +110,7 @@ def bodies(base: dict[str, Any]) -> list[str]:
 
 
 def stored(base: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any], list[Any]]:
-    storage = SQLiteStorage(base["db"])
+    storage = open_store(base["store"])
     try:
         envelope = json.loads(storage.load("s1"))
         statuses = {c["toolCallId"]: c["status"] for c in envelope["confirmations"]}
@@ -101,8 +120,10 @@ def stored(base: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any], list[A
         storage.close()
 
 
-def test_racing_approver_processes_run_the_body_once(tmp_path: Path) -> None:
-    base, pending = start(tmp_path)
+def test_racing_approver_processes_run_the_body_once(
+    tmp_path: Path, store: Callable[[Path], str]
+) -> None:
+    base, pending = start(tmp_path, store)
     (token_a, call_a), (token_b, call_b) = pending
     assert here(base, command="approve", token=token_a)["result"]["run"]["status"] == "waiting"
     go = tmp_path / "go"
@@ -157,30 +178,29 @@ def _settle_and_check(base: dict[str, Any], call_a: str, call_b: str) -> None:
     assert processing == []  # nothing left processing
 
 
-def _approve_last_writes(tmp_path: Path) -> int:
+def _approve_last_writes(case: Path, store: Callable[[Path], str]) -> int:
     """How many storage writes the approve that settles the run's last call makes."""
-    base, ((token_a, _), (token_b, _)) = start(tmp_path / "measure")
+    base, ((token_a, _), (token_b, _)) = start(case, store)
     here(base, command="approve", token=token_a)
     code, out = call(base, command="approve", token=token_b)
     assert code == 0 and out is not None and out["result"]["run"]["status"] == "completed"
     return int(out["writes"])
 
 
-def test_sigkill_at_every_write_of_the_last_approval_then_reconcile(tmp_path: Path) -> None:
-    (tmp_path / "measure").mkdir()
-    writes = _approve_last_writes(tmp_path)
-    # claim approving, approved, run continuing, ledger executing, executed (x1 for b),
-    # run completed: each is a kill point, plus the tool body itself
-    assert writes >= 6, writes
-    points: list[dict[str, Any]] = [{"kill_after_write": n} for n in range(1, writes + 1)]
-    points.append({"kill_in_body": True})
+def test_sigkill_at_every_point_of_the_last_approval_then_reconcile(
+    tmp_path: Path, store: Callable[[Path], str]
+) -> None:
+    writes = _approve_last_writes(tmp_path / "measure", store)
+    # claim approving, approved, run continuing, ledger executing and executed for each of the
+    # two gated calls, run completed: before and after each, and around the body's effect
+    assert writes >= 8, writes
+    points = [f"write:{n}:{when}" for n in range(1, writes + 1) for when in ("before", "after")]
+    points += ["body:before", "body:after"]
     killed = 0
     for index, point in enumerate(points):
-        case = tmp_path / f"k{index}"
-        case.mkdir()
-        base, ((token_a, call_a), (token_b, call_b)) = start(case)
+        base, ((token_a, call_a), (token_b, call_b)) = start(tmp_path / f"k{index}", store)
         here(base, command="approve", token=token_a)
-        code, _ = call(base, command="approve", token=token_b, **point)
+        code, _ = call(base, command="approve", token=token_b, kill=point)
         killed += code == -9
         _settle_and_check(base, call_a, call_b)
     assert killed == len(points)  # every enumerated point was really reached and killed

@@ -21,7 +21,7 @@ import contextvars
 import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from agents import Agent, FunctionTool, RunConfig, Runner, RunState, ToolApprovalItem
 from agents.exceptions import AgentsException
@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 RUNTIME = "openai-agents"
+T = TypeVar("T")
 Invoke = Callable[[ToolContext[Any], str], Awaitable[Any]]
 #: Runs one tool invocation: ``(inner, ctx, args_json) -> output``.
 Guard = Callable[[Invoke, ToolContext[Any], str], Awaitable[Any]]
@@ -58,6 +59,10 @@ Guard = Callable[[Invoke, ToolContext[Any], str], Awaitable[Any]]
 UNGUARDABLE_HANDOFF = (
     "A Handoff object hides its target agent, so its tools cannot be guarded by the ledger; "
     "hand off to the Agent itself."
+)
+IN_A_LOOP = (
+    "OpenAIAgentsBridge runs the agent on its own event loop and cannot be called from a "
+    "running one; use AsyncOpenAIAgentsBridge there."
 )
 UNDECIDED = "The saved run state interrupts on call {call_id!r}, which has no decision."
 
@@ -232,10 +237,20 @@ class _SyncRuntime:
         self.inner = inner
 
     def start(self, input: Any, **kwargs: Any) -> RuntimeResult:
-        return asyncio.run(self.inner.start(input, **kwargs))
+        return asyncio.run(self.inner.start(input, **_outside_a_loop(kwargs)))
 
     def resume(self, *args: Any) -> RuntimeResult:
-        return asyncio.run(self.inner.resume(*args))
+        return asyncio.run(self.inner.resume(*_outside_a_loop(args)))
+
+
+def _outside_a_loop(args: T) -> T:
+    """The sync bridge runs the SDK on its own loop, which a running loop forbids: say which
+    bridge to use instead of asyncio's bare ``RuntimeError`` (nothing has run yet)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return args
+    raise ConfigError(IN_A_LOOP)
 
 
 class OpenAIAgentsBridge(Bridge):
