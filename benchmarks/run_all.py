@@ -60,6 +60,22 @@ def storage_rows(out: str) -> list[Row]:
     return rows
 
 
+def index_rows(out: str) -> list[Row]:
+    rows = []
+    for backend, sessions, stuck, adapter_ms, ratio in re.findall(
+        r"^(sqlite|postgres)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+[\d.]+\s+([\d.]+)", out, re.M
+    ):
+        rows.append(
+            Row(
+                f"{backend} find {stuck} stuck of {sessions} (ms)",
+                float(adapter_ms),
+                "<= 1000",
+            )
+        )
+        rows.append(Row(f"{backend} list_processing / same SQL raw", float(ratio), "report"))
+    return rows
+
+
 def core_rows(out: str) -> list[Row]:
     found = re.search(r"ratio machine/table\s+(\d+)x", out)
     return (
@@ -94,6 +110,21 @@ def resolution_rows(out: str) -> list[Row]:
     return rows
 
 
+def bridge_rows(out: str) -> list[Row]:
+    found = re.search(r"^\s+ratio\s+([\d.]+)x", out, flags=re.M)
+    return (
+        [
+            Row(
+                "bridge per approved call / its raw CAS saves (SQLite)",
+                float(found.group(1)),
+                "<= 1.3",
+            )
+        ]
+        if found
+        else []
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the 100,000-confirmation run")
@@ -110,11 +141,16 @@ def main() -> None:
             run("bench_storage.py", "--saves", "200", "--rounds", "3", "--seconds", "1"),
             storage_rows,
         ),
+        "bench_processing_index.py": (
+            run("bench_processing_index.py", "--only", "sqlite,postgres", "--no-saves"),
+            index_rows,
+        ),
         "bench_core.py": (run("bench_core.py"), core_rows),
         "bench_resolution.py": (
             run("bench_resolution.py", "--resolutions", "200", *long),
             resolution_rows,
         ),
+        "bench_bridge.py": (run("bench_bridge.py", "--calls", "200"), bridge_rows),
     }
     rows: list[Row] = []
     for script, (out, parse) in outputs.items():

@@ -7,6 +7,7 @@ counted in a :class:`Counts`, so "ran once" and "continued once" are counted, no
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -92,6 +93,14 @@ def build_agent(calls: Sequence[Call], counts: Counts) -> Agent[None, Any]:
         with counts.lock:
             counts.bodies.append(f"refund:{amount}")
         return {"refunded": amount}
+
+    @agent.tool_plain(requires_approval=True)
+    async def slow_report(pages: int) -> str:
+        # Still running when a sibling call fails and pydantic-ai cancels the others.
+        await asyncio.sleep(0.3)
+        with counts.lock:
+            counts.bodies.append(f"slow_report:{pages}")
+        return f"{pages} pages"
 
     @agent.tool_plain
     def clock() -> str:

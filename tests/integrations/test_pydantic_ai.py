@@ -204,6 +204,27 @@ def test_an_unknown_execution_is_never_rerun_until_an_operator_settles_it(
     assert bridge.reconcile().execution_unknown == ()
 
 
+def test_a_sibling_cancelled_by_a_failing_call_still_records_its_body(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    report = Call("slow_report", {"pages": 3}, "c9")
+    agent, paused = _start(records_backend, [EMAIL, report], counts)
+    for binding in paused.pending:
+        _bridge(records_backend, agent).approve(binding.token, continue_run=False)
+    crash_inside_body(records_backend.sync(), "c1", session_id=SID, tool="send_email")
+    bridge = _bridge(records_backend, agent)
+    with pytest.raises(ExecutionUnknown):  # c1 fails at once; pydantic-ai cancels c9
+        bridge.continue_run("r1")
+    entry = ToolLedger(records_backend.sync(), SID).get("c9")
+    assert entry is not None and entry.state is ExecutionState.EXECUTED  # not an unknown
+    assert counts.bodies == ["slow_report:3"]
+    bridge.settle_execution("c1", ran=False)
+    done = bridge.continue_run("r1")
+    assert done.output == "c1=sent to a@example.com; c9=3 pages"
+    assert counts.bodies == ["slow_report:3", "send_email:a@example.com"]
+
+
 def test_an_idempotent_tool_is_run_again_after_an_unknown_outcome(
     records_backend: RecordsBackend,
 ) -> None:
@@ -291,6 +312,25 @@ def test_storage_without_records_is_refused_naming_the_capability() -> None:
     session = resume_chat_session(DEFINITION, session_id=SID, storage=storage)
     with pytest.raises(ConfigError, match="RecordStorage"):
         PydanticAIBridge(build_agent([EMAIL], Counts()), session, storage)
+
+
+def test_a_session_of_the_other_flavour_is_refused_before_anything_runs(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent = build_agent([EMAIL], counts)
+
+    async def async_session() -> Any:
+        return await resume_chat_session_async(
+            DEFINITION, session_id=SID, storage=records_backend.async_()
+        )
+
+    with pytest.raises(ConfigError, match="ChatSession"):
+        PydanticAIBridge(agent, asyncio.run(async_session()), records_backend.sync())
+    sync_session = resume_chat_session(DEFINITION, session_id=SID, storage=records_backend.sync())
+    with pytest.raises(ConfigError, match="AsyncChatSession"):
+        AsyncPydanticAIBridge(agent, sync_session, records_backend.async_())
+    assert counts.requests == 0
 
 
 def test_a_used_run_id_is_refused(records_backend: RecordsBackend) -> None:

@@ -341,3 +341,85 @@ def test_four_processes_lose_no_update(
         assert p.exitcode == 0
     with open_storage(url) as st:
         assert json.loads(str(st.load(unique_id)))["cursor"] == 1 + sum(acked) == 41
+
+
+# --------------------------------------------------------------------------- records
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_record_save_killed_in_flight_is_outcome_unknown(
+    pg_url: str, table: str, unique_id: str, mode: str
+) -> None:
+    c = _open(mode, pg_url, table)
+    try:
+        assert c.save_record(unique_id, "call:a", '"one"', None)
+        with _admin(pg_url) as admin, psycopg.connect(pg_url) as holder:
+            holder.execute(
+                f"SELECT 1 FROM {table}__records WHERE session_id = %s FOR UPDATE", (unique_id,)
+            )
+            pid = _client_pid(c)
+            t, box = _in_thread(
+                lambda: c.save_record(unique_id, "call:a", '"two"', 1, processing=True)
+            )
+            _wait_until_blocked(admin, pid)
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            t.join(timeout=30)
+            holder.rollback()
+        assert isinstance(box.get("error"), OutcomeUnknown), box
+        assert isinstance(box["error"].__cause__, psycopg.Error)
+        assert c.load_record(unique_id, "call:a") == (1, '"one"')  # it died before committing
+        assert c.list_processing() == []
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_record_statement_timeout_is_storage_unavailable_and_applies_nothing(
+    pg_url: str, table: str, unique_id: str, mode: str
+) -> None:
+    c = _open(mode, pg_url, table, statement_timeout_ms=300)
+    try:
+        assert c.save_record(unique_id, "call:a", '"one"', None)
+        with psycopg.connect(pg_url) as holder:
+            holder.execute(
+                f"SELECT 1 FROM {table}__records WHERE session_id = %s FOR UPDATE", (unique_id,)
+            )
+            with pytest.raises(StorageUnavailable) as info:
+                c.save_record(unique_id, "call:a", '"two"', 1, processing=True)
+            with pytest.raises(StorageUnavailable):
+                c.delete(unique_id)  # the cascade waits on the same row: nothing deleted
+            holder.rollback()
+        assert getattr(info.value.__cause__, "sqlstate", None) == "57014"
+        assert c.load_record(unique_id, "call:a") == (1, '"one"')
+        assert c.list_processing() == []
+    finally:
+        c.close()
+
+
+def test_unreachable_server_is_storage_unavailable_for_records(unique_id: str) -> None:
+    with PostgresStorage("postgresql://127.0.0.1:1/test", connect_timeout=2) as st:
+        for call in (
+            lambda: st.load_record(unique_id, "k"),
+            lambda: st.save_record(unique_id, "k", "{}", None),
+            lambda: st.list_records(unique_id),
+            lambda: st.delete_record(unique_id, "k"),
+            lambda: st.list_processing(),
+        ):
+            with pytest.raises(StorageUnavailable):
+                call()
+
+
+def test_long_table_names_derive_distinct_short_names(pg_url: str) -> None:
+    long = "t" + uuid.uuid4().hex + "x" * 30  # 63 characters: "__records" would be truncated
+    try:
+        with PostgresStorage(pg_url, table=long) as st:
+            assert st.save_record("s1", "call:a", "{}", None, processing=True)
+            assert [row.session_id for row in st.list_processing()] == ["s1"]
+            assert len(st._plan.records) <= 63 and st._plan.records != long
+    finally:
+        with _admin(pg_url) as admin:
+            admin.execute(f"DROP TABLE IF EXISTS {long}, {_records_name(long)}")
+
+
+def _records_name(table: str) -> str:
+    from akchat_fsm.storage._cas import derived_identifier
+
+    return derived_identifier(table, "__records")

@@ -99,6 +99,8 @@ def test_record_text_comes_back_exactly(store: Client, unique_id: str) -> None:
         ("k", b"{}", None),
         ("k", "{}", -1),
         ("k", "{}", True),
+        ("k", '{"a":"\x00"}', None),  # a raw NUL is not JSON text (PostgreSQL refuses it)
+        ("k", '{"a":"\ud800"}', None),  # a lone surrogate cannot be encoded anywhere
     ],
 )
 def test_bad_record_arguments_are_config_errors_before_any_write(
@@ -252,6 +254,8 @@ def test_listing_is_oldest_first_and_filters_by_last_write(
     assert store.list_processing(written_before_ms=0) == []
     assert store.list_processing(limit=2) == rows[:2]
     assert store.list_processing(limit=0) == []
+    assert store.list_processing(written_before_ms=2**70, limit=2**70) == rows  # out of range
+    assert store.list_processing(written_before_ms=-(2**70)) == []
     # Another client of the same store sees the same index.
     assert harness.client().list_processing() == rows
     with pytest.raises(ConfigError):

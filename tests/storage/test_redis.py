@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import socket
 import threading
@@ -21,6 +22,7 @@ from storage_harness import Client, snap
 from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from akchat_fsm.storage.redis import (
     CAS_SHA,
+    RECORD_SCRIPT,
     AsyncRedisStorage,
     RedisStorage,
     _peer_hung_up,
@@ -418,4 +420,71 @@ def test_connection_dropped_while_waiting_for_the_reply_is_outcome_unknown(
     finally:
         busy.join(timeout=10)
         proxy.shut()
+        c.close()
+
+
+# --------------------------------------------------------------------------- records
+@MODES
+def test_records_and_the_index_layout(
+    redis_url: str, prefix: str, admin: redis.Redis, unique_id: str, mode: str
+) -> None:
+    c = _open(mode, redis_url, prefix)
+    try:
+        assert c.save(snap(unique_id, 1), None)
+        assert c.save_record(unique_id, "call:a", '"x"', None, processing=True)
+        assert c.save_record(unique_id, "call:b", '"y"', None, processing=True)
+        records = admin.hgetall(prefix + unique_id + "#records")
+        assert records[b"v:call:a"] == b"1" and records[b"b:call:a"] == b'"x"'
+        assert records[b"#processing"] == b"2"
+        [(member, score)] = admin.zrange(prefix + "#processing", 0, -1, withscores=True)
+        assert member.decode() == unique_id
+        assert c.list_processing()[0].last_write_ms == int(score)
+        assert admin.hget(prefix + unique_id, "processing") == b"0"
+        c.delete_record(unique_id, "call:a")
+        assert c.save_record(unique_id, "call:b", '"z"', 1)  # settled
+        assert b"#processing" not in admin.hgetall(prefix + unique_id + "#records")
+        assert admin.zcard(prefix + "#processing") == 0
+        c.delete(unique_id)
+        assert admin.exists(prefix + unique_id, prefix + unique_id + "#records") == 0
+    finally:
+        c.close()
+
+
+@MODES
+def test_record_script_cache_flush_is_recovered(
+    redis_url: str, prefix: str, admin: redis.Redis, unique_id: str, mode: str
+) -> None:
+    sha = hashlib.sha1(RECORD_SCRIPT.encode()).hexdigest()
+    c = _open(mode, redis_url, prefix)
+    try:
+        assert c.save_record(unique_id, "call:a", '"one"', None)
+        for _ in range(100):
+            admin.script_flush()
+            if admin.script_exists(sha) == [False]:
+                break
+        else:
+            pytest.fail("could not flush the script cache")
+        assert c.save_record(unique_id, "call:a", '"two"', 1, processing=True) is True
+        assert admin.script_exists(sha) == [True]
+        assert c.save_record(unique_id, "call:a", '"late"', 1) is False
+        assert c.load_record(unique_id, "call:a") == (2, '"two"')
+        assert [row.session_id for row in c.list_processing()] == [unique_id]
+    finally:
+        c.close()
+
+
+@MODES
+def test_unreachable_server_is_storage_unavailable_for_records(unique_id: str, mode: str) -> None:
+    c = _open(mode, "redis://127.0.0.1:1/0", "p:", connect_timeout=1)
+    try:
+        for call in (
+            lambda: c.load_record(unique_id, "k"),
+            lambda: c.save_record(unique_id, "k", "{}", None),
+            lambda: c.list_records(unique_id),
+            lambda: c.delete_record(unique_id, "k"),
+            lambda: c.list_processing(),
+        ):
+            with pytest.raises(StorageUnavailable):
+                call()
+    finally:
         c.close()

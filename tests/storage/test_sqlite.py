@@ -165,3 +165,48 @@ def test_a_failing_commit_is_outcome_unknown_and_anything_earlier_is_not() -> No
     exc = sqlite3.OperationalError("disk I/O error")
     assert isinstance(map_sqlite_error(exc, at_commit=True), OutcomeUnknown)
     assert isinstance(map_sqlite_error(exc), StorageUnavailable)
+
+
+def test_a_held_write_lock_applies_no_record_write(tmp_path: Path, unique_id: str) -> None:
+    path = tmp_path / "locked.db"
+    with SQLiteStorage(path, busy_timeout=0.05) as st:
+        assert st.save(snap(unique_id, 1), None)
+        assert st.save_record(unique_id, "call:a", '"one"', None)
+        holder = sqlite3.connect(path, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            for call in (
+                lambda: st.save_record(unique_id, "call:a", '"two"', 1, processing=True),
+                lambda: st.delete_record(unique_id, "call:a"),
+                lambda: st.delete(unique_id),
+            ):
+                with pytest.raises(StorageUnavailable) as info:
+                    call()
+                assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert st.load_record(unique_id, "call:a") == (1, '"one"')
+        assert st.load(unique_id) is not None
+        assert st.list_processing() == []
+
+
+def test_an_upgrade_that_cannot_take_the_lock_is_retried_on_the_next_call(
+    tmp_path: Path, unique_id: str
+) -> None:
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path, isolation_level=None)
+    old.execute(
+        "CREATE TABLE akchat_sessions (session_id TEXT PRIMARY KEY NOT NULL,"
+        " cursor INTEGER NOT NULL, body TEXT NOT NULL)"
+    )
+    old.execute("BEGIN IMMEDIATE")  # a 0.1.0 writer holds the lock while we first connect
+    with SQLiteStorage(path, busy_timeout=0.05) as st:
+        with pytest.raises(StorageUnavailable):
+            st.list_processing()
+        old.execute("ROLLBACK")
+        assert st.save(snap(unique_id, 1), None)  # connects again, upgrades, saves
+        assert st.list_processing() == []
+    columns = {row[1] for row in old.execute("PRAGMA table_info(akchat_sessions)")}
+    assert {"processing", "written_ms"} <= columns
+    old.close()

@@ -21,7 +21,10 @@ it is given. Everything else is here, written once as plans run by the drivers o
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
+import inspect
 import json
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -34,6 +37,7 @@ from ..machines.confirmation import ConfirmationEvent
 from ..session.ports import ToolCallProposal
 from ..session.session import ReconcileOutcome
 from ..storage._cas import check_session_id, now_ms
+from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
 from ._bridge_io import Invoke, ListRecords, LoadRecord, Plan, SaveRecord, require_records
 from ._bridge_io import run_async as _run_async
@@ -42,6 +46,7 @@ from ._bridge_runs import (
     RUN_PREFIX,
     CallDecision,
     PendingCall,
+    Readiness,
     RunInProgress,
     RunRecord,
     RunState,
@@ -86,6 +91,8 @@ T = TypeVar("T")
 _RECONCILED_REASON = "confirmation rejected"
 _EXPIRED_REASON = "confirmation expired"
 SAVE_ATTEMPTS = 4
+#: ``callrun:<sha256(call id)[:32]>:<run id>``: which run deferred a call, found by prefix.
+INDEX_PREFIX = "callrun:"
 
 
 # --------------------------------------------------------------------------- values
@@ -190,9 +197,20 @@ class ExecutionGuard:
                 f"Tool call {tool_call_id!r} reached execution without an approved "
                 "confirmation in this session; refusing to run it."
             )
-        return await self.ledger.execute(
-            tool_call_id, tool, args, body, idempotent=tool in self.idempotent_tools
+        claimed = asyncio.ensure_future(
+            self.ledger.execute(
+                tool_call_id, tool, args, body, idempotent=tool in self.idempotent_tools
+            )
         )
+        try:
+            return await asyncio.shield(claimed)
+        except asyncio.CancelledError:
+            # The runtime cancels running siblings when one call fails. A body already claimed
+            # finishes and records its outcome (the next continuation replays it) instead of
+            # being cut mid-side-effect into an unknown outcome; then the cancel proceeds.
+            with contextlib.suppress(Exception):
+                await claimed
+            raise
 
 
 # --------------------------------------------------------------------------- upstream + memory
@@ -348,6 +366,10 @@ class _SessionPort:
         self.session.reload()
         return tuple(self.session.confirmations)
 
+    def cached_bindings(self) -> tuple[ConfirmationBinding, ...]:
+        """The session object's copy: as of its last read or applied save (no I/O)."""
+        return tuple(self.session.confirmations)
+
     def propose(self, call: PendingCall) -> Any:
         return self._coordinator(call).propose(call.tool, call.args)
 
@@ -446,21 +468,60 @@ def plan_start(
         stored = yield from _load_run(ctx, run_id)
         if stored is None or stored.snapshot != run.snapshot:
             raise ConfigError(f"Run id {run_id!r} is already used in this session.")
-    return (yield from _after_pause(run))
+    return (yield from _after_pause(ctx, run))
 
 
-def _after_pause(run: RunRecord) -> Plan[RunOutcome]:
+def _index_key(tool_call_id: str, run_id: str) -> str:
+    digest = hashlib.sha256(tool_call_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{INDEX_PREFIX}{digest}:{run_id}"
+
+
+def _after_pause(ctx: BridgeContext, run: RunRecord) -> Plan[RunOutcome]:
+    """Index each call's run (so a decision finds its run with one key listing), then propose
+    each approval call as a confirmation."""
+    for call in run.approvals:
+        with contextlib.suppress(OutcomeUnknown):  # an index is a hint: a scan is the fallback
+            yield SaveRecord(ctx.session_id, _index_key(call.tool_call_id, run.run_id), "{}", None)
     pending = yield from _propose_all(run.approvals)
     return RunOutcome(run.run_id, "paused", None, pending, run.externals, run.snapshot)
 
 
-def _denials(ctx: BridgeContext, run: RunRecord) -> Plan[dict[str, str]]:
+def _denials(
+    ctx: BridgeContext, run: RunRecord, bindings: Sequence[ConfirmationBinding]
+) -> Plan[dict[str, str]]:
+    """The reviewers' reasons of the run's rejected calls (read only for those)."""
+    rejected = {b.tool_call_id for b in bindings if b.status is ConfirmationStatus.REJECTED}
     reasons: dict[str, str] = {}
     for call in run.approvals:
+        if call.tool_call_id not in rejected:
+            continue
         stored = yield LoadRecord(ctx.session_id, denial_key(call.tool_call_id))
         if stored is not None:
             reasons[call.tool_call_id] = str(json.loads(stored[1])["reason"])
     return reasons
+
+
+def _readiness(ctx: BridgeContext, run: RunRecord, external: Mapping[str, Any]) -> Plan[Readiness]:
+    """Read the session's decisions for ``run`` (proposing any call a crash left unproposed).
+
+    Decided confirmations are terminal and never change, so the session object's own copy is
+    enough when it shows every call decided (it does right after the last decision's CAS);
+    only otherwise is storage re-read. For the same reason a readiness computed before the
+    continuation claim stays true after it.
+    """
+    bindings = yield Invoke("session", "cached_bindings")
+    readiness = decide_readiness(run, bindings, {}, external)
+    if not readiness.ready:
+        bindings = yield Invoke("session", "bindings")
+        readiness = decide_readiness(run, bindings, {}, external)
+    if readiness.unproposed:
+        yield from _propose_all(readiness.unproposed)
+        bindings = yield Invoke("session", "bindings")
+        readiness = decide_readiness(run, bindings, {}, external)
+    if readiness.ready and any(not d.approved for d in readiness.decisions):
+        denials = yield from _denials(ctx, run, bindings)
+        readiness = decide_readiness(run, bindings, denials, external)
+    return readiness
 
 
 def plan_continue(
@@ -470,60 +531,61 @@ def plan_continue(
     claim = secrets.token_hex(16)
     run = yield from _load_run(ctx, run_id)
     for _ in range(SAVE_ATTEMPTS):
-        if run is not None and run.state is RunState.PAUSED:
-            bindings = yield Invoke("session", "bindings")
-            denials = yield from _denials(ctx, run)
-            readiness = decide_readiness(run, bindings, denials, external)
-            if readiness.unproposed:
-                yield from _propose_all(readiness.unproposed)
-                bindings = yield Invoke("session", "bindings")
-                readiness = decide_readiness(run, bindings, denials, external)
-            if not readiness.ready:
-                return RunOutcome(
-                    run_id,
-                    "waiting",
-                    None,
-                    readiness.pending,
-                    readiness.awaiting_external,
-                    run.snapshot,
-                )
-        try:
-            action, write = decide_continue(
-                run,
-                run_id=run_id,
-                claim=claim,
-                owner=ctx.owner,
-                now_ms=ctx.clock(),
-                external=external,
-                recover=recover,
+        if run is None or run.state is RunState.COMPLETED:
+            break  # decide_continue names the missing run / returns the recorded outcome
+        if run.state is RunState.CONTINUING and not recover:
+            return RunOutcome(run_id, "continuing", snapshot=run.snapshot, replayed=True)
+        readiness = yield from _readiness(ctx, run, external)
+        if not readiness.ready:
+            return RunOutcome(
+                run_id,
+                "waiting",
+                None,
+                readiness.pending,
+                readiness.awaiting_external,
+                run.snapshot,
             )
-        except RunInProgress as busy:
-            if recover:
-                raise
-            return RunOutcome(run_id, "continuing", snapshot=busy.record.snapshot, replayed=True)
-        assert write is not None
-        if action == "completed":
-            return _completed(write)
-        if action == "hold" or (yield from _save_run(ctx, write, write.version)):
-            claimed = replace(write, version=write.version + (0 if action == "hold" else 1))
-            return (yield from _resume(ctx, claimed))
-        run = yield from _load_run(ctx, run_id)  # lost the race or unknown: re-decide
+        action, write = decide_continue(
+            run,
+            run_id=run_id,
+            claim=claim,
+            owner=ctx.owner,
+            now_ms=ctx.clock(),
+            external=external,
+            recover=recover,
+        )
+        assert write is not None and action == "claim"
+        if (yield from _save_run(ctx, write, write.version)):
+            claimed = replace(write, version=write.version + 1)
+            return (yield from _resume(ctx, claimed, readiness.decisions))
+        run = yield from _load_run(ctx, run_id)  # lost the race, or an unknown outcome
         if run is not None and run.claim == claim:
-            return (yield from _resume(ctx, run))
-    raise RunInProgress(f"Run {run_id!r} kept changing; not continued.", record=run)
+            return (yield from _resume(ctx, run, readiness.decisions))
+    else:
+        raise RunInProgress(f"Run {run_id!r} kept changing; not continued.", record=run)
+    action, done = decide_continue(
+        run,
+        run_id=run_id,
+        claim=claim,
+        owner=ctx.owner,
+        now_ms=ctx.clock(),
+        external=external,
+        recover=recover,
+    )
+    assert done is not None
+    return _completed(done)
 
 
-def _resume(ctx: BridgeContext, run: RunRecord) -> Plan[RunOutcome]:
+def _resume(
+    ctx: BridgeContext, run: RunRecord, decisions: tuple[CallDecision, ...]
+) -> Plan[RunOutcome]:
     """Resume the runtime from our claim and save the run's next state from that claim."""
-    bindings = yield Invoke("session", "bindings")
-    denials = yield from _denials(ctx, run)
-    readiness = decide_readiness(run, bindings, denials, run.external)
-    approved = frozenset(d.tool_call_id for d in readiness.decisions if d.approved)
+    approved = frozenset(d.tool_call_id for d in decisions if d.approved)
     try:
         result: RuntimeResult = yield Invoke(
-            "runtime", "resume", (run, readiness.decisions, ctx.guard(approved))
+            "runtime", "resume", (run, decisions, ctx.guard(approved))
         )
-    except BaseException:
+    except Exception:  # never on GeneratorExit or a kill: a dead process releases nothing
         # Every body that ran is in the ledger, so the run may go back to paused: the next
         # continuation replays those bodies. If this save fails, reconcile recovers the claim.
         released = replace(run, state=RunState.PAUSED, claim=None, updated_ms=ctx.clock())
@@ -559,11 +621,15 @@ def _resume(ctx: BridgeContext, run: RunRecord) -> Plan[RunOutcome]:
         run = stored  # type: ignore[assignment]
     if result.calls is None:
         return _completed(settled, result.output, replayed=False)
-    return (yield from _after_pause(settled))
+    return (yield from _after_pause(ctx, settled))
 
 
 def plan_find_run(ctx: BridgeContext, tool_call_id: str) -> Plan[str | None]:
-    """The paused run that deferred ``tool_call_id``, if any."""
+    """The run that deferred ``tool_call_id``, if any: from its index record (one key listing),
+    else by scanning the session's runs (a crash may have come before the index was written)."""
+    prefix = _index_key(tool_call_id, "")
+    for key in (yield ListRecords(ctx.session_id, prefix)):
+        return str(key[len(prefix) :])
     for key in (yield ListRecords(ctx.session_id, RUN_PREFIX)):
         run = RunRecord.from_stored((yield LoadRecord(ctx.session_id, key)))
         if run is not None and any(c.tool_call_id == tool_call_id for c in run.calls):
@@ -634,6 +700,8 @@ def plan_run(ctx: BridgeContext, run_id: str) -> Plan[RunRecord | None]:
 
 class _BridgeBase:
     runtime_name = "runtime"
+    #: Which session flavour (and so which driver) this facade runs with.
+    is_async = False
 
     def __init__(
         self,
@@ -645,6 +713,11 @@ class _BridgeBase:
         clock: Callable[[], int] = now_ms,
         idempotent_tools: Sequence[str] = (),
     ) -> None:
+        if inspect.iscoroutinefunction(getattr(session, "reload", None)) is not self.is_async:
+            raise ConfigError(
+                f"{type(self).__name__} needs "
+                + ("an AsyncChatSession." if self.is_async else "a ChatSession (sync).")
+            )
         self.session = session
         self.storage = require_records(storage)
         self.session_id = check_session_id(session.session_id)
@@ -729,6 +802,8 @@ class Bridge(_BridgeBase):
 
 class AsyncBridge(_BridgeBase):
     """The asyncio bridge: an :class:`AsyncChatSession` over an async record-capable storage."""
+
+    is_async = True
 
     async def _run(self, plan: Plan[T]) -> T:
         ports = {

@@ -87,7 +87,7 @@ __all__ = [
 T = TypeVar("T")
 LEDGER_PREFIX = "call:"
 #: A claim that lost a CAS race re-decides on the fresh entry; a few rounds settle it.
-CLAIM_ATTEMPTS = 4
+CLAIM_ATTEMPTS = 5
 #: The body already ran: keep trying to record its outcome (each try re-reads first).
 FINISH_ATTEMPTS = 8
 
@@ -414,7 +414,9 @@ def plan_execute(
     The body's own exception is re-raised after its outcome is recorded.
     """
     key = ledger_key(request.tool_call_id)
-    stored = yield from _load(session_id, key)
+    # Optimistic: most calls run once, so try the create first; anything stored makes it fail
+    # (a definite conflict, or an unknown outcome our nonce settles) and the loop re-reads.
+    stored: LedgerEntry | None = None
     for _ in range(CLAIM_ATTEMPTS):
         decision = decide_claim(stored, request)
         if decision.action == "replay":

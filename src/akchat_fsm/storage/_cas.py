@@ -247,11 +247,35 @@ def record_prefix_matches_nothing(prefix: object) -> bool:
 
 
 def check_limit(limit: object, written_before_ms: object) -> tuple[int, int | None]:
-    """Validate ``list_processing``'s arguments: an int limit (below 0: none), an int bound."""
+    """Validate ``list_processing``'s arguments: an int limit (below 0: none), an int bound.
+
+    Both are clamped to the safe-integer range, which holds every stored ``written_ms``, so
+    no backend sees a number its integer type cannot hold and the answer is unchanged.
+    """
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise ConfigError(f"limit must be an int, got {limit!r}.")
+    count = min(max(0, limit), MAX_SAFE_INTEGER)
     if written_before_ms is None:
-        return max(0, limit), None
+        return count, None
     if isinstance(written_before_ms, bool) or not isinstance(written_before_ms, int):
         raise ConfigError(f"written_before_ms must be an int or None, got {written_before_ms!r}.")
-    return max(0, limit), written_before_ms
+    return count, min(max(-MAX_SAFE_INTEGER, written_before_ms), MAX_SAFE_INTEGER)
+
+
+def prepare_stored_record(
+    session_id: object, key: object, text: object, expected_version: object, processing: object
+) -> PreparedRecordSave:
+    """:func:`prepare_record_save`, plus what every backend can store: UTF-8 text without NUL.
+
+    JSON text never holds a raw U+0000 (PostgreSQL ``text`` refuses it) nor a lone surrogate
+    (no backend can encode it); refusing both here keeps a driver's encoding error, raised
+    before anything is sent, from being reported as a write of unknown outcome.
+    """
+    prepared = prepare_record_save(session_id, key, text, expected_version, processing)
+    try:
+        prepared.text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError("The record text is not valid UTF-8 text.", hint=RECORD_HINT) from exc
+    if "\x00" in prepared.text:
+        raise ConfigError("The record text holds a NUL character.", hint=RECORD_HINT)
+    return prepared

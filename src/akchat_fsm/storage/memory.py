@@ -15,8 +15,8 @@ from ._cas import (
     check_limit,
     check_record_key,
     check_session_id,
-    prepare_record_save,
     prepare_save,
+    prepare_stored_record,
     record_prefix_matches_nothing,
 )
 from ._closing import AsyncClosing, Closing
@@ -86,7 +86,7 @@ class MemoryStorage(Closing):
         processing: bool = False,
     ) -> bool:
         """Store the record iff its stored version equals ``expected_version`` (see the port)."""
-        p = prepare_record_save(session_id, key, text, expected_version, processing)
+        p = prepare_stored_record(session_id, key, text, expected_version, processing)
         with self._lock:
             records = self._records.setdefault(p.session_id, {})
             row = records.get(p.key)

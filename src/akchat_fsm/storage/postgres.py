@@ -38,8 +38,8 @@ from ._cas import (
     check_session_id,
     check_sql_identifier,
     derived_identifier,
-    prepare_record_save,
     prepare_save,
+    prepare_stored_record,
     processing_statuses,
     record_prefix_matches_nothing,
 )
@@ -190,7 +190,7 @@ class _Plan:
     def save_record_statement(
         self, session_id: Any, key: Any, text: Any, expected: Any, processing: Any
     ) -> tuple[str, tuple[Any, ...]]:
-        p = prepare_record_save(session_id, key, text, expected, processing)
+        p = prepare_stored_record(session_id, key, text, expected, processing)
         if p.expected is None:
             create = (p.session_id, p.key, p.version, p.text, p.processing, p.written_ms)
             return self.insert_record, create

@@ -41,8 +41,8 @@ from ._cas import (
     check_limit,
     check_record_key,
     check_session_id,
-    prepare_record_save,
     prepare_save,
+    prepare_stored_record,
     record_prefix_matches_nothing,
 )
 from ._closing import AsyncClosing, Closing
@@ -206,7 +206,7 @@ class _Plan:
     def save_record_command(
         self, session_id: Any, key: Any, text: Any, expected: Any, processing: Any
     ) -> tuple[Any, ...]:
-        p = prepare_record_save(session_id, key, text, expected, processing)
+        p = prepare_stored_record(session_id, key, text, expected, processing)
         was = "" if p.expected is None else str(p.expected)
         args = (p.key, was, str(p.version), p.text, "1" if p.processing else "0")
         return self._script(RECORD_SCRIPT, p.session_id, p.written_ms, *args)

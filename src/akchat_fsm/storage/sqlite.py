@@ -31,8 +31,8 @@ from ._cas import (
     check_session_id,
     check_sql_identifier,
     now_ms,
-    prepare_record_save,
     prepare_save,
+    prepare_stored_record,
     processing_statuses,
     record_prefix_matches_nothing,
 )
@@ -220,7 +220,7 @@ class SQLiteStorage(Closing):
         processing: bool = False,
     ) -> bool:
         """Store the record iff its stored version equals ``expected_version`` (see the port)."""
-        p = prepare_record_save(session_id, key, text, expected_version, processing)
+        p = prepare_stored_record(session_id, key, text, expected_version, processing)
         flag = int(p.processing)
         if p.expected is None:
             create = (p.session_id, p.key, p.version, p.text, flag, p.written_ms)

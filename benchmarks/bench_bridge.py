@@ -1,0 +1,168 @@
+"""Bridge benchmark (not a test): the pydantic-ai bridge's cost per approved tool call.
+
+One approved call end to end through ``PydanticAIBridge.approve``: the resolution (two CAS of
+the envelope), the continuation claim on the run record, the ledger's claim and outcome, the
+agent's continuation (pydantic-ai with its offline ``FunctionModel``) and the run's persist.
+Two baselines are measured in the same run, interleaved, on the same SQLite file:
+
+* the agent alone: the same continuation (``agent.run_sync`` with the same history and
+  ``DeferredToolResults``) without the bridge;
+* the raw CAS saves the bridge performed for that call: each of its writes (envelope and
+  records, same sizes, same count) replayed directly on the storage.
+
+The bridge's own cost is ``approve - agent alone``; the ratio compares it to the raw saves.
+Target: ratio <= 1.3 (the writes are the floor; reads and decisions must stay small).
+
+    .venv/bin/python benchmarks/bench_bridge.py [--calls 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from akchat_fsm import ChatDefinition, resume_chat_session
+from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge, messages
+from akchat_fsm.storage.sqlite import SQLiteStorage
+
+DEFINITION = ChatDefinition("bench-bridge")
+
+
+def build_agent() -> Agent[None, Any]:
+    def model(history: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(history) == 1:
+            prompt = str(history[0].parts[-1].content)  # type: ignore[union-attr]
+            return ModelResponse(
+                parts=[ToolCallPart("send_email", {"to": "a@x"}, tool_call_id=prompt)]
+            )
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, Any] = Agent(FunctionModel(model), output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def send_email(to: str) -> str:
+        return f"sent to {to}"
+
+    return agent
+
+
+class Recording:
+    """Passes every call through and remembers the writes (to replay them as raw saves)."""
+
+    def __init__(self, inner: SQLiteStorage) -> None:
+        self.inner = inner
+        self.writes: list[tuple[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def save(self, snapshot: Any, expected: int | None) -> bool:
+        self.writes.append(("save", snapshot))
+        return self.inner.save(snapshot, expected)
+
+    def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        self.writes.append(("record", (key, text, processing)))
+        return self.inner.save_record(session_id, key, text, expected, processing=processing)
+
+
+class RawReplay:
+    """Replays recorded writes as raw CAS saves on a session of its own."""
+
+    def __init__(self, storage: SQLiteStorage) -> None:
+        self.storage = storage
+        self.cursor = 0
+        self.versions: dict[str, int] = {}
+
+    def replay(self, writes: list[tuple[str, Any]], n: int) -> float:
+        start = time.perf_counter()
+        for kind, payload in writes:
+            if kind == "save":
+                snapshot = payload.model_copy(
+                    update={"session_id": "raw", "cursor": self.cursor + 1}
+                )
+                assert self.storage.save(snapshot, self.cursor or None)
+                self.cursor += 1
+            else:
+                key, text, processing = payload
+                key = f"{key}-raw{n}"
+                expected = self.versions.get(key)
+                assert self.storage.save_record("raw", key, text, expected, processing=processing)
+                self.versions[key] = (expected or 0) + 1
+        return time.perf_counter() - start
+
+
+def measure(calls: int, path: Path) -> None:
+    inner = SQLiteStorage(path)
+    storage = Recording(inner)
+    agent = build_agent()
+    session = resume_chat_session(DEFINITION, session_id="bench", storage=storage)
+    bridge = PydanticAIBridge(agent, session, storage)
+    raw = RawReplay(inner)
+    approve_s: list[float] = []
+    agent_s: list[float] = []
+    raw_s: list[float] = []
+    writes_per_call = 0
+    for n in range(calls + 10):
+        paused = bridge.run(f"call{n}", run_id=f"r{n}")
+        token = paused.pending[0].token
+        history = messages(paused.snapshot)
+        results = DeferredToolResults(approvals={f"call{n}": True})
+
+        def alone_run(history: Any = history, results: Any = results) -> float:
+            start = time.perf_counter()
+            agent.run_sync(message_history=history, deferred_tool_results=results)
+            return time.perf_counter() - start
+
+        alone = alone_run() if n % 2 else 0.0  # alternate which of the two runs first
+        storage.writes.clear()
+        start = time.perf_counter()
+        decided = bridge.approve(token)
+        elapsed = time.perf_counter() - start
+        assert decided.run is not None and decided.run.status == "completed"
+        writes = list(storage.writes)
+        alone = alone or alone_run()
+        replayed = raw.replay(writes, n)
+        if n >= 10:  # warm-up first
+            approve_s.append(elapsed)
+            agent_s.append(alone)
+            raw_s.append(replayed)
+            writes_per_call = len(writes)
+    inner.close()
+    approve, alone, saves = (statistics.median(x) for x in (approve_s, agent_s, raw_s))
+    own = statistics.median(a - b for a, b in zip(approve_s, agent_s, strict=True))
+    print("pydantic-ai bridge: one approved tool call, SQLite file, same run")
+    print(f"  calls            {calls}")
+    print(f"  writes per call  {writes_per_call}  (envelope CAS x2, run claim, ledger x2, persist)")
+    print(f"  approve          median {approve * 1e3:8.3f} ms  (resolution + continuation)")
+    print(f"  agent alone      median {alone * 1e3:8.3f} ms  (the same continuation, no bridge)")
+    print(f"  raw CAS saves    median {saves * 1e3:8.3f} ms  (the bridge's writes, replayed)")
+    print(f"  bridge own cost  median {own * 1e3:8.3f} ms  (approve - agent alone)")
+    print(f"  ratio            {own / saves:8.2f}x  (bridge own cost / raw saves; target <= 1.3)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        measure(args.calls, Path(tmp) / "bridge.db")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,445 @@
+"""The pydantic-ai bridge under interleaving clients, crashes and unknown outcomes.
+
+A Hypothesis ``RuleBasedStateMachine`` adds the bridge's steps to the resolution suite's
+clients / crash / unknown-outcome rules: three clients, each with its own session object over
+one real storage (memory, SQLite, PostgreSQL), run the bridge's real plans (decide → continue →
+execute through the ledger → persist the run) one effect at a time, with the real pydantic-ai
+agent (its ``FunctionModel``) behind the runtime port. Any step may apply with an unknown
+outcome, fail before applying, or kill the client (before or after a write, or inside a tool
+body before or after its side effect). Invariants after every step; at teardown every client
+dies and a recovery (reconcile, operator verdicts from the side-effect truth, the humans'
+decisions repeated) must leave every run completed, every approved call executed exactly once,
+every execution approved and nothing processing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+from akchat_fsm import ChatDefinition, resume_chat_session
+from akchat_fsm.errors import AkchatError
+from akchat_fsm.integrations._bridge import (
+    BridgeContext,
+    _SessionPort,
+    plan_continue,
+    plan_decide,
+    plan_start,
+)
+from akchat_fsm.integrations._bridge_io import Invoke, ListRecords, LoadRecord, SaveRecord
+from akchat_fsm.integrations._bridge_runs import RunRecord, RunState
+from akchat_fsm.integrations.ledger import AsyncToolLedger, ExecutionState, ToolLedger
+from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge, _Runtime
+from akchat_fsm.machines.confirmation import ConfirmationEvent
+from akchat_fsm.storage.memory import MemoryStorage
+from akchat_fsm.storage.sqlite import SQLiteStorage
+from akchat_fsm.wire.enums import ConfirmationStatus
+
+from ._bridge_world import ChaosStorage, Crash, PlanStepper, Truth, build_agent, perform
+
+CLIENTS = 3
+TTL_MS = 150
+DEFINITION = ChatDefinition("bridge-stateful")
+OPS = ("approve",) * 5 + ("reject",) * 2 + ("expire", "continue", "continue", "start")
+INTENTS = {
+    "approve": ConfirmationEvent.APPROVE,
+    "reject": ConfirmationEvent.REJECT,
+    "expire": ConfirmationEvent.EXPIRE,
+}
+#: The fault a step's draw (0-19) means for the effect the client waits on: mostly none, so
+#: operations reach the runtime; the runtime's steps (where the tool bodies run) fault most.
+FAULTS: dict[str, tuple[str, ...]] = {
+    "save": ("ok",) * 14
+    + ("unknown",) * 2
+    + ("unavailable", "crash-before")
+    + ("crash-after",) * 2,
+    "read": ("ok",) * 18 + ("unavailable", "crash-before"),
+    # a session operation: arm its first write (a CAS of the envelope or a denial record)
+    "session": ("ok",) * 15
+    + ("w:unknown", "w:unavailable", "w:crash-before", "w:crash-after")
+    + ("crash-before",),
+    # the runtime (start / resume): arm its first write (a ledger claim) or the tool body
+    "runtime": ("ok",) * 6
+    + ("w:unknown", "w:unavailable", "w:crash-before", "w:crash-after") * 2
+    + ("body:crash-before", "body:crash-after") * 2
+    + ("crash-before", "crash-after"),
+}
+WORLD = ("",) * 6 + ("tick", "tick", "reconcile")
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.session: Any = None
+        self.run: PlanStepper | None = None
+        self.op = ""
+
+    @property
+    def busy(self) -> bool:
+        return self.run is not None and not self.run.done
+
+
+class BridgeProtocol(RuleBasedStateMachine):
+    """Subclasses set ``make_storage`` (a factory of the real adapter under test)."""
+
+    make_storage: ClassVar[Callable[[], Any]]
+    coverage: ClassVar[Counter[str]] = Counter()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.session_id = f"bp-{uuid.uuid4().hex[:16]}"
+        self.raw = type(self).make_storage()
+        self.storage = ChaosStorage(self.raw)
+        self.truth = Truth()
+        self.agent = build_agent(self.truth)
+        self.now = 1_000
+        self.runs = 0
+        self.clients = [_Client() for _ in range(CLIENTS)]
+        self.terminal_seen: dict[str, ConfirmationStatus] = {}
+        self.executed_seen: dict[str, Any] = {}
+        self.completed_seen: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ helpers
+    def clock(self) -> int:
+        return self.now
+
+    def ctx(self) -> BridgeContext:
+        ledger = AsyncToolLedger(self.storage, self.session_id, owner="machine", clock=self.clock)
+        return BridgeContext(self.session_id, "pydantic-ai", "machine", self.clock, ledger)
+
+    def ports(self, client: _Client) -> dict[str, Any]:
+        return {
+            "session": _SessionPort(client.session, self.storage, TTL_MS),
+            "runtime": _Runtime(self.agent),
+        }
+
+    def bridge(self) -> PydanticAIBridge:
+        """A fault-free host (the recovery process, the humans at teardown)."""
+        session = resume_chat_session(
+            DEFINITION, session_id=self.session_id, storage=self.raw, clock=self.clock
+        )
+        return PydanticAIBridge(self.agent, session, self.raw, ttl_ms=TTL_MS, clock=self.clock)
+
+    def bindings(self) -> list[Any]:
+        session = resume_chat_session(
+            DEFINITION, session_id=self.session_id, storage=self.raw, clock=self.clock
+        )
+        return list(session.confirmations)
+
+    def run_ids(self) -> list[str]:
+        return [k[len("run:") :] for k in self.raw.list_records(self.session_id, "run:")]
+
+    def run_record(self, run_id: str) -> RunRecord | None:
+        return RunRecord.from_stored(self.raw.load_record(self.session_id, f"run:{run_id}"))
+
+    def _plan(self, op: str, pick: int) -> Any:
+        ctx = self.ctx()
+        if op in INTENTS:
+            bindings = self.bindings()
+            live = [b.token for b in bindings if not b.status.is_terminal]
+            tokens = (live if live and pick < 6 else [b.token for b in bindings]) or ["confirm-0"]
+            reason = "no" if op == "reject" else None
+            return plan_decide(ctx, tokens[pick % len(tokens)], INTENTS[op], reason, True)
+        if op == "continue":
+            runs = self.run_ids() or ["run-0"]
+            return plan_continue(ctx, runs[pick % len(runs)], {})
+        # start: a new run only once the newest one completed (one open run at a time)
+        newest = self.run_record(f"run-{self.runs}")
+        run_id = (
+            f"run-{self.runs + 1}"
+            if newest and newest.state is RunState.COMPLETED
+            else f"run-{self.runs}"
+        )
+        return plan_start(ctx, run_id, (run_id,), {})
+
+    def _finish(self, client: _Client) -> None:
+        run = client.run
+        assert run is not None
+        if not run.done:
+            return
+        if run.error is not None and not isinstance(run.error, AkchatError):
+            raise run.error  # pydantic-ai or Python refused something: a bridge bug
+        outcome = "ok" if run.error is None else type(run.error).__name__
+        self.coverage[f"{client.op}:{outcome}"] += 1
+        if client.op == "start" and run.error is None:
+            self.runs = max(self.runs, int(run.result.run_id.split("-")[1]))
+
+    # ------------------------------------------------------------------ rules
+    @initialize()
+    def start_first_run(self) -> None:
+        outcome = self.bridge().run("run-0", run_id="run-0")
+        assert outcome.status == "paused" and len(outcome.pending) == 2
+
+    @rule(
+        c=st.integers(0, CLIENTS - 1),
+        op=st.sampled_from(OPS),
+        pick=st.integers(0, 7),
+        draw=st.integers(0, 19),
+        world=st.sampled_from(WORLD),
+    )
+    def advance(self, c: int, op: str, pick: int, draw: int, world: str) -> None:
+        """Client ``c`` starts ``op`` (resuming first if it died) or performs its next effect,
+        perhaps with a fault; ``world`` may first move the clock or run a recovery."""
+        if world == "tick":
+            self.now += 10 * (pick + 1)
+        elif world == "reconcile" and not any(client.busy for client in self.clients):
+            self.coverage["world:reconcile"] += 1
+            self._recover_once()
+        client = self.clients[c]
+        if not client.busy:
+            if client.session is None:
+                client.session = resume_chat_session(
+                    DEFINITION, session_id=self.session_id, storage=self.storage, clock=self.clock
+                )
+            client.op = op
+            client.run = PlanStepper(self._plan(op, pick))
+            self._finish(client)
+            return
+        self._step(client, draw)
+
+    def _step(self, client: _Client, draw: int) -> None:
+        run = client.run
+        assert run is not None
+        effect = run.next
+        if isinstance(effect, SaveRecord):
+            fault = FAULTS["save"][draw]
+        elif isinstance(effect, LoadRecord | ListRecords):
+            fault = FAULTS["read"][draw]
+        else:
+            fault = FAULTS["runtime" if effect.port == "runtime" else "session"][draw]
+        name = effect.method if isinstance(effect, Invoke) else type(effect).__name__
+        self.coverage[f"effect:{name}"] += 1
+        if fault == "crash-before":
+            return self._crash(client, f"before:{name}")
+        if fault.startswith("w:"):
+            self.storage.armed = fault[2:]
+        elif fault.startswith("body:"):
+            self.truth.body_mode = fault[5:]
+        elif fault in ("unknown", "unavailable", "crash-after"):
+            self.storage.armed = fault
+        try:
+            value = perform(effect, self.storage, self.ports(client))
+            if fault == "crash-after" and isinstance(effect, Invoke):
+                raise Crash()  # the call returned; the process died before using the result
+        except Crash:
+            return self._crash(client, f"in:{name}:{fault}")
+        except Exception as exc:
+            self.coverage[f"thrown:{type(exc).__name__}"] += 1
+            run.throw(exc)
+        else:
+            run.feed(value)
+        finally:
+            self.storage.armed, self.truth.body_mode = "", ""
+        self._finish(client)
+
+    def _crash(self, client: _Client, where: str) -> None:
+        self.coverage[f"crash:{where}"] += 1
+        if client.run is not None and not client.run.done:
+            client.run.crash()
+        client.run, client.session = None, None
+
+    def _recover_once(self) -> None:
+        """What a host runs after a crash, with no live claimant: reconcile, then settle the
+        unknown executions the way an operator would (from the side-effect truth)."""
+        bridge = self.bridge()
+        report = bridge.reconcile()
+        for outcome in report.confirmations:
+            self.coverage[f"reconcile:{outcome.action}"] += 1
+        for entry in report.execution_unknown:
+            self.coverage["reconcile:execution_unknown"] += 1
+            ran = self.truth.executions[entry.tool_call_id] == 1
+            bridge.settle_execution(entry.tool_call_id, ran=ran, result="did (settled)")
+
+    # ------------------------------------------------------------------ invariants
+    @invariant()
+    def bridge_invariants(self) -> None:
+        bindings = {b.tool_call_id: b for b in self.bindings()}
+        for call_id, n in self.truth.executions.items():
+            assert n <= 1, f"{call_id} ran {n} times"
+            binding = bindings.get(call_id)
+            assert binding is not None and binding.status is ConfirmationStatus.APPROVED, (
+                f"{call_id} ran without an approved record: {binding}"
+            )
+        for binding in bindings.values():
+            seen = self.terminal_seen.get(binding.token)
+            if seen is not None:
+                assert binding.status is seen, f"{binding.token}: {seen} became {binding.status}"
+            elif binding.status.is_terminal:
+                self.terminal_seen[binding.token] = binding.status
+        for entry in ToolLedger(self.raw, self.session_id).entries():
+            if entry.state is ExecutionState.EXECUTED:
+                seen_result = self.executed_seen.setdefault(entry.tool_call_id, entry.result)
+                assert entry.result == seen_result, f"{entry.tool_call_id}'s result changed"
+        for run_id in self.run_ids():
+            record = self.run_record(run_id)
+            if record is not None and record.state is RunState.COMPLETED:
+                output = self.completed_seen.setdefault(run_id, record.output)
+                assert record.output == output, f"{run_id} completed twice differently"
+
+    def teardown(self) -> None:
+        try:
+            for client in self.clients:
+                if client.busy:
+                    self._crash(client, "teardown")
+            for _ in range(4):  # recovery, then the humans finish deciding, until all settle
+                self._recover_once()
+                bridge = self.bridge()
+                for binding in self.bindings():
+                    if binding.status is ConfirmationStatus.PENDING:
+                        # expired meanwhile (AlreadyResolved): an expiry is a decision too
+                        with contextlib.suppress(AkchatError):
+                            bridge.approve(binding.token)
+                for run_id in self.run_ids():
+                    bridge.continue_run(run_id)
+            self.final_checks()
+        finally:
+            close = getattr(self.raw, "close", None)
+            if close is not None and getattr(type(self), "close_each", False):
+                close()
+
+    def final_checks(self) -> None:
+        self.bridge_invariants()
+        bindings = {b.tool_call_id: b for b in self.bindings()}
+        for call_id, binding in bindings.items():
+            assert not binding.status.is_processing, f"{call_id} left {binding.status}"
+            expected = 1 if binding.status is ConfirmationStatus.APPROVED else 0
+            assert self.truth.executions[call_id] == expected, (
+                f"{call_id} is {binding.status.value} and ran {self.truth.executions[call_id]}"
+            )
+        ledger = {e.tool_call_id: e for e in ToolLedger(self.raw, self.session_id).entries()}
+        for call_id, binding in bindings.items():
+            if binding.status is ConfirmationStatus.APPROVED:
+                entry = ledger.get(call_id)
+                assert entry is not None and entry.state is ExecutionState.EXECUTED, (
+                    f"{call_id} is approved but its execution is not recorded"
+                )
+        for run_id in self.run_ids():
+            record = self.run_record(run_id)
+            assert record is not None and record.state is RunState.COMPLETED, (run_id, record)
+        assert self.raw.list_processing() == [], "something was left processing"
+
+
+#: A run must have exercised each of these (a key, or a key prefix ending in ':') at least
+#: once, or it proves nothing: kills inside the runtime (a ledger write, a tool body), unknown
+#: outcomes, completed continuations, recoveries of unknown executions.
+FLOOR = (
+    "effect:resolve",
+    "effect:resume",
+    "effect:SaveRecord",
+    "crash:in:resume:body:",
+    "crash:in:resume:w:",
+    "crash:in:resolve:",
+    "thrown:OutcomeUnknown",
+    "continue:ok",
+    "approve:ok",
+    "reconcile:execution_unknown",
+)
+
+
+def run_bridge_protocol(make_storage: Callable[[], Any], **overrides: Any) -> Counter[str]:
+    coverage: Counter[str] = Counter()
+    machine = type(
+        "Protocol",
+        (BridgeProtocol,),
+        {"make_storage": staticmethod(make_storage), "coverage": coverage},
+    )
+    run_state_machine_as_test(machine, settings=settings(settings(), **overrides))
+    print("coverage:", dict(sorted(coverage.items())))  # shown with -s
+    missing = [
+        what
+        for what in FLOOR
+        if not any(
+            n
+            for key, n in coverage.items()
+            if key == what or (what.endswith(":") and key.startswith(what))
+        )
+    ]
+    assert not missing, f"the run never exercised {missing}: {sorted(coverage.items())}"
+    return coverage
+
+
+def test_bridge_protocol_in_memory() -> None:
+    run_bridge_protocol(MemoryStorage, stateful_step_count=80)
+
+
+def test_bridge_protocol_sqlite(tmp_path: Path) -> None:
+    store = SQLiteStorage(tmp_path / "sessions.db")
+    try:
+        run_bridge_protocol(lambda: store, stateful_step_count=80)
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_bridge_protocol_postgres(pg_url: str) -> None:
+    import psycopg
+
+    from akchat_fsm.storage.postgres import PostgresStorage
+
+    table = f"bp_{uuid.uuid4().hex[:12]}"
+    store = PostgresStorage(pg_url, table=table)
+    try:
+        run_bridge_protocol(lambda: store, max_examples=30, stateful_step_count=80)
+    finally:
+        store.close()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+
+
+def test_the_suite_bites_a_bridge_that_runs_bodies_without_the_ledger(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same machine with a seeded bug: the tool hook runs the body first and only then
+    records it in the ledger (a tool executed without its claim). The invariants must catch a
+    body run twice after a crash or a racing continuation."""
+    from hypothesis import Phase
+    from hypothesis.errors import Flaky
+
+    from akchat_fsm.integrations import pydantic_ai
+
+    async def unguarded(self: Any, ctx: Any, **kw: Any) -> Any:
+        value = await kw["handler"](kw["args"])  # the side effect, before any claim
+        call = kw["call"]
+        await self.guard.execute(
+            call.tool_call_id, call.tool_name, call.args_as_dict(), lambda: value
+        )
+        return value
+
+    monkeypatch.setattr(pydantic_ai._LedgerCapability, "wrap_tool_execute", unguarded)
+    with pytest.raises((AssertionError, Flaky, BaseExceptionGroup)) as caught:
+        run_bridge_protocol(
+            MemoryStorage,
+            stateful_step_count=80,
+            max_examples=200,
+            phases=(Phase.explicit, Phase.generate),  # a failure is the point; skip shrinking
+        )
+    errors: list[BaseException] = [caught.value]
+    while any(isinstance(e, BaseExceptionGroup) for e in errors):
+        errors = [x for e in errors for x in getattr(e, "exceptions", [e])]
+    assert any(re.search(r"ran [2-9]\d* times", str(e)) for e in errors), errors
+
+
+@pytest.mark.redis
+def test_bridge_protocol_redis(redis_url: str) -> None:
+    from akchat_fsm.storage.redis import RedisStorage
+
+    store = RedisStorage(redis_url, prefix=f"bp:{uuid.uuid4().hex[:12]}:")
+    try:
+        run_bridge_protocol(lambda: store, max_examples=30, stateful_step_count=80)
+    finally:
+        store.close()
