@@ -39,7 +39,6 @@ from ._bridge import (
     RunRecord,
     RuntimeResult,
 )
-from .ledger import AsyncToolLedger, Execution
 
 __all__ = [
     "AsyncOpenAIAgentsBridge",
@@ -73,18 +72,10 @@ class RecordedToolFailure(ConfirmationError):
     beside the ledger so both bridges raise one class (see the report to the lead)."""
 
 
-@dataclasses.dataclass
-class _RunScope:
-    """What the tool hooks of one SDK run share: the continuation's guard (``None`` for a new
-    run) and the ledger executions still in flight."""
-
-    guard: ExecutionGuard | None
-    inflight: set[asyncio.Future[Any]] = dataclasses.field(default_factory=set)
-
-
-# The scope of the run in this task (asyncio copies it into the tasks the SDK starts).
-_scope: contextvars.ContextVar[_RunScope | None] = contextvars.ContextVar(
-    "akchat_openai_run", default=None
+# The guard of the continuation running in this task (asyncio copies it into the tasks the
+# SDK starts for parallel tool calls); unset for a new run.
+_current: contextvars.ContextVar[ExecutionGuard | None] = contextvars.ContextVar(
+    "akchat_openai_guard", default=None
 )
 
 
@@ -155,21 +146,23 @@ class OpenAIRuntime:
     runtime = RUNTIME
 
     def __init__(
-        self, agent: Agent[Any], ledger: AsyncToolLedger, run_config: RunConfig | None
+        self,
+        agent: Agent[Any],
+        guard_for: Callable[[frozenset[str]], ExecutionGuard],
+        run_config: RunConfig | None,
     ) -> None:
         self.agent = guard_agent(agent, self._guarded)
-        self.ledger = ledger
+        self.guard_for = guard_for
         self.run_config = run_config
 
     async def _guarded(self, inner: Invoke, ctx: ToolContext[Any], args_json: str) -> Any:
-        scope = _scope.get() or _RunScope(None)
-        # Shielded: when a sibling call fails, the SDK cancels the other tool tasks; a body
-        # that was claimed still finishes and records its outcome (else it would be left an
-        # unknown execution although it completed). ``_run`` waits for these before leaving.
-        execution = asyncio.ensure_future(self._execute(scope.guard, inner, ctx, args_json))
-        scope.inflight.add(execution)
-        execution.add_done_callback(scope.inflight.discard)
-        done = await asyncio.shield(execution)
+        guard = _current.get()
+        if guard is None or ctx.tool_call_id not in guard.approved:
+            # An ungated call (a sibling in the pausing run, or a new turn's): it needs no
+            # confirmation, and its body still runs at most once per call id.
+            guard = self.guard_for(frozenset({ctx.tool_call_id}))
+        body = lambda: inner(ctx, args_json)  # noqa: E731 - the ledger calls it at most once
+        done = await guard.execute(ctx.tool_call_id, ctx.tool_name, args_json, body)
         if not done.ran and done.entry.outcome == "raised":
             raise RecordedToolFailure(
                 f"Tool call {ctx.tool_call_id!r} already ran and raised "
@@ -177,15 +170,6 @@ class OpenAIRuntime:
                 record=done.entry,
             )
         return done.value
-
-    async def _execute(
-        self, guard: ExecutionGuard | None, inner: Invoke, ctx: ToolContext[Any], args_json: str
-    ) -> Execution:
-        body = lambda: inner(ctx, args_json)  # noqa: E731 - the ledger calls it at most once
-        if guard is not None and ctx.tool_call_id in guard.approved:
-            return await guard.execute(ctx.tool_call_id, ctx.tool_name, args_json, body)
-        # An ungated call (a sibling, or a new turn's): still at most once per call id.
-        return await self.ledger.execute(ctx.tool_call_id, ctx.tool_name, args_json, body)
 
     async def start(self, input: Any, **kwargs: Any) -> RuntimeResult:
         return await self._run(input, None, kwargs)
@@ -209,8 +193,7 @@ class OpenAIRuntime:
     async def _run(
         self, input: Any, guard: ExecutionGuard | None, kwargs: Mapping[str, Any]
     ) -> RuntimeResult:
-        scope = _RunScope(guard)
-        token = _scope.set(scope)
+        token = _current.set(guard)
         try:
             result = await Runner.run(self.agent, input, run_config=self.run_config, **kwargs)
         except AgentsException as exc:
@@ -219,9 +202,7 @@ class OpenAIRuntime:
                 raise exc.__cause__ from exc
             raise
         finally:
-            _scope.reset(token)
-            if scope.inflight:  # claimed bodies the SDK stopped waiting for: let them record
-                await asyncio.gather(*scope.inflight, return_exceptions=True)
+            _current.reset(token)
         snapshot = json.dumps(result.to_state().to_json(), separators=(",", ":"))
         if result.interruptions:
             return RuntimeResult(snapshot, tuple(_pending(i) for i in result.interruptions))
@@ -277,7 +258,7 @@ class OpenAIAgentsBridge(Bridge):
         **options: Any,
     ) -> None:
         super().__init__(session, storage, **options)
-        self.runtime = OpenAIRuntime(agent, self.ledger, run_config)
+        self.runtime = OpenAIRuntime(agent, self._ctx.guard, run_config)
 
     def _runtime(self) -> _SyncRuntime:
         return _SyncRuntime(self.runtime)
@@ -302,7 +283,7 @@ class AsyncOpenAIAgentsBridge(AsyncBridge):
         **options: Any,
     ) -> None:
         super().__init__(session, storage, **options)
-        self.runtime = OpenAIRuntime(agent, self.ledger, run_config)
+        self.runtime = OpenAIRuntime(agent, self._ctx.guard, run_config)
 
     def _runtime(self) -> OpenAIRuntime:
         return self.runtime
