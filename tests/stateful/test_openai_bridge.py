@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -101,7 +102,7 @@ class OpenAIBridgeProtocol(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.storage = ChaosStorage(self.make_storage(), self.coverage)
-        self.session_id = f"s{id(self)}"
+        self.session_id = f"s{uuid.uuid4().hex[:16]}"  # one store serves every example
         self.now = 1_000_000
         #: The truth outside the library: how often each tool body's side effect happened.
         self.executed: Counter[str] = Counter()
@@ -189,7 +190,10 @@ class OpenAIBridgeProtocol(RuleBasedStateMachine):
 
     @rule()
     def reconcile(self) -> None:
-        self._recover_once()
+        try:
+            self._recover_once()
+        except Crash:  # an armed body crash fired in the reconciler's continuation
+            self.coverage["reconcile:crash"] += 1
 
     # ------------------------------------------------------------------ invariants
     @invariant()
@@ -260,3 +264,18 @@ def test_openai_bridge_sqlite(tmp_path: Path) -> None:
         run_protocol(lambda: store)
     finally:
         store.close()
+
+
+def test_openai_bridge_postgres(pg_url: str) -> None:
+    import psycopg
+
+    from akchat_fsm.storage.postgres import PostgresStorage
+
+    table = f"oai_{uuid.uuid4().hex[:12]}"
+    store = PostgresStorage(pg_url, table=table)
+    try:
+        run_protocol(lambda: store)
+    finally:
+        store.close()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
