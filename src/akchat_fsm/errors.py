@@ -14,7 +14,8 @@ Catch the narrowest class that matches what you can do about it::
     │   ├── IncompatibleSession    stored state: foreign, other definition/revision, no replay
     │   ├── InvalidConfirmationToken    unknown here, or another session's token (inert)
     │   ├── LimitExceeded          a documented bound would be crossed (before any side effect)
-    │   └── ToolCallMismatch       (integrations.ledger) a call id recorded for other tool/args
+    │   └── ToolCallMismatch       (akchat_fsm.integrations.ledger) a call id reused for
+    │                              another tool or other arguments; nothing ran
     ├── IllegalTransition          a machine refused (state, event); names both; unchanged
     ├── ConfirmationError          the resolution did not run here; .record is the stored one
     │   │                          (raised as such when reconcile released our claim meanwhile)
@@ -22,12 +23,14 @@ Catch the narrowest class that matches what you can do about it::
     │   ├── ResolutionInProgress   another client holds the claim (approving/rejecting/expiring)
     │   ├── UpstreamFailed         (akchat_fsm.session) upstream raised; the record stays
     │   │                          processing, never falsely complete: reconcile it
-    │   ├── ExecutionUnknown       (integrations.ledger) a tool body was claimed and its outcome
-    │   │                          is unknown: never re-run by default; an operator settles it
-    │   ├── ExecutionClaimLost     (integrations.ledger) our execution claim was taken over
+    │   ├── ExecutionUnknown       (akchat_fsm.integrations.ledger) a tool body was claimed and
+    │   │                          its outcome is unknown: never re-run by default; settle it
+    │   ├── ExecutionClaimLost     (integrations.ledger) our execution claim was settled or
+    │   │                          re-claimed while the body ran; its outcome not recorded
     │   ├── RunInProgress          (integrations) another process holds the run's continuation
     │   ├── RunClaimLost           (integrations) our continuation claim was taken over
-    │   └── RecordedToolFailure    (integrations.*) the body already ran and raised; not re-run
+    │   └── RecordedToolFailure    (integrations.pydantic_ai, .openai_agents) the body already
+    │                              ran and raised; it is not run again
     ├── SessionConflict            CAS refused: the stored cursor moved; reload, re-apply
     └── StorageError               the storage call failed
         ├── StorageUnavailable     definite: nothing was applied, a retry is safe

@@ -394,7 +394,7 @@ def test_bridge_protocol_postgres(pg_url: str) -> None:
     table = f"bp_{uuid.uuid4().hex[:12]}"
     store = PostgresStorage(pg_url, table=table)
     try:
-        run_bridge_protocol(lambda: store, max_examples=30, stateful_step_count=80)
+        run_bridge_protocol(lambda: store, stateful_step_count=80)
     finally:
         store.close()
         with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -440,6 +440,6 @@ def test_bridge_protocol_redis(redis_url: str) -> None:
 
     store = RedisStorage(redis_url, prefix=f"bp:{uuid.uuid4().hex[:12]}:")
     try:
-        run_bridge_protocol(lambda: store, max_examples=30, stateful_step_count=80)
+        run_bridge_protocol(lambda: store, stateful_step_count=80)
     finally:
         store.close()

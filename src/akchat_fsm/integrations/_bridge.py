@@ -3,8 +3,9 @@
 A runtime module (pydantic-ai, the OpenAI Agents SDK) supplies only a *runtime port*: ``start``
 a run and ``resume`` a paused one from its serialised state, each returning a
 :class:`RuntimeResult`, with approved tool bodies executed through the :class:`ExecutionGuard`
-it is given. Everything else is here, written once as plans run by the drivers of
-:mod:`._bridge_io`:
+it is given. Everything else is shared, written once as plans run by the drivers of
+:mod:`._bridge_io` (this module: the plans and the facades; :mod:`._bridge_ports`: the guard,
+the session's upstream and memory; :mod:`._bridge_runs`: the run record's decisions):
 
 * a paused run is saved as a run record (CAS create), then each call awaiting approval becomes
   a confirmation (``toolCallId`` = the runtime's call id, ``action`` = tool name, ``input`` =
@@ -21,20 +22,17 @@ it is given. Everything else is here, written once as plans run by the drivers o
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import inspect
 import json
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from ..errors import ConfigError, ConfirmationError, OutcomeUnknown
+from ..errors import ConfigError, OutcomeUnknown
 from ..machines.confirmation import ConfirmationEvent
-from ..session.ports import ToolCallProposal
 from ..session.session import ReconcileOutcome
 from ..storage._cas import check_session_id, now_ms
 from ..wire.enums import ConfirmationStatus
@@ -42,6 +40,15 @@ from ..wire.session import ConfirmationBinding
 from ._bridge_io import Invoke, ListRecords, LoadRecord, Plan, SaveRecord, require_records
 from ._bridge_io import run_async as _run_async
 from ._bridge_io import run_sync as _run_sync
+from ._bridge_ports import (
+    AsyncBridgeUpstream,
+    AsyncLedgerMemory,
+    BridgeUpstream,
+    ExecutionGuard,
+    LedgerMemory,
+    _AsyncSessionPort,
+    _SessionPort,
+)
 from ._bridge_runs import (
     RUN_PREFIX,
     CallDecision,
@@ -58,12 +65,9 @@ from ._bridge_runs import (
 )
 from .ledger import (
     AsyncToolLedger,
-    Execution,
-    ExecutionState,
     LedgerEntry,
     default_owner,
     plan_entries,
-    plan_get,
 )
 
 __all__ = [
@@ -87,9 +91,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-#: The reason the session's reconcile sends when it re-issues a rejection (not the reviewer's).
-_RECONCILED_REASON = "confirmation rejected"
-_EXPIRED_REASON = "confirmation expired"
 SAVE_ATTEMPTS = 4
 #: ``callrun:<sha256(call id)[:32]>:<run id>``: which run deferred a call, found by prefix.
 INDEX_PREFIX = "callrun:"
@@ -162,249 +163,6 @@ class RuntimePort(Protocol):
     ) -> RuntimeResult:
         """Continue ``run`` (its ``snapshot``, ``calls`` and host ``external`` results) with
         ``decisions``; approved bodies must run through ``guard.execute``."""
-
-
-# --------------------------------------------------------------------------- the guard
-
-
-class ExecutionGuard:
-    """Runs an approved call's body through the ledger, inside the runtime's tool hook.
-
-    Only calls approved in the session for this continuation may run; a repeat replays the
-    recorded outcome (``Execution.ran`` is ``False``). Always async, because runtimes call tool
-    hooks from their event loop; a sync storage is called directly from it.
-    """
-
-    def __init__(
-        self,
-        ledger: AsyncToolLedger,
-        approved: frozenset[str],
-        idempotent_tools: frozenset[str] = frozenset(),
-    ) -> None:
-        self.ledger = ledger
-        self.approved = approved
-        self.idempotent_tools = idempotent_tools
-
-    async def execute(
-        self,
-        tool_call_id: str,
-        tool: str,
-        args: Mapping[str, Any] | str | None,
-        body: Callable[[], Awaitable[Any] | Any],
-    ) -> Execution:
-        if tool_call_id not in self.approved:
-            raise ConfirmationError(
-                f"Tool call {tool_call_id!r} reached execution without an approved "
-                "confirmation in this session; refusing to run it."
-            )
-        claimed = asyncio.ensure_future(
-            self.ledger.execute(
-                tool_call_id, tool, args, body, idempotent=tool in self.idempotent_tools
-            )
-        )
-        try:
-            return await asyncio.shield(claimed)
-        except asyncio.CancelledError:
-            # The runtime cancels running siblings when one call fails. A body already claimed
-            # finishes and records its outcome (the next continuation replays it) instead of
-            # being cut mid-side-effect into an unknown outcome; then the cancel proceeds.
-            with contextlib.suppress(Exception):
-                await claimed
-            raise
-
-
-# --------------------------------------------------------------------------- upstream + memory
-
-
-def plan_record_denial(session_id: str, tool_call_id: str, reason: str) -> Plan[None]:
-    """Keep a reviewer's reason for the model (create-only: the first reason stands)."""
-    if not reason or reason in (_RECONCILED_REASON, _EXPIRED_REASON):
-        return
-    text = json.dumps({"v": 1, "reason": reason}, ensure_ascii=False)
-    # A lost reason (an unknown outcome) only means the model reads the generic sentence.
-    with contextlib.suppress(OutcomeUnknown):
-        yield SaveRecord(session_id, denial_key(tool_call_id), text, None)
-
-
-class _UpstreamBase:
-    def __init__(self, storage: Any, session_id: str, call: PendingCall | None = None) -> None:
-        self.storage = require_records(storage)
-        self.session_id = check_session_id(session_id)
-        self.call = call
-
-    def _proposal(self, args: Mapping[str, Any]) -> ToolCallProposal:
-        if self.call is None:
-            raise ConfigError(
-                "Calls are proposed by the bridge when a run pauses, not through this upstream."
-            )
-        return ToolCallProposal(self.call.tool_call_id, self.call.tool, args)
-
-
-class BridgeUpstream(_UpstreamBase):
-    """The session's ``UpstreamChat`` for bridged runs: no side effect on approve or deny.
-
-    The runtime executes an approved body later, through the ledger, so a repeated
-    ``approve`` (reconcile's default resume) is harmless. ``deny`` keeps the reviewer's reason.
-    """
-
-    def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> ToolCallProposal:
-        return self._proposal(args)
-
-    def approve(self, tool_call_id: str) -> None:
-        return None
-
-    def deny(self, tool_call_id: str, reason: str) -> None:
-        _run_sync(plan_record_denial(self.session_id, tool_call_id, reason), self.storage)
-
-
-class AsyncBridgeUpstream(_UpstreamBase):
-    """The asyncio twin of :class:`BridgeUpstream`."""
-
-    async def propose_tool_call(
-        self, id: str, name: str, args: Mapping[str, Any]
-    ) -> ToolCallProposal:
-        return self._proposal(args)
-
-    async def approve(self, tool_call_id: str) -> None:
-        return None
-
-    async def deny(self, tool_call_id: str, reason: str) -> None:
-        await _run_async(plan_record_denial(self.session_id, tool_call_id, reason), self.storage)
-
-
-_STATUS = {ExecutionState.EXECUTED: "complete", ExecutionState.EXECUTING: "running"}
-
-
-def status_of(entry: LedgerEntry | None) -> str:
-    """The upstream tool-call status reconcile reads: a body that started means upstream acted;
-    none (or a released one) means the decision was never acted on, so resuming is safe."""
-    return (
-        "requires_confirmation"
-        if entry is None
-        else _STATUS.get(entry.state, "requires_confirmation")
-    )
-
-
-def plan_tool_call_statuses(session_id: str, tool_call_ids: Sequence[str]) -> Plan[dict[str, str]]:
-    statuses: dict[str, str] = {}
-    for tool_call_id in tool_call_ids:
-        statuses[tool_call_id] = status_of((yield from plan_get(session_id, tool_call_id)))
-    return statuses
-
-
-def plan_memory_record(session_id: str) -> Plan[dict[str, Any]]:
-    """The canonical memory record today's reconcile reads: one assistant message holding every
-    call the bridge knows (from its runs and its ledger), with its status from the ledger."""
-    calls: dict[str, tuple[str, Mapping[str, Any]]] = {}
-    for key in (yield ListRecords(session_id, RUN_PREFIX)):
-        run = RunRecord.from_stored((yield LoadRecord(session_id, key)))
-        for call in run.approvals if run is not None else ():
-            calls[call.tool_call_id] = (call.tool, call.args)
-    entries = {e.tool_call_id: e for e in (yield from plan_entries(session_id))}
-    for entry in entries.values():  # calls of completed runs are known from the ledger only
-        calls.setdefault(entry.tool_call_id, (entry.tool, {}))
-    tool_calls = [
-        {"id": cid, "name": name, "args": dict(args), "status": status_of(entries.get(cid))}
-        for cid, (name, args) in calls.items()
-    ]
-    stamp = datetime.fromtimestamp(now_ms() / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
-    message = {
-        "id": f"bridge-{session_id}",
-        "role": "assistant",
-        "content": "",
-        "status": "complete",
-        "createdAt": stamp[:-3] + "Z",
-        "toolCalls": tool_calls,
-    }
-    return {"version": 1, "messages": [message] if tool_calls else []}
-
-
-class LedgerMemory:
-    """The session's ``ChatMemory`` for bridged runs: tool-call statuses read from the ledger.
-
-    ``tool_call_statuses(ids)`` is the direct port; ``load()`` builds the canonical memory
-    record for reconcilers that read messages.
-    """
-
-    def __init__(self, storage: Any, session_id: str) -> None:
-        self.storage = require_records(storage)
-        self.session_id = check_session_id(session_id)
-
-    def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> Mapping[str, str]:
-        return _run_sync(plan_tool_call_statuses(self.session_id, tool_call_ids), self.storage)
-
-    def load(self) -> dict[str, Any]:
-        return _run_sync(plan_memory_record(self.session_id), self.storage)
-
-
-class AsyncLedgerMemory(LedgerMemory):
-    """The asyncio twin of :class:`LedgerMemory`."""
-
-    async def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> Mapping[str, str]:  # type: ignore[override]
-        return await _run_async(
-            plan_tool_call_statuses(self.session_id, tool_call_ids), self.storage
-        )
-
-    async def load(self) -> dict[str, Any]:  # type: ignore[override]
-        return await _run_async(plan_memory_record(self.session_id), self.storage)
-
-
-# --------------------------------------------------------------------------- session ports
-
-
-class _SessionPort:
-    """The session calls the bridge plans make (``Invoke("session", ...)``), sync flavour."""
-
-    def __init__(self, session: Any, storage: Any, ttl_ms: int) -> None:
-        self.session, self.storage, self.ttl_ms = session, storage, ttl_ms
-
-    def _coordinator(self, call: PendingCall | None = None) -> Any:
-        upstream = BridgeUpstream(self.storage, self.session.session_id, call)
-        return self.session.confirmations_for(upstream, ttl_ms=self.ttl_ms)
-
-    def bindings(self) -> tuple[ConfirmationBinding, ...]:
-        self.session.reload()
-        return tuple(self.session.confirmations)
-
-    def cached_bindings(self) -> tuple[ConfirmationBinding, ...]:
-        """The session object's copy: as of its last read or applied save (no I/O)."""
-        return tuple(self.session.confirmations)
-
-    def propose(self, call: PendingCall) -> Any:
-        return self._coordinator(call).propose(call.tool, call.args)
-
-    def resolve(self, token: str, intent: ConfirmationEvent, reason: str | None) -> Any:
-        coordinator = self._coordinator()
-        if intent is ConfirmationEvent.APPROVE:
-            return coordinator.approve(token)
-        if intent is ConfirmationEvent.REJECT:
-            return coordinator.reject(token, reason=reason)
-        return coordinator.expire(token)
-
-    def expire_due(self) -> Any:
-        return self._coordinator().expire_due()
-
-    def reconcile(self) -> Any:
-        memory = LedgerMemory(self.storage, self.session.session_id)
-        upstream = BridgeUpstream(self.storage, self.session.session_id)
-        return self.session.reconcile(memory, upstream=upstream)
-
-
-class _AsyncSessionPort(_SessionPort):
-    """The asyncio twin of :class:`_SessionPort` (the driver awaits what these return)."""
-
-    def _coordinator(self, call: PendingCall | None = None) -> Any:
-        upstream = AsyncBridgeUpstream(self.storage, self.session.session_id, call)
-        return self.session.confirmations_for(upstream, ttl_ms=self.ttl_ms)
-
-    async def bindings(self) -> tuple[ConfirmationBinding, ...]:  # type: ignore[override]
-        await self.session.reload()
-        return tuple(self.session.confirmations)
-
-    def reconcile(self) -> Any:
-        memory = AsyncLedgerMemory(self.storage, self.session.session_id)
-        upstream = AsyncBridgeUpstream(self.storage, self.session.session_id)
-        return self.session.reconcile(memory, upstream=upstream)
 
 
 # --------------------------------------------------------------------------- plans
