@@ -82,7 +82,9 @@ def test_several_interruptions_decided_by_different_clients_continue_once(flavou
     assert log.read() == ["lookup:z", "send_email:a@x", "send_email:c@x"]
     requests = model.requests
     # repeats: a settled decision again, and continuing again, run nothing and ask no model
-    assert host.approve(c.token).binding.status is ConfirmationStatus.APPROVED
+    late = host.approve(c.token)
+    assert late.binding.status is ConfirmationStatus.APPROVED
+    assert late.run.replayed and late.run.output == done.output
     again = host.continue_run("r1")
     assert again.replayed and again.output == done.output
     assert log.read() == ["lookup:z", "send_email:a@x", "send_email:c@x"]
