@@ -1,0 +1,292 @@
+"""OpenAI Agents SDK bridge: ``needs_approval`` tools that run once, across processes and crashes.
+
+The SDK pauses a run with ``ToolApprovalItem`` interruptions and continues it from a
+``RunState``; it guards neither the saved state (restored twice, it is approved and continued
+twice) nor the tool body (docs/adr/0100-tool-execution-ledger.md). The shared bridge
+(:mod:`._bridge`) does everything that is not the SDK's: confirmations, the run record under
+compare-and-set, continuing exactly once, reconcile. This module is only the SDK's side:
+
+* :func:`guard_agent` copies the agent graph with every ``FunctionTool`` wrapped, so each body
+  runs through the ledger: at most once per SDK call id, a repeat gets the recorded output;
+* :class:`OpenAIRuntime` starts a run, and resumes one from the ``RunState`` JSON kept in the
+  run record, approving or rejecting each interruption as the confirmations were decided (a
+  rejection's or an expiry's message reaches the model as the tool's output);
+* :class:`OpenAIAgentsBridge` / :class:`AsyncOpenAIAgentsBridge` put the two together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from agents import Agent, FunctionTool, RunConfig, Runner, RunState, ToolApprovalItem
+from agents.exceptions import AgentsException
+from agents.tool_context import ToolContext
+
+from ..errors import AkchatError, ConfigError, ConfirmationError
+from ..session.session import AsyncChatSession, ChatSession
+from ._bridge import (
+    AsyncBridge,
+    Bridge,
+    CallDecision,
+    ExecutionGuard,
+    PendingCall,
+    RunOutcome,
+    RunRecord,
+    RuntimeResult,
+)
+
+__all__ = [
+    "AsyncOpenAIAgentsBridge",
+    "OpenAIAgentsBridge",
+    "OpenAIRuntime",
+    "RecordedToolFailure",
+    "RunOutcome",
+    "guard_agent",
+]
+
+RUNTIME = "openai-agents"
+T = TypeVar("T")
+Invoke = Callable[[ToolContext[Any], str], Awaitable[Any]]
+#: Runs one tool invocation: ``(inner, ctx, args_json) -> output``.
+Guard = Callable[[Invoke, ToolContext[Any], str], Awaitable[Any]]
+
+UNGUARDABLE_HANDOFF = (
+    "A Handoff object hides its target agent, so its tools cannot be guarded by the ledger; "
+    "hand off to the Agent itself."
+)
+IN_A_LOOP = (
+    "OpenAIAgentsBridge runs the agent on its own event loop and cannot be called from a "
+    "running one; use AsyncOpenAIAgentsBridge there."
+)
+UNDECIDED = "The saved run state interrupts on call {call_id!r}, which has no decision."
+
+
+class RecordedToolFailure(ConfirmationError):
+    """The tool body already ran once and raised; it is not run again (``record``: the ledger
+    entry). Shared-module candidate: the pydantic-ai bridge has the same error, and it belongs
+    beside the ledger so both bridges raise one class (see the report to the lead)."""
+
+
+# The guard of the continuation running in this task (asyncio copies it into the tasks the
+# SDK starts for parallel tool calls); unset for a new run.
+_current: contextvars.ContextVar[ExecutionGuard | None] = contextvars.ContextVar(
+    "akchat_openai_guard", default=None
+)
+
+
+def _pending(item: ToolApprovalItem) -> PendingCall:
+    """An interruption as the shared bridge's call: the SDK call id, tool name, arguments."""
+    raw = item.raw_item
+    fields = raw if isinstance(raw, dict) else vars(raw)
+    return PendingCall(
+        str(fields.get("call_id")), item.tool_name or "", _args(fields.get("arguments"))
+    )
+
+
+def _args(arguments: object) -> dict[str, Any]:
+    """The model's argument JSON as the confirmation's input object (what the reviewer sees)."""
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) and arguments else {}
+    except ValueError:
+        parsed = arguments
+    return parsed if isinstance(parsed, dict) else {"arguments": parsed}
+
+
+def _jsonable(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
+
+
+def guard_agent(agent: Agent[Any], guard: Guard) -> Agent[Any]:
+    """A copy of ``agent`` (and of every agent it hands off to) whose function tools run through
+    ``guard``. Names, schemas and ``needs_approval`` are kept, so a ``RunState`` saved by the
+    original graph restores on the copy. Every tool is wrapped, not only the gated ones: the
+    SDK runs ungated siblings in the pausing run and again in a replayed continuation.
+    """
+    copies: dict[int, Agent[Any]] = {}
+
+    def wrap(tool: Any) -> Any:
+        if not isinstance(tool, FunctionTool):
+            return tool
+        inner = tool.on_invoke_tool
+
+        async def invoke(ctx: ToolContext[Any], args_json: str) -> Any:
+            return await guard(inner, ctx, args_json)
+
+        return dataclasses.replace(tool, on_invoke_tool=invoke)
+
+    def copy(node: Agent[Any]) -> Agent[Any]:
+        if id(node) not in copies:
+            clone = copies[id(node)] = node.clone(tools=[wrap(t) for t in node.tools], handoffs=[])
+            targets = [t for t in node.handoffs if isinstance(t, Agent)]
+            if len(targets) != len(node.handoffs):
+                raise ConfigError(UNGUARDABLE_HANDOFF)
+            clone.handoffs = [copy(target) for target in targets]
+        return copies[id(node)]
+
+    return copy(agent)
+
+
+class OpenAIRuntime:
+    """The shared bridge's runtime port for one agent graph (asyncio; the sync port runs each
+    call on a private event loop). Each resume restores a fresh ``RunState`` from the stored
+    JSON: the SDK mutates the state it runs, so the saved snapshot is never reused in memory."""
+
+    runtime = RUNTIME
+
+    def __init__(
+        self,
+        agent: Agent[Any],
+        guard_for: Callable[[frozenset[str]], ExecutionGuard],
+        run_config: RunConfig | None,
+    ) -> None:
+        self.agent = guard_agent(agent, self._guarded)
+        self.guard_for = guard_for
+        self.run_config = run_config
+
+    async def _guarded(self, inner: Invoke, ctx: ToolContext[Any], args_json: str) -> Any:
+        guard = _current.get()
+        if guard is None or ctx.tool_call_id not in guard.approved:
+            # An ungated call (a sibling in the pausing run, or a new turn's): it needs no
+            # confirmation, and its body still runs at most once per call id.
+            guard = self.guard_for(frozenset({ctx.tool_call_id}))
+        body = lambda: inner(ctx, args_json)  # noqa: E731 - the ledger calls it at most once
+        done = await guard.execute(ctx.tool_call_id, ctx.tool_name, args_json, body)
+        if not done.ran and done.entry.outcome == "raised":
+            raise RecordedToolFailure(
+                f"Tool call {ctx.tool_call_id!r} already ran and raised "
+                f"({done.entry.error}); it is not run again.",
+                record=done.entry,
+            )
+        return done.value
+
+    async def start(self, input: Any, **kwargs: Any) -> RuntimeResult:
+        return await self._run(input, None, kwargs)
+
+    async def resume(
+        self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
+    ) -> RuntimeResult:
+        state = await RunState.from_json(self.agent, json.loads(run.snapshot))
+        by_call = {d.tool_call_id: d for d in decisions}
+        for item in state.get_interruptions():
+            call_id = _pending(item).tool_call_id
+            decision = by_call.get(call_id)
+            if decision is None:
+                raise ConfigError(UNDECIDED.format(call_id=call_id))
+            if decision.approved:
+                state.approve(item)
+            else:
+                state.reject(item, rejection_message=decision.message)
+        return await self._run(state, guard, {})
+
+    async def _run(
+        self, input: Any, guard: ExecutionGuard | None, kwargs: Mapping[str, Any]
+    ) -> RuntimeResult:
+        token = _current.set(guard)
+        try:
+            result = await Runner.run(self.agent, input, run_config=self.run_config, **kwargs)
+        except AgentsException as exc:
+            # The SDK wraps what a tool hook raised; ours (ledger refusals, storage) come out typed.
+            if isinstance(exc.__cause__, AkchatError):
+                raise exc.__cause__ from exc
+            raise
+        finally:
+            _current.reset(token)
+        snapshot = json.dumps(result.to_state().to_json(), separators=(",", ":"))
+        if result.interruptions:
+            return RuntimeResult(snapshot, tuple(_pending(i) for i in result.interruptions))
+        return RuntimeResult(snapshot, None, result.final_output, _jsonable(result.final_output))
+
+
+class _SyncRuntime:
+    """The sync bridge's port: each call runs the asyncio port on a private event loop."""
+
+    runtime = RUNTIME
+
+    def __init__(self, inner: OpenAIRuntime) -> None:
+        self.inner = inner
+
+    def start(self, input: Any, **kwargs: Any) -> RuntimeResult:
+        return asyncio.run(self.inner.start(input, **_outside_a_loop(kwargs)))
+
+    def resume(self, *args: Any) -> RuntimeResult:
+        return asyncio.run(self.inner.resume(*_outside_a_loop(args)))
+
+
+def _outside_a_loop(args: T) -> T:
+    """The sync bridge runs the SDK on its own loop, which a running loop forbids: say which
+    bridge to use instead of asyncio's bare ``RuntimeError`` (nothing has run yet)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return args
+    raise ConfigError(IN_A_LOOP)
+
+
+class OpenAIAgentsBridge(Bridge):
+    """Human approval for an openai-agents ``Agent`` over a sync :class:`ChatSession`.
+
+    ``OpenAIAgentsBridge(agent, session, storage, *, run_config=None, ttl_ms=300_000,
+    owner=None, clock=now_ms, idempotent_tools=())``: ``storage`` is the session's own
+    (record-capable) storage; ``run_config`` is passed to every ``Runner.run``.
+
+    ``run(input)`` starts a run; an interrupted run is saved and each interruption becomes a
+    confirmation. ``approve``/``reject`` (from any process) decide one; the decision that
+    settles the run's last call continues it, once. Tool bodies run at most once per call id.
+    """
+
+    runtime_name = RUNTIME
+
+    def __init__(
+        self,
+        agent: Agent[Any],
+        session: ChatSession,
+        storage: Any,
+        *,
+        run_config: RunConfig | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(session, storage, **options)
+        self.runtime = OpenAIRuntime(agent, self._ctx.guard, run_config)
+
+    def _runtime(self) -> _SyncRuntime:
+        return _SyncRuntime(self.runtime)
+
+    def run(self, input: Any, *, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
+        """Run the agent on ``input``; ``paused`` (its pending confirmations) or ``completed``."""
+        return self._start(run_id, (input,), kwargs)
+
+
+class AsyncOpenAIAgentsBridge(AsyncBridge):
+    """The asyncio twin of :class:`OpenAIAgentsBridge` (an :class:`AsyncChatSession`)."""
+
+    runtime_name = RUNTIME
+
+    def __init__(
+        self,
+        agent: Agent[Any],
+        session: AsyncChatSession,
+        storage: Any,
+        *,
+        run_config: RunConfig | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(session, storage, **options)
+        self.runtime = OpenAIRuntime(agent, self._ctx.guard, run_config)
+
+    def _runtime(self) -> OpenAIRuntime:
+        return self.runtime
+
+    async def run(self, input: Any, *, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
+        return await self._start(run_id, (input,), kwargs)
