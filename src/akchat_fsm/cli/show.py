@@ -28,7 +28,7 @@ from rich.text import Text
 from ..errors import InvalidControlledSnapshot
 from ..wire.controlled import ControlledSnapshot, parse_controlled_snapshot
 from ..wire.memory import Message, ToolCallStatus, thaw_json
-from ._common import DEFAULT_WIDTH, flush, inert, read_source, stdout_console
+from ._common import DEFAULT_WIDTH, CliFailure, flush, inert, read_source, stdout_console
 
 __all__ = ["show"]
 
@@ -151,7 +151,10 @@ def _fail(message: str, code: int) -> NoReturn:
 )
 def show(snapshot: str, width: int | None) -> None:
     """Render a controlled-chat SNAPSHOT file (``-`` for stdin) after validating it."""
-    data = read_source(snapshot)  # at most MAX_INPUT_BYTES; an unreadable file exits 2
+    try:
+        data = read_source(snapshot)  # at most MAX_INPUT_BYTES; an unreadable file exits 2
+    except CliFailure as exc:  # one line, line breaks in the file name escaped too
+        _fail(exc.message, exc.exit_code)
     try:
         parsed = parse_controlled_snapshot(data)
     except InvalidControlledSnapshot as exc:
