@@ -210,3 +210,45 @@ def test_an_upgrade_that_cannot_take_the_lock_is_retried_on_the_next_call(
     columns = {row[1] for row in old.execute("PRAGMA table_info(akchat_sessions)")}
     assert {"processing", "written_ms"} <= columns
     old.close()
+
+
+def test_opening_a_rollback_journal_file_waits_for_a_writer_instead_of_failing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Switching to WAL while another connection writes is refused at once by SQLite (no busy
+    handler); the adapter retries within busy_timeout instead of reporting StorageUnavailable."""
+    import threading
+
+    from akchat_fsm.storage import sqlite as adapter
+
+    path = tmp_path / "created-elsewhere.db"
+    writer = sqlite3.connect(path, isolation_level=None)  # rollback journal, not WAL
+    writer.execute("CREATE TABLE other (x)")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO other VALUES (1)")
+    retried = threading.Event()
+
+    def pause() -> None:  # called only when the pragma met the lock
+        retried.set()
+
+    monkeypatch.setattr(adapter, "_pause", pause)
+    box: dict[str, object] = {}
+    store = SQLiteStorage(path, busy_timeout=30)
+    thread = threading.Thread(target=lambda: box.setdefault("loaded", _load_or_error(store)))
+    thread.start()
+    try:
+        assert retried.wait(timeout=30), f"the pragma never met the lock: {box}"
+    finally:
+        writer.execute("COMMIT")
+        writer.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert box["loaded"] is None  # opened, table created, nothing stored: no error
+    store.close()
+
+
+def _load_or_error(store: SQLiteStorage) -> object:
+    try:
+        return store.load("s1")
+    except Exception as exc:
+        return exc

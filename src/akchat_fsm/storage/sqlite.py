@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from typing import Any
 
 from ..errors import OutcomeUnknown, StorageError, StorageUnavailable
@@ -56,6 +57,31 @@ def map_sqlite_error(exc: sqlite3.Error, *, at_commit: bool = False) -> StorageE
     if at_commit:
         return OutcomeUnknown(f"SQLite COMMIT failed; the save may have applied: {exc}")
     return StorageUnavailable(f"SQLite: {exc}")
+
+
+def _pause() -> None:
+    """One short wait between attempts to switch a file to WAL (a seam for the tests)."""
+    time.sleep(0.005)
+
+
+def enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """``PRAGMA journal_mode=WAL``, waiting up to ``busy_timeout`` for other connections.
+
+    Switching a rollback-journal file to WAL needs the exclusive lock, and while another
+    connection holds a write lock SQLite answers "database is locked" at once, without its busy
+    handler (measured). Several processes opening a file created elsewhere (or upgrading a
+    0.1.0 table) race exactly there, so the pragma is retried until the deadline; the mode is
+    persistent, so once any connection switched the file the pragma is a no-op read.
+    """
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL").fetchall()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        _pause()
 
 
 class SQLiteStorage(Closing):
@@ -115,7 +141,7 @@ class SQLiteStorage(Closing):
                 check_same_thread=False,  # the lock serialises every use
             )
             if self.path != ":memory:":
-                conn.execute("PRAGMA journal_mode=WAL").fetchall()
+                enable_wal(conn, self.busy_timeout)
             conn.execute("PRAGMA synchronous=FULL")
             self._schema.ensure(conn)
         except sqlite3.Error as exc:
