@@ -69,3 +69,54 @@ class LastWriteWins:
 
     def close(self) -> None:
         pass
+
+
+class ClaimantDied(BaseException):
+    """Raised inside a tool body: like SIGKILL, nothing records the body's outcome."""
+
+
+def bridged_session(url: str, session_id: str) -> None:
+    """Store ``session_id`` with a pydantic-ai run (real package, scripted model) that paused on
+    two approval calls, ``c1`` approved (its body executed) and ``c2`` rejected, then completed;
+    and a ledger entry ``c9`` whose claimant died inside the body (outcome unknown, still
+    processing)."""
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from akchat_fsm.integrations.ledger import ToolLedger
+    from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            calls = [("send_email", {"to": "a@x"}, "c1"), ("refund", {"amount": 5}, "c2")]
+            return ModelResponse(parts=[ToolCallPart(n, a, tool_call_id=i) for n, a, i in calls])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, Any] = Agent(FunctionModel(model), output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def send_email(to: str) -> str:
+        return f"sent to {to}"
+
+    @agent.tool_plain(requires_approval=True)
+    def refund(amount: int) -> str:
+        return f"refunded {amount}"
+
+    def dies() -> None:
+        raise ClaimantDied
+
+    storage = open_storage(url)
+    try:
+        session = resume_chat_session(
+            ChatDefinition("cli-test"), session_id=session_id, storage=storage
+        )
+        bridge = PydanticAIBridge(agent, session, storage, owner="host-a:1")
+        paused = bridge.run("go", run_id="run-1")
+        tokens = {b.tool_call_id: b.token for b in paused.pending}
+        bridge.approve(tokens["c1"])
+        assert bridge.reject(tokens["c2"], "no").run.status == "completed"  # type: ignore[union-attr]
+        with pytest.raises(ClaimantDied):
+            ToolLedger(storage, session_id, owner="host-b:2").execute("c9", "wipe", {}, dies)
+    finally:
+        storage.close()

@@ -1,0 +1,122 @@
+"""``inspect URL SESSION_ID`` shows a session's agent runs and tool-execution ledger (the
+records beside the envelope), on SQLite and PostgreSQL; an execution whose outcome is unknown is
+highlighted with how to settle it. Read-only: nothing is written."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from cli_helpers import bridged_session, run, stuck_session
+
+from akchat_fsm.storage import open_storage
+from akchat_fsm.wire.decode import decode_session_snapshot
+
+
+def _sqlite_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+def _postgres_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    import psycopg
+
+    pg_url, table = request.getfixturevalue("pg_url"), f"il_{uuid.uuid4().hex[:12]}"
+
+    def drop() -> None:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+
+    request.addfinalizer(drop)
+    return f"{pg_url}?table={table}"
+
+
+@pytest.fixture(params=[_sqlite_url, _postgres_url], ids=["sqlite", "postgres"])
+def url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    made: str = request.param(tmp_path, request)
+    bridged_session(made, "s1")
+    return made
+
+
+def _records_snapshot(url: str) -> tuple[list[str], list[str], int]:
+    storage = open_storage(url)
+    try:
+        raw = storage.load("s1")
+        keys = storage.list_records("s1")  # type: ignore[attr-defined]
+        processing = [p.session_id for p in storage.list_processing()]  # type: ignore[attr-defined]
+    finally:
+        storage.close()
+    snapshot = decode_session_snapshot(raw).snapshot
+    assert snapshot is not None
+    return keys, processing, snapshot.cursor
+
+
+def test_the_text_view_shows_runs_ledger_and_the_unknown_execution(url: str) -> None:
+    before = _records_snapshot(url)
+    result = run("inspect", url, "s1", "--width", "200")
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "Agent runs (1)" in out and "run-1" in out and "pydantic-ai" in out
+    assert "c1 send_email (approval)" in out and "c2 refund (approval)" in out
+    assert "Tool executions (2)" in out
+    assert "OUTCOME UNKNOWN" in out and "host-b:2" in out
+    assert "execution outcome unknown: 1 (c9)" in out and "settle_execution" in out
+    assert "Confirmations approved (1)" in out  # the envelope is still shown first
+    assert _records_snapshot(url) == before  # read-only
+
+
+def test_ledger_json_lists_runs_entries_and_unknowns(url: str) -> None:
+    result = run("inspect", url, "s1", "--ledger", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["records"] is True
+    [run_json] = data["runs"]
+    assert (run_json["runId"], run_json["state"]) == ("run-1", "completed")
+    assert [c["id"] for c in run_json["calls"]] == ["c1", "c2"]
+    by_id = {e["toolCallId"]: e for e in data["ledger"]}
+    assert by_id["c1"]["state"] == "executed" and by_id["c1"]["result"] == "sent to a@x"
+    assert by_id["c9"]["state"] == "executing" and by_id["c9"]["unknown"] is True
+    assert data["executionUnknown"] == ["c9"]
+    assert "ran=False" in data["settle"]
+
+
+def test_envelope_json_stays_the_wire_envelope(url: str) -> None:
+    wire = json.loads(run("inspect", url, "s1", "--json").stdout)
+    assert wire["protocol"] == "agentskit.chat.session" and "runs" not in wire
+    assert [c["toolCallId"] for c in wire["confirmations"]] == ["c1", "c2"]
+
+
+def test_a_settled_ledger_has_no_warning(url: str) -> None:
+    from akchat_fsm.integrations.ledger import ToolLedger
+
+    storage = open_storage(url)
+    try:
+        ToolLedger(storage, "s1").settle("c9", ran=False)
+    finally:
+        storage.close()
+    out = run("inspect", url, "s1", "--ledger").stdout
+    assert "Tool executions (2)" in out and "released" in out
+    assert "OUTCOME UNKNOWN" not in out and "outcome unknown" not in out
+    data = json.loads(run("inspect", url, "s1", "--ledger", "--json").stdout)
+    assert data["executionUnknown"] == [] and data["settle"] is None
+
+
+def test_a_session_without_bridge_records_says_so(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'plain.db'}"
+    stuck_session(url, "p")
+    assert "No agent runs or ledger entries." in run("inspect", url, "p", "--ledger").stdout
+    data = json.loads(run("inspect", url, "p", "--ledger", "--json").stdout)
+    assert data == {
+        "records": True,
+        "runs": [],
+        "ledger": [],
+        "executionUnknown": [],
+        "settle": None,
+    }
+    assert "Agent runs" not in run("inspect", url, "p").stdout
+
+
+def test_ledger_needs_a_store() -> None:
+    result = run("inspect", "snapshot.json", "--ledger")
+    assert result.exit_code == 2 and "--ledger reads a store" in result.stderr
