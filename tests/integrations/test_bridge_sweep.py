@@ -51,15 +51,14 @@ def test_the_bridge_hook_names_the_unknown_execution_and_runs_nothing(
     [swept] = report.sessions
     assert swept.execution_unknown == ("c1",) and swept.status == "execution_unknown"
     assert counts.bodies == [] and counts.requests == 1
-    # the operator's verdict settles it; the next sweep continues the run, once
-    PydanticAIBridge(
+    # the operator's verdict settles it: the session leaves the index, the run continues once
+    bridge = PydanticAIBridge(
         agent, resume_chat_session(DEFINITION, session_id=SID, storage=storage), storage
-    ).settle_execution("c1", ran=True, result="sent (confirmed by ops)")
-    after = reconcile_all(storage, ports_for, older_than_ms=FIVE_MINUTES, clock=later)
-    assert [(s.session_id, s.status) for s in after.sessions] in ([], [(SID, "settled")])
-    assert counts.bodies == [] and counts.requests == 2  # the run continued, once
-    again = reconcile_all(storage, ports_for, older_than_ms=FIVE_MINUTES, clock=later)
-    assert again.sessions == ()
+    )
+    bridge.settle_execution("c1", ran=True, result="sent (confirmed by ops)")
+    assert reconcile_all(storage, ports_for, older_than_ms=FIVE_MINUTES, clock=later).sessions == ()
+    assert bridge.continue_run("r1").output == "c1=sent (confirmed by ops)"
+    assert counts.bodies == [] and counts.requests == 2
 
 
 def test_the_async_bridge_hook_runs_the_same_plan(records_backend: RecordsBackend) -> None:
