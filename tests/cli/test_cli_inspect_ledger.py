@@ -120,3 +120,25 @@ def test_a_session_without_bridge_records_says_so(tmp_path: Path) -> None:
 def test_ledger_needs_a_store() -> None:
     result = run("inspect", "snapshot.json", "--ledger")
     assert result.exit_code == 2 and "--ledger reads a store" in result.stderr
+
+
+def test_reconcile_all_reports_the_unknown_execution_never_settled(
+    url: str, tmp_path: Path
+) -> None:
+    dry = json.loads(run("reconcile", url, "--all", "--older-than", "0", "--json").stdout)
+    [listed] = dry["sessions"]
+    assert (listed["sessionId"], listed["status"]) == ("s1", "execution outcome unknown")
+    assert [(r["toolCallId"], r["tool"]) for r in listed["records"]] == [("c9", "wipe")]
+    memories = tmp_path / "memories"
+    memories.mkdir()
+    (memories / "s1.json").write_text('{"version": 1, "messages": []}', encoding="utf-8")
+    argv = ("reconcile", url, "--all", "--older-than", "0", "--memory-dir", str(memories))
+    applied = run(*argv, "--apply", "--width", "300")
+    assert applied.exit_code == 0, applied.stderr
+    assert "1 execution outcome unknown" in applied.stdout and "settled" not in applied.stdout
+    report = json.loads(run(*argv, "--apply", "--json").stdout)
+    assert report["counts"] == {"execution outcome unknown": 1}
+    assert [r["toolCallId"] for r in report["sessions"][0]["records"]] == ["c9"]
+    # never re-run nor released: the ledger entry is still the dead claimant's
+    ledger = json.loads(run("inspect", url, "s1", "--ledger", "--json").stdout)
+    assert ledger["executionUnknown"] == ["c9"]
