@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import threading
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,27 @@ from akchat_fsm.cli._demo_world import ClientCrashed, ClientUpstream, DemoClock,
 from akchat_fsm.session import ChatDefinition, resume_chat_session
 from akchat_fsm.storage import open_storage
 from akchat_fsm.wire.session import SessionSnapshot
+
+
+def sqlite_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+def postgres_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh PostgreSQL table pair for one test (dropped afterwards) as a storage URL."""
+    import psycopg
+
+    pg_url, table = request.getfixturevalue("pg_url"), f"cli_{uuid.uuid4().hex[:12]}"
+
+    def drop() -> None:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            for (name,) in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE tablename LIKE %s", (f"{table}%",)
+            ).fetchall():
+                conn.execute(f"DROP TABLE IF EXISTS {name}")
+
+    request.addfinalizer(drop)
+    return f"{pg_url}?table={table}"
 
 
 def run(*args: str, input: str | None = None) -> Result:

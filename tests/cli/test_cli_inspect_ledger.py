@@ -5,34 +5,16 @@ highlighted with how to settle it. Read-only: nothing is written."""
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import pytest
-from cli_helpers import bridged_session, run, stuck_session
+from cli_helpers import bridged_session, postgres_url, run, sqlite_url, stuck_session
 
 from akchat_fsm.storage import open_storage
 from akchat_fsm.wire.decode import decode_session_snapshot
 
 
-def _sqlite_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    return f"sqlite:///{tmp_path / 'store.db'}"
-
-
-def _postgres_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    import psycopg
-
-    pg_url, table = request.getfixturevalue("pg_url"), f"il_{uuid.uuid4().hex[:12]}"
-
-    def drop() -> None:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
-
-    request.addfinalizer(drop)
-    return f"{pg_url}?table={table}"
-
-
-@pytest.fixture(params=[_sqlite_url, _postgres_url], ids=["sqlite", "postgres"])
+@pytest.fixture(params=[sqlite_url, postgres_url], ids=["sqlite", "postgres"])
 def url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
     made: str = request.param(tmp_path, request)
     bridged_session(made, "s1")
