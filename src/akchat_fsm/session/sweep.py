@@ -15,7 +15,8 @@ run's continuation whose claimant is gone (ADR-0100). ``SweepPorts.bridge`` lets
 reconcile such a session through its bridge (which settles the confirmations from the ledger,
 recovers continuations and names the executions whose outcome is unknown). Whatever still holds
 a session after its reconcile is found by listing the index once more at the end of the sweep:
-such a session is reported ``execution_unknown``, never ``settled`` (docs/reconciliation.md).
+such a session is reported ``execution_unknown``, never ``settled`` (docs/reconciliation.md,
+ADR-0102).
 
 The sweep is written once, as a plan of :class:`_Step` requests (list, ask the host, reconcile
 one session, report progress); :func:`reconcile_all` and :func:`reconcile_all_async` only
