@@ -124,3 +124,15 @@ def test_reconcile_all_reports_the_unknown_execution_never_settled(
     # never re-run nor released: the ledger entry is still the dead claimant's
     ledger = json.loads(run("inspect", url, "s1", "--ledger", "--json").stdout)
     assert ledger["executionUnknown"] == ["c9"]
+
+
+def test_an_invalid_record_is_one_error_line(url: str) -> None:
+    storage = open_storage(url)
+    try:
+        storage.save_record("s1", "run:broken", '{"v": 1}', None)  # type: ignore[attr-defined]
+    finally:
+        storage.close()
+    result = run("inspect", url, "s1")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "session 's1' has an invalid record" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
