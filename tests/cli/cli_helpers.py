@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import threading
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,27 @@ from akchat_fsm.cli._demo_world import ClientCrashed, ClientUpstream, DemoClock,
 from akchat_fsm.session import ChatDefinition, resume_chat_session
 from akchat_fsm.storage import open_storage
 from akchat_fsm.wire.session import SessionSnapshot
+
+
+def sqlite_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+def postgres_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh PostgreSQL table pair for one test (dropped afterwards) as a storage URL."""
+    import psycopg
+
+    pg_url, table = request.getfixturevalue("pg_url"), f"cli_{uuid.uuid4().hex[:12]}"
+
+    def drop() -> None:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            for (name,) in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE tablename LIKE %s", (f"{table}%",)
+            ).fetchall():
+                conn.execute(f"DROP TABLE IF EXISTS {name}")
+
+    request.addfinalizer(drop)
+    return f"{pg_url}?table={table}"
 
 
 def run(*args: str, input: str | None = None) -> Result:
@@ -69,3 +92,54 @@ class LastWriteWins:
 
     def close(self) -> None:
         pass
+
+
+class ClaimantDied(BaseException):
+    """Raised inside a tool body: like SIGKILL, nothing records the body's outcome."""
+
+
+def bridged_session(url: str, session_id: str) -> None:
+    """Store ``session_id`` with a pydantic-ai run (real package, scripted model) that paused on
+    two approval calls, ``c1`` approved (its body executed) and ``c2`` rejected, then completed;
+    and a ledger entry ``c9`` whose claimant died inside the body (outcome unknown, still
+    processing)."""
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from akchat_fsm.integrations.ledger import ToolLedger
+    from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            calls = [("send_email", {"to": "a@x"}, "c1"), ("refund", {"amount": 5}, "c2")]
+            return ModelResponse(parts=[ToolCallPart(n, a, tool_call_id=i) for n, a, i in calls])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, Any] = Agent(FunctionModel(model), output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def send_email(to: str) -> str:
+        return f"sent to {to}"
+
+    @agent.tool_plain(requires_approval=True)
+    def refund(amount: int) -> str:
+        return f"refunded {amount}"
+
+    def dies() -> None:
+        raise ClaimantDied
+
+    storage = open_storage(url)
+    try:
+        session = resume_chat_session(
+            ChatDefinition("cli-test"), session_id=session_id, storage=storage
+        )
+        bridge = PydanticAIBridge(agent, session, storage, owner="host-a:1")
+        paused = bridge.run("go", run_id="run-1")
+        tokens = {b.tool_call_id: b.token for b in paused.pending}
+        bridge.approve(tokens["c1"])
+        assert bridge.reject(tokens["c2"], "no").run.status == "completed"  # type: ignore[union-attr]
+        with pytest.raises(ClaimantDied):
+            ToolLedger(storage, session_id, owner="host-b:2").execute("c9", "wipe", {}, dies)
+    finally:
+        storage.close()

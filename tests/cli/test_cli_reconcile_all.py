@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import run, stuck_session
+from cli_helpers import postgres_url, run, sqlite_url, stuck_session
 
 from akchat_fsm.storage import open_storage
 from akchat_fsm.wire.decode import decode_session_snapshot
@@ -23,26 +23,6 @@ def _statuses(url: str, session_id: str) -> list[str]:
         storage.close()
     assert snapshot is not None
     return [b.status.value for b in snapshot.confirmations]
-
-
-def _sqlite_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    return f"sqlite:///{tmp_path / 'store.db'}"
-
-
-def _postgres_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    import psycopg
-
-    pg_url, table = request.getfixturevalue("pg_url"), f"ra_{uuid.uuid4().hex[:12]}"
-
-    def drop() -> None:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            for (name,) in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE tablename LIKE %s", (f"{table}%",)
-            ).fetchall():
-                conn.execute(f"DROP TABLE IF EXISTS {name}")
-
-    request.addfinalizer(drop)
-    return f"{pg_url}?table={table}"
 
 
 def _redis_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
@@ -61,8 +41,8 @@ def _redis_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(
     params=[
-        pytest.param(_sqlite_url, id="sqlite"),
-        pytest.param(_postgres_url, id="postgres"),
+        pytest.param(sqlite_url, id="sqlite"),
+        pytest.param(postgres_url, id="postgres"),
         pytest.param(_redis_url, id="redis"),
     ]
 )

@@ -35,34 +35,18 @@ from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
 
 sys.path.insert(0, str(Path(__file__).parent))
 from pai_agents import answer
+from process_helpers import KillingStorage, append_line, open_store
 
 DEFINITION = ChatDefinition("bridge-proof")
 CALLS = (("send_email", {"to": "a@example.com"}, "c1"), ("refund", {"amount": 5}, "c2"))
 
 
 def append(log: Path, line: str) -> None:
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{line} {os.getpid()}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_line(log, f"{line} {os.getpid()}")
 
 
 def read_log(log: Path) -> list[list[str]]:
     return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
-
-
-def open_store(spec: str) -> Any:
-    kind, _, rest = spec.partition(":")
-    if kind == "sqlite":
-        from akchat_fsm.storage.sqlite import SQLiteStorage
-
-        return SQLiteStorage(rest)
-    from akchat_fsm.storage.postgres import PostgresStorage
-
-    url, _, table = rest.partition("|")
-    return PostgresStorage(url, table=table)
 
 
 def build_agent(log: Path, kill: str = "none") -> Agent[None, Any]:
@@ -91,35 +75,6 @@ def build_agent(log: Path, kill: str = "none") -> Agent[None, Any]:
         return side_effect(ctx, f"refunded {amount}")
 
     return agent
-
-
-class KillingStorage:
-    """A real storage that SIGKILLs its own process around its n-th write (nothing else)."""
-
-    def __init__(self, inner: Any, kill: str) -> None:
-        self.inner = inner
-        parts = kill.split(":")
-        self.target = int(parts[1]) if parts[0] == "write" else 0
-        self.when = parts[2] if parts[0] == "write" else ""
-        self.writes = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def _write(self, call: Any) -> Any:
-        self.writes += 1
-        if self.writes == self.target and self.when == "before":
-            os.kill(os.getpid(), signal.SIGKILL)
-        result = call()
-        if self.writes == self.target and self.when == "after":
-            os.kill(os.getpid(), signal.SIGKILL)
-        return result
-
-    def save(self, snapshot: Any, expected: int | None) -> bool:
-        return bool(self._write(lambda: self.inner.save(snapshot, expected)))
-
-    def save_record(self, *args: Any, **kwargs: Any) -> bool:
-        return bool(self._write(lambda: self.inner.save_record(*args, **kwargs)))
 
 
 def bridge_for(storage: Any, log: Path, kill: str = "none", **options: Any) -> PydanticAIBridge:

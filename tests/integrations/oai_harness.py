@@ -8,7 +8,6 @@ or a file for tests that cross processes): the log, not the library, says what r
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 from agents import Agent, FunctionTool, RunConfig, function_tool
 from oai_models import Batch, ScriptedModel
+from process_helpers import append_line
 
 from akchat_fsm.integrations.openai_agents import AsyncOpenAIAgentsBridge, OpenAIAgentsBridge
 from akchat_fsm.session import ChatDefinition, resume_chat_session, resume_chat_session_async
@@ -36,12 +36,7 @@ class ExecutionLog:
         if self.path is None:
             self.lines.append(line)
             return
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, (line + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append_line(self.path, line)
 
     def read(self) -> list[str]:
         if self.path is None:

@@ -4,7 +4,7 @@
 execution log), ``command`` (``start`` / ``approve`` / ``reject`` / ``settle`` /
 ``reconcile``), its arguments, and optionally ``go`` (a file to wait for, so racers start
 together) and ``kill``: ``write:<n>:before|after`` (SIGKILL this process around its n-th
-storage write, the shared worker's :class:`KillingStorage`) or ``body:before|after`` (inside
+storage write, the shared :class:`process_helpers.KillingStorage`) or ``body:before|after`` (inside
 the gated tool body, around its side effect). Prints one JSON line: what the call returned or
 raised, and how many writes it made.
 
@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agents import Agent, RunConfig, function_tool
 from agents.tool_context import ToolContext
-from bridge_worker import KillingStorage, open_store
 from oai_harness import DEFINITION, ExecutionLog
 from oai_models import ScriptedModel
+from process_helpers import KillingStorage, open_store
 
 from akchat_fsm.errors import AkchatError
 from akchat_fsm.integrations.openai_agents import OpenAIAgentsBridge

@@ -18,12 +18,11 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from bridge_worker import bridge_for, open_store, read_log
+from bridge_worker import bridge_for, read_log
+from process_helpers import StoreFactory, open_store
 
 from akchat_fsm.integrations._bridge_runs import REJECTED_MESSAGE, RunState
 from akchat_fsm.integrations.ledger import ExecutionState, ToolLedger
@@ -32,28 +31,6 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
 ACTIONS = "reject:c2:too much,approve:c1"
 LOSER_ERRORS = {"AlreadyResolved", "ResolutionInProgress"}
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def new_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[], str]]:
-    """Makes a fresh, empty store per call and returns its spec for the workers."""
-    made: list[str] = []
-
-    def make() -> str:
-        name = f"b_{uuid.uuid4().hex[:12]}"
-        if request.param == "sqlite":
-            return f"sqlite:{tmp_path / (name + '.db')}"
-        pg_url = request.getfixturevalue("pg_url")
-        made.append(name)
-        return f"postgres:{pg_url}|{name}"
-
-    yield make
-    if made:
-        import psycopg
-
-        with psycopg.connect(request.getfixturevalue("pg_url"), autocommit=True) as conn:
-            for table in made:
-                conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
 
 
 def _pause(spec: str, log: Path) -> dict[str, str]:
@@ -98,7 +75,7 @@ def _continuations(log: Path) -> int:
 
 @pytest.mark.parametrize("rival", ["approve:c1", "reject:c1:no"])
 def test_two_approver_processes_race_on_one_deferred_call(
-    new_store: Callable[[], str], tmp_path: Path, rival: str
+    new_store: StoreFactory, tmp_path: Path, rival: str
 ) -> None:
     for round_ in range(3):
         spec, log, go = new_store(), tmp_path / f"race{round_}.log", tmp_path / f"go{round_}"
@@ -169,7 +146,7 @@ def _check(spec: str, log: Path, point: str) -> None:
     storage.close()
 
 
-def test_sigkill_at_every_step_then_reconcile(new_store: Callable[[], str], tmp_path: Path) -> None:
+def test_sigkill_at_every_step_then_reconcile(new_store: StoreFactory, tmp_path: Path) -> None:
     dry_spec, dry_log = new_store(), tmp_path / "dry.log"
     tokens = _pause(dry_spec, dry_log)
     code, result = _finish(_spawn(dry_spec, dry_log, "none", ACTIONS))

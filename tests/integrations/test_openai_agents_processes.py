@@ -18,14 +18,11 @@ import json
 import os
 import subprocess
 import sys
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from bridge_worker import open_store
 from oai_worker import describe, open_bridge, perform
+from process_helpers import StoreFactory, open_store
 
 import akchat_fsm
 from akchat_fsm.errors import AkchatError
@@ -36,26 +33,6 @@ SRC = Path(akchat_fsm.__file__).resolve().parents[1]
 CLEAN_OUTPUT = "done: found z; sent to a@x; sent to b@x"
 #: The recipient of each gated call, by the last digit of its call id (the batch order).
 TO = {"0": "a@x", "2": "b@x"}
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[Path], str]]:
-    """Makes a fresh store per case (a file, or a PostgreSQL table pair dropped afterwards)."""
-    tables: list[str] = []
-
-    def make(case: Path) -> str:
-        if request.param == "sqlite":
-            return f"sqlite:{case / 's.db'}"
-        tables.append(f"oai_{uuid.uuid4().hex[:12]}")
-        return f"postgres:{request.getfixturevalue('pg_url')}|{tables[-1]}"
-
-    yield make
-    if tables:
-        import psycopg
-
-        with psycopg.connect(request.getfixturevalue("pg_url"), autocommit=True) as conn:
-            for table in tables:
-                conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
 
 
 def _env() -> dict[str, str]:
@@ -95,9 +72,9 @@ def here(base: dict[str, Any], **spec: Any) -> dict[str, Any]:
         storage.close()
 
 
-def start(case: Path, store: Callable[[Path], str]) -> tuple[dict[str, Any], list[list[str]]]:
+def start(case: Path, new_store: StoreFactory) -> tuple[dict[str, Any], list[list[str]]]:
     case.mkdir(exist_ok=True)
-    base = {"store": store(case), "log": str(case / "exec.log")}
+    base = {"store": new_store(case), "log": str(case / "exec.log")}
     out = here(base, command="start", run_id="r1", prompt="mail both")
     assert out["result"]["status"] == "paused"
     return base, out["result"]["pending"]
@@ -124,9 +101,9 @@ def stored(base: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any], list[A
 
 
 def test_racing_approver_processes_run_the_body_once(
-    tmp_path: Path, store: Callable[[Path], str]
+    tmp_path: Path, new_store: StoreFactory
 ) -> None:
-    base, pending = start(tmp_path, store)
+    base, pending = start(tmp_path, new_store)
     (token_a, call_a), (token_b, call_b) = pending
     assert here(base, command="approve", token=token_a)["result"]["run"]["status"] == "waiting"
     go = tmp_path / "go"
@@ -186,9 +163,9 @@ def _settle_and_check(base: dict[str, Any], token_b: str, call_a: str, call_b: s
     assert processing == []  # nothing left processing
 
 
-def _approve_last_writes(case: Path, store: Callable[[Path], str]) -> int:
+def _approve_last_writes(case: Path, new_store: StoreFactory) -> int:
     """How many storage writes the approve that settles the run's last call makes."""
-    base, ((token_a, _), (token_b, _)) = start(case, store)
+    base, ((token_a, _), (token_b, _)) = start(case, new_store)
     here(base, command="approve", token=token_a)
     code, out = call(base, command="approve", token=token_b)
     assert code == 0 and out is not None and out["result"]["run"]["status"] == "completed"
@@ -196,9 +173,9 @@ def _approve_last_writes(case: Path, store: Callable[[Path], str]) -> int:
 
 
 def test_sigkill_at_every_point_of_the_last_approval_then_reconcile(
-    tmp_path: Path, store: Callable[[Path], str]
+    tmp_path: Path, new_store: StoreFactory
 ) -> None:
-    writes = _approve_last_writes(tmp_path / "measure", store)
+    writes = _approve_last_writes(tmp_path / "measure", new_store)
     # claim approving, approved, run continuing, ledger executing and executed for each of the
     # two gated calls, run completed: before and after each, and around the body's effect
     assert writes >= 8, writes
@@ -206,7 +183,7 @@ def test_sigkill_at_every_point_of_the_last_approval_then_reconcile(
     points += ["body:before", "body:after"]
     killed = 0
     for index, point in enumerate(points):
-        base, ((token_a, call_a), (token_b, call_b)) = start(tmp_path / f"k{index}", store)
+        base, ((token_a, call_a), (token_b, call_b)) = start(tmp_path / f"k{index}", new_store)
         here(base, command="approve", token=token_a)
         code, _ = call(base, command="approve", token=token_b, kill=point)
         killed += code == -9

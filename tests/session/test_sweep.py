@@ -394,3 +394,78 @@ def test_an_index_that_fails_to_answer_is_storage_unavailable() -> None:
 
     with pytest.raises(StorageUnavailable, match="list_processing failed"):
         reconcile_all(Down(), _never, older_than_ms=0)
+
+
+# --------------------------------------------------------------------------- records beside it
+
+
+class ClaimantDied(BaseException):
+    """Raised inside a tool body: like SIGKILL, nothing records the body's outcome."""
+
+
+def unknown_execution(storage: Any, session_id: str) -> None:
+    """Store ``session_id`` with a tool-execution ledger entry whose claimant died inside the
+    body: a processing record beside the envelope (ADR-0100), no processing confirmation."""
+    from akchat_fsm.integrations.ledger import ToolLedger
+
+    crashed(storage, session_id, ())
+
+    def dies() -> None:
+        raise ClaimantDied
+
+    with pytest.raises(ClaimantDied):
+        ToolLedger(storage, session_id, owner="dead:1").execute("c9", "wipe", {}, dies)
+
+
+def test_a_session_held_by_an_unknown_execution_is_not_reported_settled(store: Store) -> None:
+    unknown_execution(store.sync, "s-ledger")
+    hosts = {
+        "s-ledger": DemoUpstream(DemoClock()),
+        "s-acted": crashed(store.sync, "s-acted", ("after",)),
+    }
+
+    def ports_for(session_id: str) -> SweepPorts:
+        return SweepPorts(DEFINITION, hosts[session_id], hosts[session_id])
+
+    report = reconcile_all(store.sync, ports_for, older_than_ms=FIVE_MINUTES, clock=later(10))
+    by_id = {s.session_id: s for s in report.sessions}
+    assert by_id["s-ledger"].outcomes == () and by_id["s-ledger"].held
+    assert by_id["s-ledger"].status == "execution_unknown"
+    assert by_id["s-acted"].status == "settled" and not by_id["s-acted"].held
+    assert report.counts == {"execution_unknown": 1, "settled": 1}
+    # nothing was re-run or released: the next sweep finds it again, still unknown
+    again = reconcile_all(store.sync, ports_for, older_than_ms=FIVE_MINUTES, clock=later(10))
+    assert [(s.session_id, s.status) for s in again.sessions] == [("s-ledger", "execution_unknown")]
+
+
+def test_the_async_sweep_reports_the_held_session_too(store: Store) -> None:
+    unknown_execution(store.sync, "s-ledger")
+    host = DemoUpstream(DemoClock())
+
+    async def sweep() -> Any:
+        storage = store.make_async()
+        try:
+            return await reconcile_all_async(
+                storage,
+                lambda sid: AsyncSweepPorts(DEFINITION, AsyncHost(host)),
+                older_than_ms=FIVE_MINUTES,
+                clock=later(10),
+            )
+        finally:
+            await storage.aclose()
+
+    report = asyncio.run(sweep())
+    assert [(s.session_id, s.status) for s in report.sessions] == [
+        ("s-ledger", "execution_unknown")
+    ]
+
+
+def test_ports_with_neither_memory_nor_bridge_fail_that_session() -> None:
+    storage = MemoryStorage()
+    crashed(storage, "s1", ("before",))
+    report = reconcile_all(
+        storage, lambda sid: SweepPorts(DEFINITION), older_than_ms=FIVE_MINUTES, clock=later(10)
+    )
+    [swept] = report.sessions
+    assert swept.status == "failed" and "neither a memory nor a bridge" in str(swept.error)
+    assert statuses(storage, "s1") == ["approving", "pending"]

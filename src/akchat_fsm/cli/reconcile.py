@@ -91,6 +91,7 @@ def _one(
         except AkchatError as exc:
             fail(describe(exc), EXIT_INVALID)
         session = resume_chat_session(ports.definition, session_id=session_id, storage=storage)
+        assert ports.memory is not None  # session_ports always reconciles with the file's memory
         try:
             outcomes = reconcile_session(session, ports.memory, release_untouched=release_untouched)
         except SessionConflict as exc:

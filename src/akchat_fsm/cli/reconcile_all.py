@@ -7,6 +7,9 @@ A dry run (the default) shows what each session would get; ``--apply`` runs
 :func:`akchat_fsm.session.reconcile_all` with the same no-upstream rule as one session
 (ADR-0071, ADR-0095). One session failing (an invalid memory file, a stored envelope that no
 longer decodes) is reported and the others go on; the exit status is 1 if any failed.
+A session held by a tool-execution ledger entry whose outcome is unknown (an agent-runtime
+bridge's claimant died mid-body, ADR-0100) is reported ``execution outcome unknown`` with the
+tool calls to settle, never ``settled``: nothing here re-runs or releases it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import AkchatError, ConfigError
+from ..integrations.records import read_bridge_records
 from ..session.session import default_clock
 from ..session.sweep import NO_INDEX, SweepPorts, SweptSession, reconcile_all
 from ..storage.port import ProcessingIndex, ProcessingSession
@@ -76,6 +80,19 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
         if match is None:
             self.fail(f"{value!r} is not an age like 90s, 5m, 2h or 1d", param, ctx)
         return int(match[1]) * _UNITS[match[2]]
+
+
+#: The status of a session an unknown execution (or another record beside the envelope) holds.
+EXECUTION_UNKNOWN = "execution outcome unknown"
+
+
+def _unknown_rows(storage: Any, session_id: str) -> list[dict[str, str]]:
+    """One row per ledger entry of the session whose execution outcome is unknown."""
+    records = read_bridge_records(storage, session_id)
+    return [
+        {"toolCallId": e.tool_call_id, "tool": e.tool, "status": EXECUTION_UNKNOWN}
+        for e in (records.unknown if records else ())
+    ]
 
 
 @dataclass
@@ -129,6 +146,10 @@ def _plan_one(
             entry.status = "gone"
             return entry
         claims = [b for b in snapshot.confirmations if b.status.is_processing]
+        unknown = _unknown_rows(storage, row.session_id)
+        if unknown and not claims:
+            entry.status, entry.records = EXECUTION_UNKNOWN, unknown
+            return entry
         if memory_dir is None:
             entry.status = "stuck"
             entry.records = [
@@ -197,17 +218,23 @@ def _apply(
         release_untouched=release_untouched,
         progress=progress,
     )
-    entries = [
-        Entry(
-            swept.session_id,
-            swept.last_write_ms,
-            skipped.get(swept.session_id, swept.status) if swept.skipped else swept.status,
-            [outcome_row(o) for o in swept.outcomes],
-            None if swept.error is None else describe(swept.error),
-        )
-        for swept in report.sessions
-    ]
+    entries = [_applied_entry(storage, swept, skipped) for swept in report.sessions]
     return report.written_before_ms, entries
+
+
+def _applied_entry(storage: Any, swept: SweptSession, skipped: dict[str, str]) -> Entry:
+    status: str = swept.status
+    rows = [outcome_row(o) for o in swept.outcomes]
+    if swept.skipped:
+        status = skipped.get(swept.session_id, status)
+    elif status == "execution_unknown":
+        status = EXECUTION_UNKNOWN
+        try:
+            rows += _unknown_rows(storage, swept.session_id)
+        except AkchatError as exc:  # the sweep's report stands; say what could not be read
+            rows.append({"status": EXECUTION_UNKNOWN, "error": describe(exc)})
+    error = None if swept.error is None else describe(swept.error)
+    return Entry(swept.session_id, swept.last_write_ms, status, rows, error)
 
 
 # --------------------------------------------------------------------------- output

@@ -27,7 +27,7 @@ import hashlib
 import inspect
 import json
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
@@ -491,6 +491,12 @@ class _BridgeBase:
             self.ledger,
             self.idempotent_tools,
         )
+
+    def execution_guard(self, approved: Iterable[str] = ()) -> ExecutionGuard:
+        """The guard a runtime module runs tool bodies through outside a continuation (a
+        new run's ungated calls: :meth:`ExecutionGuard.execute_ungated`); ``approved`` names
+        calls it may run as approved. Continuations get theirs from ``resume``."""
+        return self._ctx.guard(frozenset(approved))
 
     def _runtime(self) -> Any:  # pragma: no cover - each runtime module supplies its port
         raise NotImplementedError

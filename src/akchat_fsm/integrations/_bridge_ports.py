@@ -55,6 +55,9 @@ __all__ = [
 #: The reason the session's reconcile sends when it re-issues a rejection (not the reviewer's).
 _RECONCILED_REASON = "confirmation rejected"
 _EXPIRED_REASON = "confirmation expired"
+#: A call's arguments as the ledger digests them, and its body (sync or async).
+Args = Mapping[str, Any] | str | None
+Body = Callable[[], Awaitable[Any] | Any]
 
 
 # --------------------------------------------------------------------------- the guard
@@ -78,18 +81,21 @@ class ExecutionGuard:
         self.approved = approved
         self.idempotent_tools = idempotent_tools
 
-    async def execute(
-        self,
-        tool_call_id: str,
-        tool: str,
-        args: Mapping[str, Any] | str | None,
-        body: Callable[[], Awaitable[Any] | Any],
-    ) -> Execution:
+    async def execute(self, tool_call_id: str, tool: str, args: Args, body: Body) -> Execution:
+        """Run an approved call's ``body`` once (a repeat replays); refuse an unapproved one."""
         if tool_call_id not in self.approved:
             raise ConfirmationError(
                 f"Tool call {tool_call_id!r} reached execution without an approved "
                 "confirmation in this session; refusing to run it."
             )
+        return await self.execute_ungated(tool_call_id, tool, args, body)
+
+    async def execute_ungated(
+        self, tool_call_id: str, tool: str, args: Args, body: Body
+    ) -> Execution:
+        """Run a call that needs no approval (the runtime ran it without asking: an ungated
+        tool, a sibling of the calls that paused the run) through the ledger all the same, so
+        its body too runs at most once per call id when a continuation is replayed."""
         claimed = asyncio.ensure_future(
             self.ledger.execute(
                 tool_call_id, tool, args, body, idempotent=tool in self.idempotent_tools

@@ -70,6 +70,7 @@ __all__ = [
     "ExecutionState",
     "ExecutionUnknown",
     "LedgerEntry",
+    "RecordedToolFailure",
     "ToolCallMismatch",
     "ToolLedger",
     "args_digest",
@@ -82,6 +83,7 @@ __all__ = [
     "plan_execute",
     "plan_get",
     "plan_settle",
+    "recorded_failure",
 ]
 
 T = TypeVar("T")
@@ -120,6 +122,21 @@ class ExecutionClaimLost(ConfirmationError):
 
 class ToolCallMismatch(ConfigError):
     """The tool-call id is already recorded for another tool or other arguments."""
+
+
+class RecordedToolFailure(ConfirmationError):
+    """The tool body already ran once and raised; it is not run again. ``record`` is the
+    ledger entry (its ``error`` says what was raised). Every bridge raises this one class
+    (also importable from each runtime module)."""
+
+
+def recorded_failure(entry: LedgerEntry) -> RecordedToolFailure:
+    """The error a repeat of a call whose body raised gets instead of a second run."""
+    return RecordedToolFailure(
+        f"Tool call {entry.tool_call_id!r} already ran and raised ({entry.error}); "
+        "it is not run again.",
+        record=entry,
+    )
 
 
 # --------------------------------------------------------------------------- the entry

@@ -27,7 +27,7 @@ from agents import Agent, FunctionTool, RunConfig, Runner, RunState, ToolApprova
 from agents.exceptions import AgentsException
 from agents.tool_context import ToolContext
 
-from ..errors import AkchatError, ConfigError, ConfirmationError
+from ..errors import AkchatError, ConfigError
 from ..session.session import AsyncChatSession, ChatSession
 from ._bridge import (
     AsyncBridge,
@@ -39,6 +39,7 @@ from ._bridge import (
     RunRecord,
     RuntimeResult,
 )
+from .ledger import RecordedToolFailure, recorded_failure
 
 __all__ = [
     "AsyncOpenAIAgentsBridge",
@@ -64,12 +65,6 @@ IN_A_LOOP = (
     "running one; use AsyncOpenAIAgentsBridge there."
 )
 UNDECIDED = "The saved run state interrupts on call {call_id!r}, which has no decision."
-
-
-class RecordedToolFailure(ConfirmationError):
-    """The tool body already ran once and raised; it is not run again (``record``: the ledger
-    entry). Shared-module candidate: the pydantic-ai bridge has the same error, and it belongs
-    beside the ledger so both bridges raise one class (see the report to the lead)."""
 
 
 # The guard of the continuation running in this task (asyncio copies it into the tasks the
@@ -146,29 +141,24 @@ class OpenAIRuntime:
     runtime = RUNTIME
 
     def __init__(
-        self,
-        agent: Agent[Any],
-        guard_for: Callable[[frozenset[str]], ExecutionGuard],
-        run_config: RunConfig | None,
+        self, agent: Agent[Any], guard: ExecutionGuard, run_config: RunConfig | None
     ) -> None:
         self.agent = guard_agent(agent, self._guarded)
-        self.guard_for = guard_for
+        #: The guard of a new run (no approvals); a continuation brings its own.
+        self.guard = guard
         self.run_config = run_config
 
     async def _guarded(self, inner: Invoke, ctx: ToolContext[Any], args_json: str) -> Any:
-        guard = _current.get()
-        if guard is None or ctx.tool_call_id not in guard.approved:
+        guard = _current.get() or self.guard
+        body = lambda: inner(ctx, args_json)  # noqa: E731 - the ledger calls it at most once
+        if ctx.tool_call_id in guard.approved:
+            done = await guard.execute(ctx.tool_call_id, ctx.tool_name, args_json, body)
+        else:
             # An ungated call (a sibling in the pausing run, or a new turn's): it needs no
             # confirmation, and its body still runs at most once per call id.
-            guard = self.guard_for(frozenset({ctx.tool_call_id}))
-        body = lambda: inner(ctx, args_json)  # noqa: E731 - the ledger calls it at most once
-        done = await guard.execute(ctx.tool_call_id, ctx.tool_name, args_json, body)
+            done = await guard.execute_ungated(ctx.tool_call_id, ctx.tool_name, args_json, body)
         if not done.ran and done.entry.outcome == "raised":
-            raise RecordedToolFailure(
-                f"Tool call {ctx.tool_call_id!r} already ran and raised "
-                f"({done.entry.error}); it is not run again.",
-                record=done.entry,
-            )
+            raise recorded_failure(done.entry)
         return done.value
 
     async def start(self, input: Any, **kwargs: Any) -> RuntimeResult:
@@ -258,7 +248,7 @@ class OpenAIAgentsBridge(Bridge):
         **options: Any,
     ) -> None:
         super().__init__(session, storage, **options)
-        self.runtime = OpenAIRuntime(agent, self._ctx.guard, run_config)
+        self.runtime = OpenAIRuntime(agent, self.execution_guard(), run_config)
 
     def _runtime(self) -> _SyncRuntime:
         return _SyncRuntime(self.runtime)
@@ -283,7 +273,7 @@ class AsyncOpenAIAgentsBridge(AsyncBridge):
         **options: Any,
     ) -> None:
         super().__init__(session, storage, **options)
-        self.runtime = OpenAIRuntime(agent, self._ctx.guard, run_config)
+        self.runtime = OpenAIRuntime(agent, self.execution_guard(), run_config)
 
     def _runtime(self) -> OpenAIRuntime:
         return self.runtime

@@ -28,7 +28,6 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 from pydantic_core import to_jsonable_python
 
-from ..errors import ConfirmationError
 from ._bridge import (
     AsyncBridge,
     Bridge,
@@ -42,7 +41,7 @@ from ._bridge import (
     RunRecord,
     RuntimeResult,
 )
-from .ledger import ExecutionUnknown, LedgerEntry
+from .ledger import ExecutionUnknown, LedgerEntry, RecordedToolFailure, recorded_failure
 
 __all__ = [
     "RUNTIME",
@@ -60,11 +59,6 @@ __all__ = [
 ]
 
 RUNTIME = "pydantic-ai"
-
-
-class RecordedToolFailure(ConfirmationError):
-    """The tool body already ran once and raised; it is not run again. ``record`` is the
-    ledger entry (its ``error`` says what was raised)."""
 
 
 # --------------------------------------------------------------------------- pure mapping
@@ -144,11 +138,7 @@ def _replayed(entry: LedgerEntry) -> Any:
     message = (entry.error or "").partition(": ")[2]
     if entry.error_type == "ModelRetry":
         raise ModelRetry(message)  # the model reads the same retry prompt as the first time
-    raise RecordedToolFailure(
-        f"Tool call {entry.tool_call_id!r} already ran and raised ({entry.error}); "
-        "it is not run again.",
-        record=entry,
-    )
+    raise recorded_failure(entry)
 
 
 # --------------------------------------------------------------------------- runtime ports

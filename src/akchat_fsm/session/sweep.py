@@ -9,6 +9,15 @@ chat memory, its upstream); the session is resumed and :func:`~akchat_fsm.sessio
 settles its records. One session failing does not stop the others: its typed error is in the
 :class:`SweepReport`.
 
+Sessions run by an agent-runtime bridge (``akchat_fsm.integrations``) also hold processing
+records beside the envelope: a tool-execution ledger entry claimed and never finished, or a
+run's continuation whose claimant is gone (ADR-0100). ``SweepPorts.bridge`` lets the host
+reconcile such a session through its bridge (which settles the confirmations from the ledger,
+recovers continuations and names the executions whose outcome is unknown). Whatever still holds
+a session after its reconcile is found by listing the index once more at the end of the sweep:
+such a session is reported ``execution_unknown``, never ``settled`` (docs/reconciliation.md,
+ADR-0102).
+
 The sweep is written once, as a plan of :class:`_Step` requests (list, ask the host, reconcile
 one session, report progress); :func:`reconcile_all` and :func:`reconcile_all_async` only
 execute them, as every session operation's plan is run by a sync or an async driver (ADR-0060,
@@ -21,19 +30,27 @@ from __future__ import annotations
 import inspect
 from collections import Counter
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol, TypeAlias
 
 from ..errors import AkchatError, ConfigError, StorageUnavailable
 from ..storage.port import AsyncSessionStorage, ProcessingSession, SessionStorage
 from ._confirm import ReconcileOutcome
 from .definition import ChatDefinition
 from .ports import AsyncChatMemory, AsyncUpstreamChat, ChatMemory, UpstreamChat
-from .session import default_clock, resume_chat_session, resume_chat_session_async
+from .session import (
+    AsyncChatSession,
+    ChatSession,
+    default_clock,
+    resume_chat_session,
+    resume_chat_session_async,
+)
 
 __all__ = [
     "DEFAULT_SWEEP_LIMIT",
+    "AsyncSessionBridge",
     "AsyncSweepPorts",
+    "SessionBridge",
     "SweepPorts",
     "SweepReport",
     "SweptSession",
@@ -49,18 +66,49 @@ NO_INDEX = (
     "{kind} has none."
 )
 WRONG_FLAVOUR = "{kind}.list_processing is {what}: use {right} for this storage."
-SweepStatus = Literal["settled", "unsettled", "failed", "skipped"]
+SweepStatus = Literal["settled", "unsettled", "execution_unknown", "failed", "skipped"]
+NO_MEMORY = "SweepPorts for {sid!r} has neither a memory nor a bridge to reconcile with."
+
+
+class BridgeSweepReport(Protocol):
+    """What a bridge's ``reconcile()`` returns, as far as the sweep reads it
+    (``akchat_fsm.integrations``' ``BridgeReport``)."""
+
+    @property
+    def confirmations(self) -> Sequence[ReconcileOutcome]: ...
+
+    @property
+    def execution_unknown(self) -> Sequence[Any]:
+        """Ledger entries (each with a ``tool_call_id``) whose outcome is unknown."""
+
+
+class SessionBridge(Protocol):
+    """A bridge over one resumed session (sync): ``reconcile()`` settles it."""
+
+    def reconcile(self) -> BridgeSweepReport: ...
+
+
+class AsyncSessionBridge(Protocol):
+    """The asyncio twin of :class:`SessionBridge`."""
+
+    async def reconcile(self) -> BridgeSweepReport: ...
 
 
 @dataclass(frozen=True)
 class SweepPorts:
     """What the host reconciles one session with (sync): the definition it was resumed with,
     its chat memory, and its upstream (``None``: untouched claims are left as they are, or
-    released with ``release_untouched=True``; nothing can be re-issued)."""
+    released with ``release_untouched=True``; nothing can be re-issued).
+
+    ``bridge``: for a session an agent-runtime bridge runs, ``bridge(session)`` returns that
+    bridge over the resumed session, and the sweep calls its ``reconcile()`` instead of the
+    session's (``memory`` and ``upstream`` are then unused: the bridge reads the ledger).
+    """
 
     definition: ChatDefinition
-    memory: ChatMemory
+    memory: ChatMemory | None = None
     upstream: UpstreamChat | None = None
+    bridge: Callable[[ChatSession], SessionBridge] | None = None
 
 
 @dataclass(frozen=True)
@@ -68,20 +116,23 @@ class AsyncSweepPorts:
     """The asyncio twin of :class:`SweepPorts`."""
 
     definition: ChatDefinition
-    memory: AsyncChatMemory
+    memory: AsyncChatMemory | None = None
     upstream: AsyncUpstreamChat | None = None
+    bridge: Callable[[AsyncChatSession], AsyncSessionBridge] | None = None
 
 
 @dataclass(frozen=True)
 class SweptSession:
     """What the sweep did for one listed session.
 
-    ``outcomes``: one :class:`ReconcileOutcome` per processing record (empty when the session
-    was settled by someone else before the sweep reached it, or when what keeps it listed is a
-    processing record of the tool-execution ledger, ADR-0100, which ``reconcile`` does not
-    settle). ``error``: the typed error that
-    stopped this session (nothing after it was done for it). ``skipped``: the host's
-    ``ports_for`` returned ``None`` (not its session).
+    ``outcomes``: one :class:`ReconcileOutcome` per processing confirmation record (empty
+    when the session was settled by someone else before the sweep reached it, or when only a
+    record beside the envelope keeps it listed). ``execution_unknown``: the tool calls whose
+    execution outcome is unknown, as the session's bridge reported them (``SweepPorts.bridge``).
+    ``held``: the index still lists the session after its reconcile (a processing record beside
+    the envelope: a ledger entry whose execution outcome is unknown, or a run's continuation).
+    ``error``: the typed error that stopped this session (nothing after it was done for it).
+    ``skipped``: the host's ``ports_for`` returned ``None`` (not its session).
     """
 
     session_id: str
@@ -89,15 +140,21 @@ class SweptSession:
     outcomes: tuple[ReconcileOutcome, ...] = ()
     error: AkchatError | None = None
     skipped: bool = False
+    execution_unknown: tuple[str, ...] = ()
+    held: bool = False
 
     @property
     def status(self) -> SweepStatus:
-        """``failed``, ``skipped``, ``unsettled`` (some record left as it is: its tool call is
-        not in memory) or ``settled``."""
+        """``failed``, ``skipped``, ``execution_unknown`` (an execution whose outcome is
+        unknown, or another processing record beside the envelope, still holds the session:
+        an operator settles it, docs/reconciliation.md), ``unsettled`` (some record left as
+        it is: its tool call is not in memory) or ``settled``."""
         if self.error is not None:
             return "failed"
         if self.skipped:
             return "skipped"
+        if self.execution_unknown or self.held:
+            return "execution_unknown"
         if any(o.action == "unknown" for o in self.outcomes):
             return "unsettled"
         return "settled"
@@ -210,11 +267,22 @@ def _sweep_one(
                 f"{expected.__name__} (or None to skip the session)."
             ),
         )
+    if ports.memory is None and ports.bridge is None:
+        return SweptSession(sid, last, error=ConfigError(NO_MEMORY.format(sid=sid)))
     try:
-        outcomes = yield _Reconcile(sid, ports, release_untouched, clock)
+        reconciled = yield _Reconcile(sid, ports, release_untouched, clock)
     except AkchatError as exc:
         return SweptSession(sid, last, error=exc)
-    return SweptSession(sid, last, outcomes=outcomes)
+    outcomes, unknown = _read_reconciled(reconciled)
+    return SweptSession(sid, last, outcomes=outcomes, execution_unknown=unknown)
+
+
+def _read_reconciled(value: Any) -> tuple[tuple[ReconcileOutcome, ...], tuple[str, ...]]:
+    """A session's reconcile outcomes, or a bridge's report (outcomes + unknown executions)."""
+    if hasattr(value, "execution_unknown"):
+        unknown = tuple(str(e.tool_call_id) for e in value.execution_unknown)
+        return tuple(value.confirmations), unknown
+    return tuple(value), ()
 
 
 def _plan_sweep(
@@ -235,6 +303,19 @@ def _plan_sweep(
     for row in listed:
         swept.append((yield from _sweep_one(row, release_untouched, clock, expected)))
         yield _Progress(swept[-1], len(swept), len(listed))
+    if any(s.status == "settled" for s in swept):
+        # A session is settled only if the index let go of it: what still holds one is a
+        # processing record beside the envelope that its reconcile could not settle.
+        try:
+            still = {row.session_id for row in (yield _List(cutoff_ms, limit))}
+        except AkchatError:
+            raise
+        except Exception as exc:
+            raise StorageUnavailable(f"list_processing failed: {exc!r}") from exc
+        swept = [
+            replace(s, held=True) if s.status == "settled" and s.session_id in still else s
+            for s in swept
+        ]
     return SweepReport(cutoff_ms, limit, tuple(swept))
 
 
@@ -316,9 +397,14 @@ def reconcile_all(
                 session = resume_chat_session(
                     ports.definition, session_id=step.session_id, storage=storage, clock=step.clock
                 )
-                value = session.reconcile(
-                    ports.memory, upstream=ports.upstream, release_untouched=step.release_untouched
-                )
+                if ports.bridge is not None:
+                    value = ports.bridge(session).reconcile()
+                else:
+                    value = session.reconcile(
+                        ports.memory,
+                        upstream=ports.upstream,
+                        release_untouched=step.release_untouched,
+                    )
             elif progress is not None:
                 progress(step.session, step.done, step.total)
         except Exception as exc:  # the plan decides what a failed step means
@@ -359,9 +445,14 @@ async def reconcile_all_async(
                 session = await resume_chat_session_async(
                     ports.definition, session_id=step.session_id, storage=storage, clock=step.clock
                 )
-                value = await session.reconcile(
-                    ports.memory, upstream=ports.upstream, release_untouched=step.release_untouched
-                )
+                if ports.bridge is not None:
+                    value = await ports.bridge(session).reconcile()
+                else:
+                    value = await session.reconcile(
+                        ports.memory,
+                        upstream=ports.upstream,
+                        release_untouched=step.release_untouched,
+                    )
             elif progress is not None:
                 progress(step.session, step.done, step.total)
         except Exception as exc:  # the plan decides what a failed step means
