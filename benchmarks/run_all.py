@@ -104,9 +104,12 @@ def core_rows(out: str) -> list[Row]:
 
 def resolution_rows(out: str) -> list[Row]:
     rows = []
-    found = re.search(r"^\s+ratio\s+([\d.]+)x", out, flags=re.M)
-    if found:
-        rows.append(Row("one resolution / one raw CAS (SQLite)", float(found.group(1)), "<= 2.3"))
+    for records, ratio in re.findall(
+        r"^\s+records\s+(\d+)$.*?^\s+ratio\s+([\d.]+)x", out, flags=re.M | re.S
+    ):
+        rows.append(
+            Row(f"one resolution / one raw CAS (SQLite, {records} records)", float(ratio), "<= 2.3")
+        )
     blocks = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s*$", out, flags=re.M)
     if len(blocks) >= 2:
         first, last = blocks[0], blocks[-1]
