@@ -94,12 +94,43 @@ def _records(snapshot: SessionSnapshot) -> tuple[Record, ...]:
     )
 
 
+#: token -> position of the last few binding tuples, by identity (each tuple held, so its id is
+#: not reused while it is cached). A claim or completion moves one binding to a new tuple with
+#: the same tokens at the same positions and carries the map over, so a resolution looks
+#: tokens up in O(1) instead of scanning the envelope five times (ADR-0111). Not state: a
+#: miss only rebuilds the map.
+_POSITIONS: dict[int, tuple[tuple[ConfirmationBinding, ...], dict[str, int]]] = {}
+_POSITIONS_KEPT = 64
+
+
+def _positions(bindings: tuple[ConfirmationBinding, ...]) -> dict[str, int]:
+    cached = _POSITIONS.get(id(bindings))
+    if cached is not None and cached[0] is bindings:
+        return cached[1]
+    positions = _build_positions(bindings)
+    _remember(bindings, positions)
+    return positions
+
+
+def _build_positions(bindings: tuple[ConfirmationBinding, ...]) -> dict[str, int]:
+    positions: dict[str, int] = {}
+    for index, binding in enumerate(bindings):
+        positions.setdefault(binding.token, index)  # the first holder, as a scan finds it
+    return positions
+
+
+def _remember(bindings: tuple[ConfirmationBinding, ...], positions: dict[str, int]) -> None:
+    # Each dict operation is atomic; threads racing here at worst drop an entry (a miss).
+    _POSITIONS[id(bindings)] = (bindings, positions)
+    for key in list(_POSITIONS)[: max(0, len(_POSITIONS) - _POSITIONS_KEPT)]:
+        _POSITIONS.pop(key, None)
+
+
 def _position(snapshot: SessionSnapshot, token: str) -> int:
-    """Index of the binding holding ``token``, or -1 (one scan; no record is built)."""
-    for index, binding in enumerate(snapshot.confirmations):
-        if binding.token == token:
-            return index
-    return -1
+    """Index of the binding holding ``token``, or -1."""
+    if not isinstance(token, str):
+        return -1  # no binding holds a non-string (and it may not be hashable)
+    return _positions(snapshot.confirmations).get(token, -1)
 
 
 def _record(binding: ConfirmationBinding) -> Record:
@@ -118,14 +149,15 @@ def _moved_to(snapshot: SessionSnapshot, index: int, status: ConfirmationStatus)
     bindings = snapshot.confirmations
     binding = bindings[index]
     moved = binding if status is binding.status else binding.model_copy(update={"status": status})
-    return snapshot.model_copy(
-        update={"confirmations": (*bindings[:index], moved, *bindings[index + 1 :])}
-    )
+    spliced = (*bindings[:index], moved, *bindings[index + 1 :])
+    _remember(spliced, _positions(bindings))  # same tokens at the same positions
+    return snapshot.model_copy(update={"confirmations": spliced})
 
 
 def find_binding(state: SessionState, token: str) -> ConfirmationBinding | None:
     """The binding holding ``token`` in this session, if any."""
-    return next((b for b in state.snapshot.confirmations if b.token == token), None)
+    index = _position(state.snapshot, token)
+    return None if index < 0 else state.snapshot.confirmations[index]
 
 
 def by_tool_call(state: SessionState, tool_call_id: str) -> ConfirmationBinding | None:
