@@ -3,7 +3,7 @@
 No pydantic, no ``Literal``, no state-machine instances: CrossHair checks the PEP 316
 contracts in these docstrings (``scripts/check_contracts.py``). Every move is looked up in
 :data:`~akchat_fsm.machines.tables.CONFIRMATION_TABLE`, derived from ``ConfirmationLifecycle``.
-The edge adapters in :mod:`akchat_fsm.core.session` map the pydantic envelope to and from
+The edge adapters in :mod:`akchat_fsm.core.confirmations` map the pydantic envelope to and from
 these records; a record's JSON ``input`` stays at the edge (it never changes after propose).
 """
 
