@@ -45,7 +45,7 @@ def run(script: str, *args: str) -> str:
 def decode_rows(out: str) -> list[Row]:
     found = re.search(r"^ratio:\s+([\d.]+)x", out, flags=re.M)
     return (
-        [Row("decode_session_snapshot / json.loads", float(found.group(1)), "<= 4")]
+        [Row("decode_session_snapshot / json.loads", float(found.group(1)), "<= 2.5")]
         if found
         else []
     )
