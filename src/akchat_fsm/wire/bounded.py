@@ -215,9 +215,9 @@ def _walk(value: Any, *, root_object: bool) -> Any:
 def _plain_scalar(item: Any, kind: type) -> bool:
     # A value the walk would return unchanged: short ASCII text, a safe integer, null, a bool.
     if kind is str:
-        return len(item) <= MAX_STRING_LENGTH and item.isascii()
+        return len(item) <= MAX_STRING_LENGTH and bool(item.isascii())
     if kind is int:
-        return -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER
+        return bool(-MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER)
     return item is None or kind is bool
 
 
