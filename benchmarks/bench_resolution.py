@@ -2,15 +2,18 @@
 
 Part 1, one resolution end to end (claim CAS + no-op upstream + terminal CAS, through
 ``ConfirmationCoordinator.approve``) against one raw CAS (``storage.save`` of an envelope of
-the same size) on the same SQLite file, in the same run. The two are interleaved, and the
-medians are compared. Two CAS saves are the floor (2.0x); target: ratio <= 2.3.
+the same size) on the same SQLite file, in the same run, at each envelope size of
+``--records`` (default 40 and 999 confirmation records; ``keep_terminal`` holds the size
+steady). The two are interleaved, and the medians are compared. Two CAS saves are the floor
+(2.0x); target: ratio <= 2.3 at every size.
 
 Part 2, one session going through ``--confirmations`` proposals + approvals (default 100,000)
 on one store: every ``--every`` confirmations, the envelope size (bytes of stored JSON) and
 the mean time per resolution over that block are printed. Retention keeps the envelope, and
 so the time, flat.
 
-    .venv/bin/python benchmarks/bench_resolution.py [--resolutions 300] [--confirmations 100000]
+    .venv/bin/python benchmarks/bench_resolution.py [--resolutions 300] [--records 40,999]
+        [--confirmations 100000]
         [--every 10000] [--long-store memory|sqlite] [--keep-terminal 256]
 """
 
@@ -44,11 +47,13 @@ class NoOpUpstream:
         return None
 
 
-def overhead(resolutions: int, path: Path) -> None:
+def overhead(resolutions: int, records: int, path: Path) -> None:
     storage = SQLiteStorage(path)
     session = resume_chat_session(DEFINITION, session_id="bench", storage=storage)
-    coordinator = session.confirmations_for(NoOpUpstream())
-    for n in range(20):  # a realistic envelope: some history before measuring
+    # Each propose prunes the oldest terminal record beyond `records - 1`: the envelope holds
+    # `records` confirmations at every measured approve.
+    coordinator = session.confirmations_for(NoOpUpstream(), keep_terminal=records - 1)
+    for n in range(records - 1):  # the history before measuring
         coordinator.approve(coordinator.propose("email.send", {"n": n}).token)
     raw_id = "bench-raw"
     resolution_s: list[float] = []
@@ -56,6 +61,7 @@ def overhead(resolutions: int, path: Path) -> None:
     for n in range(resolutions):
         raw_cursor = n  # the baseline session's stored cursor (0: nothing stored yet)
         token = coordinator.propose("email.send", {"n": n}).token
+        assert len(session.confirmations) == records
         start = time.perf_counter()
         coordinator.approve(token)
         resolution_s.append(time.perf_counter() - start)
@@ -69,6 +75,7 @@ def overhead(resolutions: int, path: Path) -> None:
     storage.close()
     resolution, raw = statistics.median(resolution_s), statistics.median(raw_s)
     print("part 1: one resolution vs one raw CAS, SQLite file, same run")
+    print(f"  records         {records}")
     print(f"  resolutions     {resolutions}")
     print(f"  raw CAS         median {raw * 1e3:8.3f} ms")
     print(f"  resolution      median {resolution * 1e3:8.3f} ms  (2 CAS + decisions)")
@@ -105,6 +112,7 @@ def flatness(confirmations: int, every: int, store: str, keep_terminal: int, pat
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resolutions", type=int, default=300)
+    parser.add_argument("--records", default="40,999", help="envelope sizes for part 1")
     parser.add_argument("--confirmations", type=int, default=100_000)
     parser.add_argument("--every", type=int, default=10_000)
     parser.add_argument("--long-store", choices=("memory", "sqlite"), default="memory")
@@ -112,7 +120,8 @@ def main() -> None:
     parser.add_argument("--skip-long", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        overhead(args.resolutions, Path(tmp) / "overhead.db")
+        for size in (int(r) for r in args.records.split(",")):
+            overhead(args.resolutions, size, Path(tmp) / f"overhead-{size}.db")
         if not args.skip_long:
             flatness(
                 args.confirmations,

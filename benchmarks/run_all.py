@@ -45,7 +45,7 @@ def run(script: str, *args: str) -> str:
 def decode_rows(out: str) -> list[Row]:
     found = re.search(r"^ratio:\s+([\d.]+)x", out, flags=re.M)
     return (
-        [Row("decode_session_snapshot / json.loads", float(found.group(1)), "<= 4")]
+        [Row("decode_session_snapshot / json.loads", float(found.group(1)), "<= 2.5")]
         if found
         else []
     )
@@ -104,9 +104,12 @@ def core_rows(out: str) -> list[Row]:
 
 def resolution_rows(out: str) -> list[Row]:
     rows = []
-    found = re.search(r"^\s+ratio\s+([\d.]+)x", out, flags=re.M)
-    if found:
-        rows.append(Row("one resolution / one raw CAS (SQLite)", float(found.group(1)), "<= 2.3"))
+    for records, ratio in re.findall(
+        r"^\s+records\s+(\d+)$.*?^\s+ratio\s+([\d.]+)x", out, flags=re.M | re.S
+    ):
+        rows.append(
+            Row(f"one resolution / one raw CAS (SQLite, {records} records)", float(ratio), "<= 2.3")
+        )
     blocks = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s*$", out, flags=re.M)
     if len(blocks) >= 2:
         first, last = blocks[0], blocks[-1]

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -33,6 +32,7 @@ from typing import Any, Literal, Protocol, TypeAlias, TypeVar, cast
 from pydantic import ValidationError
 
 from .core import records as kernel
+from .core.confirmations import random_suffix
 from .errors import (
     ConfigError,
     InvalidConfirmationToken,
@@ -305,7 +305,8 @@ class ControlledConfirmations:
         self._chat = chat
         self._ttl_ms = ttl
         self._now = now
-        self._create_id = create_id or (lambda: secrets.token_hex(8))
+        # The core's id factory (128 random bits), not a copy of it: the two drivers cannot drift.
+        self._create_id = create_id or random_suffix
         self._records: tuple[kernel.Record, ...] = ()
         self._inputs: dict[str, Mapping[str, Any]] = {}
         self._flights: dict[str, asyncio.Future[ControlledConfirmation]] = {}

@@ -94,24 +94,70 @@ def _records(snapshot: SessionSnapshot) -> tuple[Record, ...]:
     )
 
 
-def _bindings(
-    snapshot: SessionSnapshot, records: tuple[Record, ...], extra: ConfirmationBinding | None = None
-) -> tuple[ConfirmationBinding, ...]:
-    by_token = {b.token: b for b in snapshot.confirmations}
-    if extra is not None:
-        by_token[extra.token] = extra
-    out = []
-    for record in records:
-        binding = by_token[record.token]
-        if binding.status is not record.status:
-            binding = binding.model_copy(update={"status": record.status})
-        out.append(binding)
-    return tuple(out)
+#: token -> position of the last few binding tuples, by identity (each tuple held, so its id is
+#: not reused while it is cached). A claim or completion moves one binding to a new tuple with
+#: the same tokens at the same positions and carries the map over, so a resolution looks
+#: tokens up in O(1) instead of scanning the envelope five times (ADR-0111). Not state: a
+#: miss only rebuilds the map.
+_POSITIONS: dict[int, tuple[tuple[ConfirmationBinding, ...], dict[str, int]]] = {}
+_POSITIONS_KEPT = 64
+
+
+def _positions(bindings: tuple[ConfirmationBinding, ...]) -> dict[str, int]:
+    cached = _POSITIONS.get(id(bindings))
+    if cached is not None and cached[0] is bindings:
+        return cached[1]
+    positions = _build_positions(bindings)
+    _remember(bindings, positions)
+    return positions
+
+
+def _build_positions(bindings: tuple[ConfirmationBinding, ...]) -> dict[str, int]:
+    positions: dict[str, int] = {}
+    for index, binding in enumerate(bindings):
+        positions.setdefault(binding.token, index)  # the first holder, as a scan finds it
+    return positions
+
+
+def _remember(bindings: tuple[ConfirmationBinding, ...], positions: dict[str, int]) -> None:
+    # Each dict operation is atomic; threads racing here at worst drop an entry (a miss).
+    _POSITIONS[id(bindings)] = (bindings, positions)
+    for key in list(_POSITIONS)[: max(0, len(_POSITIONS) - _POSITIONS_KEPT)]:
+        _POSITIONS.pop(key, None)
+
+
+def _position(snapshot: SessionSnapshot, token: str) -> int:
+    """Index of the binding holding ``token``, or -1."""
+    if not isinstance(token, str):
+        return -1  # no binding holds a non-string (and it may not be hashable)
+    return _positions(snapshot.confirmations).get(token, -1)
+
+
+def _record(binding: ConfirmationBinding) -> Record:
+    return Record(
+        binding.token, binding.action, binding.tool_call_id, binding.expires_at, binding.status
+    )
+
+
+def _moved_to(snapshot: SessionSnapshot, index: int, status: ConfirmationStatus) -> SessionSnapshot:
+    """The envelope with the binding at ``index`` in ``status``, every other binding as is.
+
+    The kernel's ``*_at`` functions leave every other record unchanged (their contracts say
+    so), so the adapters let them decide on the one record at stake and splice the result
+    back: a command costs one record, not a rebuild of the whole list (ADR-0111).
+    """
+    bindings = snapshot.confirmations
+    binding = bindings[index]
+    moved = binding if status is binding.status else binding.model_copy(update={"status": status})
+    spliced = (*bindings[:index], moved, *bindings[index + 1 :])
+    _remember(spliced, _positions(bindings))  # same tokens at the same positions
+    return snapshot.model_copy(update={"confirmations": spliced})
 
 
 def find_binding(state: SessionState, token: str) -> ConfirmationBinding | None:
     """The binding holding ``token`` in this session, if any."""
-    return next((b for b in state.snapshot.confirmations if b.token == token), None)
+    index = _position(state.snapshot, token)
+    return None if index < 0 else state.snapshot.confirmations[index]
 
 
 def by_tool_call(state: SessionState, tool_call_id: str) -> ConfirmationBinding | None:
@@ -221,17 +267,16 @@ def record_proposal(
     records = _records(state.snapshot)
     _check_admission(records)
     kept = prune_for_admission(records, MAX_CONFIRMATIONS, keep_terminal)
-    new = Record(binding.token, binding.action, binding.tool_call_id, binding.expires_at, status)
-    bindings = _bindings(state.snapshot, (*kept, new), binding)
-    return _saving(state, state.snapshot.model_copy(update={"confirmations": bindings}), now_ms)
+    bindings = state.snapshot.confirmations
+    if kept is not records:  # pruning only drops records, so keep the bindings it kept
+        tokens = {r.token for r in kept}
+        bindings = tuple(b for b in bindings if b.token in tokens)
+    snapshot = state.snapshot.model_copy(update={"confirmations": (*bindings, binding)})
+    return _saving(state, snapshot, now_ms)
 
 
 def _bad_upstream() -> ConfigError:
     return ConfigError("Upstream tool-call status is invalid.", hint=CONFIRMATION_HINT)
-
-
-def _with_binding(error: ConfirmationError, state: SessionState, token: str) -> None:
-    error.record = find_binding(state, token)
 
 
 def _upstream_effect(claimed: Record, reason: str | None) -> CallApprove | CallDeny:
@@ -277,27 +322,28 @@ def claim_resolution(
     if reason is not None and not isinstance(reason, str):
         raise _invalid_options()
     check_can_save(state)
+    index = _position(state.snapshot, token)
+    if index < 0:
+        raise InvalidConfirmationToken()
+    binding = state.snapshot.confirmations[index]
     try:
-        won = k.claim(_records(state.snapshot), token, event, now_ms)
+        won = k.claim_at((_record(binding),), 0, event, now_ms).record
     except ConfirmationError as error:
-        _with_binding(error, state, token)
+        error.record = binding  # the loser's answer carries the stored binding
         raise
-    snapshot = state.snapshot.model_copy(
-        update={"confirmations": _bindings(state.snapshot, won.records)}
-    )
-    step = _saving(state, snapshot, now_ms)
-    return Step(step.state, (*step.effects, _upstream_effect(won.record, reason)))
+    step = _saving(state, _moved_to(state.snapshot, index, won.status), now_ms)
+    return Step(step.state, (*step.effects, _upstream_effect(won, reason)))
 
 
 def complete_resolution(state: SessionState, token: str, now_ms: int) -> Step:
     """Upstream returned for the claim on ``token``: save the matching final state."""
     check_clock(now_ms)
     check_can_save(state)
-    records = k.complete(_records(state.snapshot), token)
-    snapshot = state.snapshot.model_copy(
-        update={"confirmations": _bindings(state.snapshot, records)}
-    )
-    return _saving(state, snapshot, now_ms)
+    index = _position(state.snapshot, token)
+    if index < 0:
+        raise InvalidConfirmationToken()
+    settled = k.complete_at((_record(state.snapshot.confirmations[index]),), 0)[0]
+    return _saving(state, _moved_to(state.snapshot, index, settled.status), now_ms)
 
 
 def reconcile(
@@ -320,14 +366,12 @@ def reconcile(
       record back to ``pending``.
     """
     check_clock(now_ms)
-    binding = find_binding(state, token)
-    if binding is None:
+    index = _position(state.snapshot, token)
+    if index < 0:
         raise InvalidConfirmationToken()
+    current = _record(state.snapshot.confirmations[index])
     upstream = coerce(UpstreamToolStatus, upstream, _bad_upstream)
-    decision = k.reconcile_decision(binding.status, upstream, bool(release_untouched))
-    current = Record(
-        token, binding.action, binding.tool_call_id, binding.expires_at, binding.status
-    )
+    decision = k.reconcile_decision(current.status, upstream, bool(release_untouched))
     if decision is Reconciliation.RESUME:
         # Re-save the claim before re-issuing its call. The save moves the cursor, which fences
         # every older write still in flight (a release whose outcome was unknown could otherwise
@@ -338,8 +382,5 @@ def reconcile(
     if decision is Reconciliation.COMPLETE:
         return complete_resolution(state, token, now_ms)
     check_can_save(state)
-    records = k.release(_records(state.snapshot), token)
-    snapshot = state.snapshot.model_copy(
-        update={"confirmations": _bindings(state.snapshot, records)}
-    )
-    return _saving(state, snapshot, now_ms)
+    released = k.release_at((current,), 0)[0]
+    return _saving(state, _moved_to(state.snapshot, index, released.status), now_ms)

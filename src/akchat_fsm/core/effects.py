@@ -1,6 +1,6 @@
 """What the pure core asks its shell to do, as frozen values.
 
-A shell (sync, async, or a test) performs the effects of a :class:`~akchat_fsm.core.session.Step`
+A shell (sync, async, or a test) performs the effects of a :class:`~akchat_fsm.core.state.Step`
 **in order** and stops at the first failure: an upstream call is always preceded, in the same
 step, by the save that records the claim, so it runs only after that save returned ``True``.
 """

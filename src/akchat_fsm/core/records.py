@@ -3,7 +3,7 @@
 No pydantic, no ``Literal``, no state-machine instances: CrossHair checks the PEP 316
 contracts in these docstrings (``scripts/check_contracts.py``). Every move is looked up in
 :data:`~akchat_fsm.machines.tables.CONFIRMATION_TABLE`, derived from ``ConfirmationLifecycle``.
-The edge adapters in :mod:`akchat_fsm.core.session` map the pydantic envelope to and from
+The edge adapters in :mod:`akchat_fsm.core.confirmations` map the pydantic envelope to and from
 these records; a record's JSON ``input`` stays at the edge (it never changes after propose).
 """
 
@@ -36,12 +36,15 @@ __all__ = [
     "UpstreamAction",
     "UpstreamToolStatus",
     "claim",
+    "claim_at",
     "complete",
+    "complete_at",
     "confirmation_step",
     "find",
     "is_expired",
     "reconcile_decision",
     "release",
+    "release_at",
     "upstream_call",
 ]
 
@@ -151,25 +154,27 @@ def _expiry_respected(
     return expiring == (event is ConfirmationEvent.EXPIRE or now_ms >= before[won.index].expires_at)
 
 
-def claim(records: tuple[Record, ...], token: str, event: ConfirmationEvent, now_ms: int) -> Claim:
-    """Claim the resolution of ``token`` (approve, reject or expire) at ``now_ms``.
+def claim_at(
+    records: tuple[Record, ...], index: int, event: ConfirmationEvent, now_ms: int
+) -> Claim:
+    """Claim the resolution of the record at ``index`` (approve, reject or expire) at ``now_ms``.
 
     The loser outcomes are typed: a terminal record raises ``AlreadyResolved``, a processing
-    record ``ResolutionInProgress``, an unknown token ``InvalidConfirmationToken``; ``expire``
-    before ``expires_at`` is an ``IllegalTransition``. After expiry every claim is ``expiring``.
+    record ``ResolutionInProgress``; ``expire`` before ``expires_at`` is an ``IllegalTransition``.
+    After expiry every claim is ``expiring``. Shaped by index so that CrossHair's count-based
+    budget reaches the expiry paths (ADR-0110); every other record is returned unchanged, so
+    an adapter may decide on the one record and splice it back (ADR-0111).
 
     pre: event in CLAIM_EVENTS
-    raises: AlreadyResolved, ResolutionInProgress, InvalidConfirmationToken, IllegalTransition
-    post: _others_unchanged(records, __return__.records, __return__.index)
-    post: records[__return__.index].status == ConfirmationStatus.PENDING
+    pre: 0 <= index < len(records)
+    raises: AlreadyResolved, ResolutionInProgress, IllegalTransition
+    post: __return__.index == index
+    post: _others_unchanged(records, __return__.records, index)
+    post: records[index].status == ConfirmationStatus.PENDING
     post: __return__.record.status.is_processing
-    post: __return__.record.token == token
-    post: replace(__return__.record, status=ConfirmationStatus.PENDING) == records[__return__.index]
+    post: replace(__return__.record, status=ConfirmationStatus.PENDING) == records[index]
     post: _expiry_respected(records, __return__, event, now_ms)
     """
-    index = find(records, token)
-    if index < 0:
-        raise InvalidConfirmationToken()
     current = records[index]
     if current.status.is_terminal:
         raise AlreadyResolved("Action confirmation was already resolved.", record=current)
@@ -182,16 +187,38 @@ def claim(records: tuple[Record, ...], token: str, event: ConfirmationEvent, now
     return Claim((*records[:index], claimed, *records[index + 1 :]), index)
 
 
-def _settle(
-    records: tuple[Record, ...], token: str, event: ConfirmationEvent
-) -> tuple[Record, ...]:
+def claim(records: tuple[Record, ...], token: str, event: ConfirmationEvent, now_ms: int) -> Claim:
+    """Claim the resolution of ``token``: :func:`claim_at` the record holding it.
+
+    An unknown token raises ``InvalidConfirmationToken``; the other outcomes are
+    :func:`claim_at` 's.
+
+    pre: event in CLAIM_EVENTS
+    raises: AlreadyResolved, ResolutionInProgress, InvalidConfirmationToken, IllegalTransition
+    post: __return__.record.token == token
+    post: _others_unchanged(records, __return__.records, __return__.index)
+    post: _expiry_respected(records, __return__, event, now_ms)
+    """
     index = find(records, token)
     if index < 0:
         raise InvalidConfirmationToken()
+    return claim_at(records, index, event, now_ms)
+
+
+def _settle_at(
+    records: tuple[Record, ...], index: int, event: ConfirmationEvent
+) -> tuple[Record, ...]:
     current = records[index]
     # Settling ignores the clock: a claim already taken is finished (or given up) as claimed.
     target = confirmation_step(current.status, event, False)
     return (*records[:index], replace(current, status=target), *records[index + 1 :])
+
+
+def _index_of(records: tuple[Record, ...], token: str) -> int:
+    index = find(records, token)
+    if index < 0:
+        raise InvalidConfirmationToken()
+    return index
 
 
 def _moved(
@@ -201,8 +228,37 @@ def _moved(
     return after[index] == replace(before[index], status=status)
 
 
+def _completed_at(before: tuple[Record, ...], after: tuple[Record, ...], index: int) -> bool:
+    return after[index] == replace(before[index], status=MATCHING_TERMINAL[before[index].status])
+
+
 def _completed(before: tuple[Record, ...], after: tuple[Record, ...], token: str) -> bool:
     return _moved(before, after, token, MATCHING_TERMINAL[before[find(before, token)].status])
+
+
+def complete_at(records: tuple[Record, ...], index: int) -> tuple[Record, ...]:
+    """Record that upstream returned for the claim at ``index``: the matching final state.
+
+    pre: 0 <= index < len(records)
+    raises: IllegalTransition
+    post: len(__return__) == len(records)
+    post: records[index].status.is_processing
+    post: _completed_at(records, __return__, index)
+    post: _others_unchanged(records, __return__, index)
+    """
+    return _settle_at(records, index, ConfirmationEvent.COMPLETE)
+
+
+def release_at(records: tuple[Record, ...], index: int) -> tuple[Record, ...]:
+    """Give up the claim at ``index`` (upstream known not to have acted): back to ``pending``.
+
+    pre: 0 <= index < len(records)
+    raises: IllegalTransition
+    post: records[index].status.is_processing
+    post: __return__[index] == replace(records[index], status=ConfirmationStatus.PENDING)
+    post: _others_unchanged(records, __return__, index)
+    """
+    return _settle_at(records, index, ConfirmationEvent.RELEASE)
 
 
 def complete(records: tuple[Record, ...], token: str) -> tuple[Record, ...]:
@@ -214,7 +270,7 @@ def complete(records: tuple[Record, ...], token: str) -> tuple[Record, ...]:
     post: _completed(records, __return__, token)
     post: _others_unchanged(records, __return__, find(records, token))
     """
-    return _settle(records, token, ConfirmationEvent.COMPLETE)
+    return complete_at(records, _index_of(records, token))
 
 
 def release(records: tuple[Record, ...], token: str) -> tuple[Record, ...]:
@@ -225,7 +281,7 @@ def release(records: tuple[Record, ...], token: str) -> tuple[Record, ...]:
     post: _moved(records, __return__, token, ConfirmationStatus.PENDING)
     post: _others_unchanged(records, __return__, find(records, token))
     """
-    return _settle(records, token, ConfirmationEvent.RELEASE)
+    return release_at(records, _index_of(records, token))
 
 
 UNTOUCHED = UpstreamToolStatus.REQUIRES_CONFIRMATION

@@ -34,6 +34,7 @@ from ..errors import (
     StorageUnavailable,
 )
 from ..machines.confirmation import ConfirmationEvent
+from ..machines.tables import CONFIRMATION_TABLE
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
 from ._state import REDECIDE, SessionHolder, apply, reload
@@ -168,16 +169,23 @@ def _deny_unbound(tool_call_id: str, error: AkchatError) -> Plan[None]:
 def settled_for(intent: ConfirmationEvent, status: ConfirmationStatus) -> bool:
     """A terminal record that already says what ``intent`` asked for: a repeat returns it.
 
-    ``expired`` answers every intent (an approve after expiry resolves as expired, as in the
-    reference); ``approved`` answers approve and ``rejected`` answers reject. Anything else is
-    a loser's :class:`AlreadyResolved`.
+    Derived from the lifecycle, not restated: ``status`` is a final state that a claim of
+    ``intent`` on a pending record reaches (before or after expiry). So ``expired`` answers
+    every intent (an approve after expiry resolves as expired, as in the reference),
+    ``approved`` answers approve and ``rejected`` answers reject; anything else is a loser's
+    :class:`AlreadyResolved`.
     """
-    if status is ConfirmationStatus.EXPIRED:
-        return True
-    return (intent, status) in {
-        (ConfirmationEvent.APPROVE, ConfirmationStatus.APPROVED),
-        (ConfirmationEvent.REJECT, ConfirmationStatus.REJECTED),
-    }
+    return status in _SETTLES.get(intent, ())
+
+
+def _settles(intent: ConfirmationEvent) -> frozenset[ConfirmationStatus]:
+    reached = (
+        CONFIRMATION_TABLE.get((ConfirmationStatus.PENDING, intent, e)) for e in (False, True)
+    )
+    return frozenset(core.records.MATCHING_TERMINAL[s] for s in reached if s is not None)
+
+
+_SETTLES = {intent: _settles(intent) for intent in core.records.CLAIM_EVENTS}
 
 
 CLAIM_RELEASED = (

@@ -212,6 +212,57 @@ def _walk(value: Any, *, root_object: bool) -> Any:
     return visit(value, 0, root_object)
 
 
+def _plain_scalar(item: Any, kind: type) -> bool:
+    # A value the walk would return unchanged: short ASCII text, a safe integer, null, a bool.
+    if kind is str:
+        return len(item) <= MAX_STRING_LENGTH and bool(item.isascii())
+    if kind is int:
+        return bool(-MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER)
+    return item is None or kind is bool
+
+
+def _freeze_shallow(value: dict[str, Any]) -> FrozenDict | None:
+    """The common confirmation input, frozen without the recursive walk, or ``None``.
+
+    Covers an object of plain keys (ASCII, not index-like, not ``__proto__``) whose values are
+    plain scalars or arrays of them: what :func:`_walk` returns for it, in one flat loop (the
+    decoder freezes every input of every envelope it reads, ADR-0111). Anything else, and any
+    bound that might be reached, returns ``None`` and takes the full walk, which decides (and
+    words) every refusal.
+    """
+    nodes = 1 + len(value)
+    if len(value) > MAX_KEYS or nodes > MAX_NODES:
+        return None
+    out: dict[str, Any] = {}
+    arrays: list[int] = []
+    for key, child in value.items():
+        if (
+            type(key) is not str
+            or len(key) > MAX_KEY_LENGTH
+            or not key.isascii()
+            or key[:1].isdigit()
+            or key == "__proto__"
+        ):
+            return None
+        kind = type(child)
+        if kind is list:
+            nodes += len(child)
+            if nodes > MAX_NODES or len(child) > MAX_ARRAY_ITEMS:
+                return None
+            for item in child:
+                if not _plain_scalar(item, type(item)):
+                    return None
+            arrays.append(id(child))
+            out[key] = tuple(child)
+        elif _plain_scalar(child, kind):
+            out[key] = child
+        else:
+            return None
+    if len(arrays) > 1 and len(set(arrays)) != len(arrays):
+        return None  # one list under two keys: the walk refuses the shared reference
+    return FrozenDict._wrap(out)
+
+
 def freeze_bounded_object(value: Any) -> FrozenDict:
     """Validate a confirmation ``input`` and return its frozen form.
 
@@ -220,6 +271,9 @@ def freeze_bounded_object(value: Any) -> FrozenDict:
     """
     if type(value) is not dict and type(value) is not FrozenDict:
         raise BoundedJsonError("not a JSON object")
+    flat = _freeze_shallow(value) if type(value) is dict else None
+    if flat is not None:
+        return flat
     result = _walk(value, root_object=True)
     assert isinstance(result, FrozenDict)
     return result
