@@ -33,8 +33,8 @@ Catch the narrowest class that matches what you can do about it::
     │   │                          re-claimed while the body ran; its outcome not recorded
     │   ├── RunInProgress          (integrations) another process holds the run's continuation
     │   ├── RunClaimLost           (integrations) our continuation claim was taken over
-    │   └── RecordedToolFailure    (integrations.pydantic_ai, .openai_agents) the body already
-    │                              ran and raised; it is not run again
+    │   └── RecordedToolFailure    (integrations.ledger) the body already ran and raised;
+    │                              it is not run again
     ├── SessionConflict            CAS refused: the stored cursor moved; reload, re-apply
     └── StorageError               the storage call failed
         ├── StorageUnavailable     definite: nothing was applied, a retry is safe
