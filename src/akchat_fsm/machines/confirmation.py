@@ -10,7 +10,8 @@ A claim (approve / reject / expire) is what one CAS save records; only the clien
 was saved calls upstream, and ``complete`` is recorded by a second CAS after upstream returned.
 Expiry is a guard on every claim, read from an injected clock (REFERENCE §7.3 closed): once
 ``now >= expires_at`` approve and reject both claim ``expiring``, and ``expire`` is legal only
-then. Nothing leaves a final state.
+then. Nothing leaves a final state; which states are final is read from the wire's
+``ConfirmationStatus.is_terminal`` (storage needs it and may import only the wire, ADR-0114).
 
 The machine is strict (``StateMachine``): an event with no enabled transition raises and leaves
 the state unchanged. Callbacks do no I/O; hot paths use the table derived from this class in
@@ -36,16 +37,23 @@ class ConfirmationModel:
         self.expired = expired
 
 
+def _state(status: ConfirmationStatus, *, initial: bool = False) -> State:
+    # Final or not is the wire's one statement (``ConfirmationStatus.is_terminal``, ADR-0114),
+    # not repeated here; python-statemachine refuses this class unless the final states are
+    # exactly those the transitions below never leave.
+    return State(initial=initial, final=status.is_terminal, value=status)
+
+
 class ConfirmationLifecycle(StateMachine):
     """Lifecycle of one confirmation binding. States are :class:`ConfirmationStatus` values."""
 
-    pending = State(initial=True, value=ConfirmationStatus.PENDING)
-    approving = State(value=ConfirmationStatus.APPROVING)
-    rejecting = State(value=ConfirmationStatus.REJECTING)
-    expiring = State(value=ConfirmationStatus.EXPIRING)
-    approved = State(final=True, value=ConfirmationStatus.APPROVED)
-    rejected = State(final=True, value=ConfirmationStatus.REJECTED)
-    expired = State(final=True, value=ConfirmationStatus.EXPIRED)
+    pending = _state(ConfirmationStatus.PENDING, initial=True)
+    approving = _state(ConfirmationStatus.APPROVING)
+    rejecting = _state(ConfirmationStatus.REJECTING)
+    expiring = _state(ConfirmationStatus.EXPIRING)
+    approved = _state(ConfirmationStatus.APPROVED)
+    rejected = _state(ConfirmationStatus.REJECTED)
+    expired = _state(ConfirmationStatus.EXPIRED)
 
     # Claims. Declaration order matters: the first transition whose guard passes wins.
     approve = pending.to(approving, unless="expired") | pending.to(expiring, cond="expired")

@@ -33,11 +33,20 @@ class ConfirmationStatus(StrEnum):
         return self in _TERMINAL
 
 
-_PROCESSING = frozenset(
-    {ConfirmationStatus.APPROVING, ConfirmationStatus.REJECTING, ConfirmationStatus.EXPIRING}
-)
+#: The one statement of which statuses are final (ADR-0114). It lives here, at the bottom, because
+#: storage (which may import only the wire) indexes processing records by it. The lifecycle reads
+#: it rather than repeating it: ``ConfirmationLifecycle`` declares each state ``final`` iff its
+#: status is in this set, python-statemachine refuses the class unless that is exactly the set
+#: of states its transitions never leave, and ``machines.tables`` checks the same against the
+#: derived table at import. So a wrong entry here fails every import of the machines.
 _TERMINAL = frozenset(
     {ConfirmationStatus.APPROVED, ConfirmationStatus.REJECTED, ConfirmationStatus.EXPIRED}
+)
+#: Processing is derived, not listed: a claimed status, i.e. neither the open ``pending`` (the
+#: machine's initial state) nor final. ``machines.tables`` checks it equals the set of states a
+#: claim moves to.
+_PROCESSING = frozenset(
+    s for s in ConfirmationStatus if s is not ConfirmationStatus.PENDING and s not in _TERMINAL
 )
 
 
