@@ -19,7 +19,7 @@ from ..errors import (
     ResolutionInProgress,
 )
 from ..machines.confirmation import ConfirmationEvent
-from ..machines.tables import CONFIRMATION_TABLE
+from ..machines.tables import CONFIRMATION_FACTS, CONFIRMATION_TABLE
 from ..wire.enums import ConfirmationStatus
 from ..wire.memory import ToolCallStatus
 
@@ -29,17 +29,20 @@ UpstreamToolStatus = ToolCallStatus
 
 __all__ = [
     "CLAIM_EVENTS",
+    "EXPIRED_REASON",
     "MATCHING_TERMINAL",
     "Claim",
     "Reconciliation",
     "Record",
     "UpstreamAction",
     "UpstreamToolStatus",
+    "born_status",
     "claim",
     "claim_at",
     "complete",
     "complete_at",
     "confirmation_step",
+    "deny_reason",
     "find",
     "is_expired",
     "reconcile_decision",
@@ -49,15 +52,12 @@ __all__ = [
 ]
 
 MACHINE = "confirmation"
-CLAIM_EVENTS = frozenset(
-    {ConfirmationEvent.APPROVE, ConfirmationEvent.REJECT, ConfirmationEvent.EXPIRE}
-)
-#: The only way into each final state: from its own processing state.
-MATCHING_TERMINAL = {
-    ConfirmationStatus.APPROVING: ConfirmationStatus.APPROVED,
-    ConfirmationStatus.REJECTING: ConfirmationStatus.REJECTED,
-    ConfirmationStatus.EXPIRING: ConfirmationStatus.EXPIRED,
-}
+#: The claims (the events a ``pending`` record accepts), read off the table (ADR-0114).
+CLAIM_EVENTS = CONFIRMATION_FACTS.claim_events
+#: The only way into each final state: from its own processing state (read off the table).
+MATCHING_TERMINAL = CONFIRMATION_FACTS.matching_terminal
+#: The deny reason of an expiry, as the reference sends it.
+EXPIRED_REASON = "confirmation expired"
 
 
 @dataclass(frozen=True)
@@ -290,18 +290,42 @@ UNTOUCHED = UpstreamToolStatus.REQUIRES_CONFIRMATION
 def upstream_call(claimed: Record) -> UpstreamAction:
     """The one upstream call allowed by ``claimed``: only a processing record allows one.
 
-    ``approving`` allows approve; ``rejecting`` and ``expiring`` allow deny. Anything else (no
-    claim, or a claim already settled) allows nothing: ``IllegalTransition``.
+    The claim an approve takes before expiry (``approving``) allows approve; every other claim
+    (``rejecting``, ``expiring``) allows deny; both read off the table. Anything else (no claim,
+    or a claim already settled) allows nothing: ``IllegalTransition``.
 
     raises: IllegalTransition
     post: claimed.status.is_processing
     post: (__return__ == UpstreamAction.APPROVE) == (claimed.status == ConfirmationStatus.APPROVING)
     """
-    if claimed.status == ConfirmationStatus.APPROVING:
+    if not claimed.status.is_processing:
+        raise IllegalTransition(MACHINE, str(claimed.status), "call upstream", "no claim held")
+    if claimed.status == CONFIRMATION_FACTS.approving:
         return UpstreamAction.APPROVE
-    if claimed.status in (ConfirmationStatus.REJECTING, ConfirmationStatus.EXPIRING):
-        return UpstreamAction.DENY
-    raise IllegalTransition(MACHINE, str(claimed.status), "call upstream", "no claim held")
+    return UpstreamAction.DENY
+
+
+def deny_reason(claimed: Record, reason: str | None) -> str | None:
+    """The reason a deny for ``claimed`` carries: an expiry's own, otherwise the caller's.
+
+    post: (__return__ == EXPIRED_REASON) or (__return__ == reason)
+    post: claimed.status != ConfirmationStatus.EXPIRING or __return__ == EXPIRED_REASON
+    """
+    return EXPIRED_REASON if claimed.status == CONFIRMATION_FACTS.expiring else reason
+
+
+def born_status(upstream: UpstreamToolStatus) -> ConfirmationStatus:
+    """The status a proposed record is born with, from what upstream's propose returned.
+
+    A call that requires confirmation is born ``pending``; any other is born ``rejected``,
+    with no deny (REFERENCE §3.2): upstream did not wait for us.
+
+    post: (__return__ == ConfirmationStatus.PENDING) == (upstream == UNTOUCHED)
+    post: __return__ == ConfirmationStatus.PENDING or __return__.is_terminal
+    """
+    if upstream == UNTOUCHED:
+        return ConfirmationStatus.PENDING
+    return ConfirmationStatus.REJECTED
 
 
 def reconcile_decision(

@@ -29,11 +29,14 @@ from .cursor import CursorEvent, CursorModel, CursorPhase, SessionCursorLifecycl
 from .lease import LeaseModel, TurnLeaseEvent, TurnLeaseLifecycle, TurnLeaseState
 
 __all__ = [
+    "CONFIRMATION_FACTS",
     "CONFIRMATION_TABLE",
     "CURSOR_TABLE",
     "LEASE_TABLE",
     "MACHINES",
+    "ConfirmationFacts",
     "MachineSpec",
+    "confirmation_facts",
     "derive_table",
     "executed_table",
     "step",
@@ -130,6 +133,91 @@ CURSOR_TABLE: Mapping[tuple[CursorPhase, CursorEvent, bool], CursorPhase]
 CURSOR_TABLE = derive_table(SessionCursorLifecycle, CursorPhase, CursorEvent, "stored")
 LEASE_TABLE: Mapping[tuple[TurnLeaseState, TurnLeaseEvent, bool], TurnLeaseState]
 LEASE_TABLE = derive_table(TurnLeaseLifecycle, TurnLeaseState, TurnLeaseEvent, "busy")
+
+ConfirmationTable = Mapping[tuple[ConfirmationStatus, ConfirmationEvent, bool], ConfirmationStatus]
+
+
+@dataclass(frozen=True)
+class ConfirmationFacts:
+    """The lifecycle facts the other layers use, each read off one confirmation table.
+
+    Nothing here is written by hand: :func:`confirmation_facts` derives every field from the
+    table (and the initial state), so a changed machine changes them with it (ADR-0114).
+    """
+
+    #: The events a ``pending`` record accepts: the claims (approve, reject, expire).
+    claim_events: frozenset[ConfirmationEvent]
+    #: The states a claim moves to: the processing states.
+    processing: frozenset[ConfirmationStatus]
+    #: The states no event leaves: the final states.
+    terminal: frozenset[ConfirmationStatus]
+    #: Each processing state -> the one final state it may enter (its own).
+    matching_terminal: Mapping[ConfirmationStatus, ConfirmationStatus]
+    #: The claim an approve takes before expiry: the only one whose winner calls upstream
+    #: ``approve`` (every other claim denies).
+    approving: ConfirmationStatus
+    #: The claim ``expire`` takes: its winner denies upstream with the expiry reason.
+    expiring: ConfirmationStatus
+
+
+def confirmation_facts(
+    table: ConfirmationTable, initial: ConfirmationStatus = ConfirmationStatus.PENDING
+) -> ConfirmationFacts:
+    """Derive :class:`ConfirmationFacts` from ``table``; refuse a table the protocol cannot run.
+
+    The protocol needs: claims leave only the initial state, for processing states; each
+    processing state enters exactly one final state and no two share one; nothing else enters
+    a final state. Anything else raises :class:`DefinitionError` (at import, for the real table).
+    """
+    claims = {cell: t for cell, t in table.items() if cell[0] is initial}
+    processing = frozenset(claims.values())
+    exits = {state for state, _, _ in table}
+    terminal = frozenset(s for s in ConfirmationStatus if s not in exits)
+    matching: dict[ConfirmationStatus, set[ConfirmationStatus]] = {s: set() for s in processing}
+    for (state, event, _), target in table.items():
+        if target not in terminal:
+            continue
+        if state not in processing:
+            raise DefinitionError(f"{state} enters final {target} on {event} without a claim")
+        matching[state].add(target)
+    finals = [next(iter(targets)) for targets in matching.values() if len(targets) == 1]
+    if len(finals) != len(matching) or len(set(finals)) != len(finals):
+        raise DefinitionError(f"processing states must each own one final state: {matching}")
+    approving = table.get((initial, ConfirmationEvent.APPROVE, False))
+    expiring = table.get((initial, ConfirmationEvent.EXPIRE, True))
+    if approving is None or expiring is None or approving is expiring:
+        raise DefinitionError("approve before expiry and expire must claim two distinct states")
+    return ConfirmationFacts(
+        claim_events=frozenset(event for (_, event, _) in claims),
+        processing=processing,
+        terminal=terminal,
+        matching_terminal=MappingProxyType(
+            {s: next(iter(matching[s])) for s in ConfirmationStatus if s in matching}
+        ),
+        approving=approving,
+        expiring=expiring,
+    )
+
+
+CONFIRMATION_FACTS = confirmation_facts(
+    CONFIRMATION_TABLE, ConfirmationStatus(ConfirmationLifecycle.initial_state.value)
+)
+
+
+def _check_wire_agrees(facts: ConfirmationFacts) -> None:
+    """The wire's ``is_terminal`` / ``is_processing`` (storage reads them) name the table's sets."""
+    wire = (
+        frozenset(s for s in ConfirmationStatus if s.is_terminal),
+        frozenset(s for s in ConfirmationStatus if s.is_processing),
+    )
+    if wire != (facts.terminal, facts.processing):
+        raise DefinitionError(
+            f"wire says final {set(wire[0])}, processing {set(wire[1])}; the table says final "
+            f"{set(facts.terminal)}, processing {set(facts.processing)}"
+        )
+
+
+_check_wire_agrees(CONFIRMATION_FACTS)
 
 MACHINES: Mapping[str, MachineSpec[Any, Any]] = MappingProxyType(
     {
