@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -32,7 +31,7 @@ from typing import Any, Literal, Protocol, TypeAlias, TypeVar, cast
 from pydantic import ValidationError
 
 from .core import records as kernel
-from .core.confirmations import random_suffix
+from .core.confirmations import DEFAULT_TTL_MS, confirmation_ids, random_suffix
 from .errors import (
     ConfigError,
     InvalidConfirmationToken,
@@ -253,10 +252,6 @@ class SnapshotSequence:
 
 # --------------------------------------------------------------------------- confirmations
 
-DEFAULT_TTL_MS = 300_000
-EXPIRED_REASON = "confirmation expired"
-_SUFFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,119}", re.ASCII)
-
 
 @dataclass(frozen=True, slots=True)
 class ControlledConfirmation:
@@ -343,19 +338,12 @@ class ControlledConfirmations:
 
     async def propose(self, name: str, args: Mapping[str, Any]) -> ControlledConfirmation:
         """Propose ``name(args)`` upstream and bind a pending confirmation to it."""
-        suffix = self._create_id()
-        if not isinstance(suffix, str) or _SUFFIX.fullmatch(suffix) is None:
-            raise ConfigError("Action confirmation id is invalid.")
-        token = f"confirm-{suffix}"
+        token, request_id = confirmation_ids(self._create_id())  # the session driver's ids
         if kernel.find(self._records, token) >= 0 or not is_identifier(name):
             raise ConfigError("Action confirmation options are invalid.")
-        request = {"id": f"app-{suffix}", "name": name, "args": _json_object(args)}
+        request = {"id": request_id, "name": name, "args": _json_object(args)}
         call = _tool_call(await _settle(self._chat.propose_tool_call(request)))
-        status = (
-            ConfirmationStatus.PENDING
-            if call.status is ToolCallStatus.REQUIRES_CONFIRMATION
-            else ConfirmationStatus.REJECTED
-        )
+        status = kernel.born_status(call.status)
         record = kernel.Record(token, call.name, call.id, self._clock() + self._ttl_ms, status)
         self._records = (*self._records, record)
         self._inputs[token] = call.args
@@ -384,11 +372,11 @@ class ControlledConfirmations:
         self._flights[token] = flight
         self._records = claim.records
         try:
-            record = claim.record
-            if record.status is ConfirmationStatus.APPROVING:
+            record = claim.record  # the kernel decides which call the claim allows, and why
+            if kernel.upstream_call(record) is kernel.UpstreamAction.APPROVE:
                 await _settle(self._chat.approve(record.tool_call_id))
             else:
-                why = EXPIRED_REASON if record.status is ConfirmationStatus.EXPIRING else reason
+                why = kernel.deny_reason(record, reason)
                 await _settle(self._chat.deny(record.tool_call_id, why))
         except BaseException as exc:
             # In memory nothing durable records the claim, so give it up: a retry may run.

@@ -36,7 +36,7 @@ from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding, SessionSnapshot
 from . import records as k
 from .effects import CallApprove, CallDeny, ProposeUpstream
-from .records import Reconciliation, Record, UpstreamToolStatus
+from .records import EXPIRED_REASON, Reconciliation, Record, UpstreamToolStatus
 from .retention import KEEP_TERMINAL, MAX_CONFIRMATIONS, live_count, prune_for_admission
 from .state import SessionState, Step, _saving, check_can_save, check_clock, coerce
 
@@ -48,6 +48,7 @@ __all__ = [
     "by_tool_call",
     "claim_resolution",
     "complete_resolution",
+    "confirmation_ids",
     "find_binding",
     "plan_proposal",
     "random_suffix",
@@ -56,8 +57,6 @@ __all__ = [
 ]
 
 DEFAULT_TTL_MS = 300_000
-#: The deny reason of an expiry, as the reference sends it.
-EXPIRED_REASON = "confirmation expired"
 _MAX_SUFFIX = 120  # so that "confirm-" + suffix and "app-" + suffix stay within 128
 
 
@@ -85,6 +84,15 @@ class UpstreamCall:
 def random_suffix() -> str:
     """Default id suffix: 128 random bits (unguessable; never a sequence or a timestamp)."""
     return secrets.token_hex(16)
+
+
+def confirmation_ids(suffix: object) -> tuple[str, str]:
+    """The (token, upstream tool-call id) a proposal with id ``suffix`` uses; both drivers call
+    this, so their ids cannot drift. A suffix that is not a SafeIdentifier of at most 120
+    characters raises ``ConfigError("Action confirmation id is invalid.")``."""
+    if not isinstance(suffix, str) or not is_identifier(suffix) or len(suffix) > _MAX_SUFFIX:
+        raise ConfigError("Action confirmation id is invalid.", hint=CONFIRMATION_HINT)
+    return f"confirm-{suffix}", f"app-{suffix}"
 
 
 def _records(snapshot: SessionSnapshot) -> tuple[Record, ...]:
@@ -210,10 +218,7 @@ def plan_proposal(
     expires_at = now_ms + ttl_ms
     if not 0 <= expires_at <= MAX_SAFE_INTEGER or not is_identifier(name):
         raise _invalid_options()
-    chosen = new_suffix() if suffix is None else suffix
-    if not is_identifier(chosen) or len(chosen) > _MAX_SUFFIX:
-        raise ConfigError("Action confirmation id is invalid.", hint=CONFIRMATION_HINT)
-    token, tool_call_id = f"confirm-{chosen}", f"app-{chosen}"
+    token, tool_call_id = confirmation_ids(new_suffix() if suffix is None else suffix)
     if find_binding(state, token) or by_tool_call(state, tool_call_id):
         raise ConfigError("Action confirmation id is invalid.", hint=CONFIRMATION_HINT)
     frozen = _freeze_args(args)
@@ -251,11 +256,7 @@ def record_proposal(
     if not is_identifier(call.id) or not is_identifier(call.name):
         raise LimitExceeded("Upstream tool call does not fit the envelope.", limit="identifier")
     upstream = coerce(UpstreamToolStatus, call.status, _bad_upstream)
-    status = (
-        ConfirmationStatus.PENDING
-        if upstream is UpstreamToolStatus.REQUIRES_CONFIRMATION
-        else ConfirmationStatus.REJECTED
-    )
+    status = k.born_status(upstream)
     binding = ConfirmationBinding.model_construct(
         token=proposal.token,
         action=call.name,
@@ -283,9 +284,7 @@ def _upstream_effect(claimed: Record, reason: str | None) -> CallApprove | CallD
     # The kernel decides which call the claim allows (and refuses any record without a claim).
     if k.upstream_call(claimed) is k.UpstreamAction.APPROVE:
         return CallApprove(claimed.tool_call_id)
-    if claimed.status is ConfirmationStatus.EXPIRING:
-        return CallDeny(claimed.tool_call_id, EXPIRED_REASON)
-    return CallDeny(claimed.tool_call_id, reason or "")
+    return CallDeny(claimed.tool_call_id, k.deny_reason(claimed, reason) or "")
 
 
 def _check_session(state: SessionState, session_id: str | None) -> None:
