@@ -3,15 +3,19 @@
 The SPIN model (``models/resolution.pml``) never spells the confirmation lifecycle itself: it
 ``#include`` s the table written here, which is derived from
 :class:`akchat_fsm.machines.confirmation.ConfirmationLifecycle` in two independent ways that must
-agree:
+agree, both the core's own (:mod:`akchat_fsm.machines.tables`, ADR-0114), not copies:
 
-* **executed**: every (state, event, ``expired`` guard value) is sent to a fresh machine restored
-  on a :class:`~akchat_fsm.machines.confirmation.ConfirmationModel` box; the resulting state (or
-  ``TransitionNotAllowed``) is the row;
-* **declared**: the class's ``states_map`` / transitions are read, guards included.
+* **executed** (``executed_table``): every (state, event, ``expired`` guard value) is sent to a
+  fresh machine restored on a :class:`~akchat_fsm.machines.confirmation.ConfirmationModel` box;
+  the resulting state (or ``TransitionNotAllowed``) is the row;
+* **declared** (``derive_table``, which ``CONFIRMATION_TABLE`` comes from): the class's
+  transitions are read, guards included.
 
-Any guard other than ``expired`` stops generation: the model has no variable for it yet, and
-silently dropping a guard would make the model check a different machine than the code runs.
+The final and processing states (``IS_FINAL``, ``IS_PROCESSING``) are read off that table by
+``confirmation_facts``, the derivation the kernel's ``MATCHING_TERMINAL`` and ``CLAIM_EVENTS``
+come from. Any guard other than ``expired`` stops generation: the model has no variable for it
+yet, and silently dropping a guard would make the model check a different machine than the
+code runs.
 
 Seeded machine bugs (``SEEDED_MACHINES``) are mutants of the real class, declared here and read
 the same two ways; each is rendered as its own ``fsm_next`` under ``#ifdef <flag>``, so
@@ -26,18 +30,28 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import product
 from pathlib import Path
 from typing import Any, cast
 
 from statemachine import State, StateMachine
 
-from akchat_fsm.machines.confirmation import ConfirmationLifecycle, ConfirmationModel
+from akchat_fsm.machines.confirmation import (
+    ConfirmationEvent,
+    ConfirmationLifecycle,
+    ConfirmationModel,
+)
+from akchat_fsm.machines.tables import (
+    ConfirmationFacts,
+    DefinitionError,
+    confirmation_facts,
+    derive_table,
+    executed_table,
+)
 from akchat_fsm.wire.enums import ConfirmationStatus
 
 OUTPUT = Path(__file__).with_name("confirmation_table.pml")
-#: The only guard the model knows how to feed (``ConfirmationModel.expired``).
-MODELLED_GUARDS = frozenset({"expired"})
+#: The only guard the model knows how to feed (``ConfirmationModel.expired``, ``exp`` in Promela).
+MODELLED_GUARD = "expired"
 
 Row = tuple[ConfirmationStatus, str, bool, ConfirmationStatus]
 
@@ -82,46 +96,31 @@ def events(machine: Machine = ConfirmationLifecycle) -> list[str]:
 
 
 def executed_rows(machine: Machine = ConfirmationLifecycle) -> list[Row]:
-    """Run every (state, event, guard) on a restored box; keep the moves that happened."""
-    rows: list[Row] = []
-    for state, event, expired in product(ConfirmationStatus, events(machine), (False, True)):
-        box = ConfirmationModel(state, expired=expired)
-        try:
-            machine(model=box).send(event)
-        except machine.TransitionNotAllowed:
-            continue
-        rows.append((state, event, expired, ConfirmationStatus(str(box.state))))
-    return rows
+    """Run every (state, event, guard) on a restored box; keep the moves that happened.
+
+    The core's own reading (:func:`akchat_fsm.machines.tables.executed_table`), not a copy.
+    """
+    cells = executed_table(machine, ConfirmationStatus, ConfirmationEvent, _box)
+    return [(s, str(e), x, t) for (s, e, x), t in cells.items()]
 
 
 def declared_rows(machine: Machine = ConfirmationLifecycle) -> list[Row]:
-    """Read the same table from the class's transitions, resolving the ``expired`` guard."""
-    rows: list[Row] = []
-    for state in machine.states_map.values():
-        for expired in (False, True):
-            for event in events(machine):
-                # psm picks the first declared transition whose guards pass, like this loop.
-                for transition in state.transitions:
-                    if transition.initial or event not in {e.id for e in transition.events}:
-                        continue
-                    if _guards_pass(transition, expired):
-                        (target,) = transition.targets
-                        rows.append((state.value, event, expired, target.value))
-                        break
+    """Read the same table from the class's transitions, resolving the ``expired`` guard.
+
+    The derivation the core's ``CONFIRMATION_TABLE`` comes from
+    (:func:`akchat_fsm.machines.tables.derive_table`), so the model runs the core's table; a guard
+    the model cannot feed stops generation.
+    """
+    try:
+        cells = derive_table(machine, ConfirmationStatus, ConfirmationEvent, MODELLED_GUARD)
+    except DefinitionError as exc:
+        raise TableError(f"{exc} (models/resolution.pml cannot model it)") from exc
+    rows = [(s, str(e), x, t) for (s, e, x), t in cells.items()]
     return sorted(rows, key=lambda row: _row_key(row, machine))
 
 
-def _guards_pass(transition: object, expired: bool) -> bool:
-    passed = True
-    for cond in getattr(transition, "cond", []):
-        name = getattr(cond, "attr_name", None)
-        if name not in MODELLED_GUARDS:
-            raise TableError(f"guard {cond!s} is not modelled in models/resolution.pml")
-        negated = str(cond).startswith("!")
-        passed = passed and (expired != negated)
-    if list(getattr(transition, "validators", [])):
-        raise TableError("validators are not modelled in models/resolution.pml")
-    return passed
+def _box(state: ConfirmationStatus, expired: bool) -> ConfirmationModel:
+    return ConfirmationModel(state, expired=expired)
 
 
 def _row_key(row: Row, machine: Machine) -> tuple[int, int, bool]:
@@ -139,6 +138,16 @@ def table(machine: Machine = ConfirmationLifecycle) -> list[Row]:
     if executed != declared:
         raise TableError(f"executed table {executed} differs from declared {declared}")
     return executed
+
+
+def facts(machine: Machine = ConfirmationLifecycle) -> ConfirmationFacts:
+    """The final and processing states (and the rest) of ``machine``, read off its checked
+    table by the derivation the core uses (``machines.tables.confirmation_facts``)."""
+    cells = {(s, ConfirmationEvent(e), x): t for s, e, x, t in table(machine)}
+    try:
+        return confirmation_facts(cells, ConfirmationStatus(machine.initial_state.value))
+    except DefinitionError as exc:
+        raise TableError(f"{machine.__name__}: {exc}") from exc
 
 
 def _state_macro(state: ConfirmationStatus) -> str:
@@ -185,9 +194,8 @@ def _same_shape(machine: Machine, mutant: Machine) -> None:
 
 
 def _lines(machine: Machine, seeded: Mapping[str, Machine]) -> Iterator[str]:
-    finals = {s.value for s in machine.final_states}
+    known = facts(machine)
     initial = machine.initial_state.value
-    processing = [s for s in ConfirmationStatus if s not in finals and s != initial]
     yield "/* GENERATED by models/gen_promela.py from"
     yield f" * akchat_fsm.machines.confirmation.{machine.__name__} -- do not edit by hand;"
     yield " * tests/models/test_table_drift.py fails when this file is stale. */"
@@ -200,9 +208,13 @@ def _lines(machine: Machine, seeded: Mapping[str, Machine]) -> Iterator[str]:
         yield f"#define {_event_macro(event)} {number}"
     yield ""
     yield f"#define ST_INITIAL {_state_macro(initial)}"
-    final_test = " || ".join(f"(s) == {_state_macro(s)}" for s in ConfirmationStatus if s in finals)
+    final_test = " || ".join(
+        f"(s) == {_state_macro(s)}" for s in ConfirmationStatus if s in known.terminal
+    )
     yield f"#define IS_FINAL(s) ({final_test})"
-    processing_test = " || ".join(f"(s) == {_state_macro(s)}" for s in processing)
+    processing_test = " || ".join(
+        f"(s) == {_state_macro(s)}" for s in ConfirmationStatus if s in known.processing
+    )
     yield f"#define IS_PROCESSING(s) ({processing_test})"
     yield ""
     keyword = "#if"
