@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,21 @@ def test_the_model_table_equals_the_table_the_core_runs_on() -> None:
 
     core = {(s, str(e), g): t for (s, e, g), t in CONFIRMATION_TABLE.items()}
     assert {(s, e, g): t for s, e, g, t in gen.table()} == core
+
+
+def test_the_final_and_processing_tests_are_the_cores_derived_facts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """IS_FINAL / IS_PROCESSING are read off the table by the core's derivation (ADR-0114)."""
+    text = gen.render(seeded={})
+    final = " || ".join(f"(s) == ST_{s.name}" for s in S if s.is_terminal)
+    processing = " || ".join(f"(s) == ST_{s.name}" for s in S if s.is_processing)
+    assert f"#define IS_FINAL(s) ({final})" in text
+    assert f"#define IS_PROCESSING(s) ({processing})" in text
+    derive = gen.confirmation_facts
+
+    def approving_only(*args: object) -> object:
+        return dataclasses.replace(derive(*args), processing=frozenset({S.APPROVING}))
+
+    monkeypatch.setattr(gen, "confirmation_facts", approving_only)
+    assert "#define IS_PROCESSING(s) ((s) == ST_APPROVING)" in gen.render(seeded={})

@@ -1,0 +1,89 @@
+"""No second statement of a lifecycle fact creeps back (ADR-0114). Read from the source.
+
+The behaviour tests (tests/machines/test_facts.py, tests/controlled/test_controlled_ids.py)
+catch a restatement once it drifts; these catch it the day it is written, while it still agrees.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import akchat_fsm.controlled as controlled
+from akchat_fsm.core import confirmations as core_confirmations
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "akchat_fsm"
+VOCABULARIES = {"ConfirmationStatus", "ConfirmationEvent"}
+#: The one hand-written list of members anywhere in the package: the terminal set.
+THE_STATEMENT = (
+    "wire/enums.py",
+    {"ConfirmationStatus.APPROVED", "ConfirmationStatus.REJECTED", "ConfirmationStatus.EXPIRED"},
+)
+
+
+def _members(node: ast.AST) -> set[str]:
+    return {
+        f"{n.value.id}.{n.attr}"
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id in VOCABULARIES
+    }
+
+
+def _lists_of_members(path: Path, root: Path = SRC) -> list[tuple[str, set[str]]]:
+    """Every set, list, tuple, dict, ``and``/``or`` or conditional naming two or more members:
+    the shapes a restated status set, claim set, matching map or status rule takes."""
+    shapes = (ast.Set, ast.List, ast.Tuple, ast.Dict, ast.BoolOp, ast.IfExp)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, shapes) and len(members := _members(node)) >= 2:
+            found.append((path.relative_to(root).as_posix(), members))
+    return found
+
+
+def test_the_package_lists_lifecycle_members_in_one_place_only() -> None:
+    found = [hit for path in sorted(SRC.rglob("*.py")) for hit in _lists_of_members(path)]
+    assert found == [THE_STATEMENT], "derive it from machines.tables.CONFIRMATION_FACTS instead"
+
+
+def test_the_scan_finds_the_restatements_it_exists_for(tmp_path: Path) -> None:
+    # The shapes the package held before ADR-0114 (records.py, controlled.py): each is found.
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "A = frozenset({ConfirmationEvent.APPROVE, ConfirmationEvent.REJECT})\n"
+        "B = {ConfirmationStatus.APPROVING: ConfirmationStatus.APPROVED}\n"
+        "c = s in (ConfirmationStatus.REJECTING, ConfirmationStatus.EXPIRING)\n"
+        "d = ConfirmationStatus.PENDING if ok else ConfirmationStatus.REJECTED\n"
+        "e = s is ConfirmationStatus.APPROVED or s is ConfirmationStatus.EXPIRED\n"
+        "f = ConfirmationStatus.PENDING\n",
+        encoding="utf-8",
+    )
+    assert len(_lists_of_members(sample, tmp_path)) == 5
+
+
+def test_the_controlled_driver_names_no_status_and_no_id_format() -> None:
+    tree = ast.parse(Path(controlled.__file__ or "").read_text(encoding="utf-8"))
+    statuses = {m for m in _members(tree) if m.startswith("ConfirmationStatus.")}
+    assert not statuses, "the kernel decides statuses; controlled only performs calls"
+    literals = {
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
+    assert not [s for s in literals if s.startswith(("confirm-", "app-", "confirmation expired"))]
+    assert controlled.DEFAULT_TTL_MS is core_confirmations.DEFAULT_TTL_MS
+
+
+def test_the_spin_generator_reads_the_machine_only_through_machines_tables() -> None:
+    source = (ROOT / "models" / "gen_promela.py").read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    # Its own walk of the transitions, or its own run of the machine, would be a second reading.
+    assert not attributes & {"transitions", "send", "cond", "targets"}
+    imported = {
+        alias.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module == "akchat_fsm.machines.tables"
+        for alias in n.names
+    }
+    assert {"derive_table", "executed_table", "confirmation_facts"} <= imported
