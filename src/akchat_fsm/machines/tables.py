@@ -35,6 +35,7 @@ __all__ = [
     "LEASE_TABLE",
     "MACHINES",
     "ConfirmationFacts",
+    "ConfirmationTable",
     "MachineSpec",
     "confirmation_facts",
     "derive_table",
@@ -165,9 +166,11 @@ def confirmation_facts(
 ) -> ConfirmationFacts:
     """Derive :class:`ConfirmationFacts` from ``table``; refuse a table the protocol cannot run.
 
-    The protocol needs: claims leave only the initial state, for processing states; each
-    processing state enters exactly one final state and no two share one; nothing else enters
-    a final state. Anything else raises :class:`DefinitionError` (at import, for the real table).
+    A claim is an event the initial state accepts, and the states claims move to are the
+    processing states. The resolution protocol needs each processing state to enter exactly one
+    final state, no two to share one, nothing else to enter a final state, and approve (before
+    expiry) and expire to claim two distinct states; a table without these raises
+    :class:`DefinitionError` (at import, for the real table).
     """
     claims = {cell: t for cell, t in table.items() if cell[0] is initial}
     processing = frozenset(claims.values())
