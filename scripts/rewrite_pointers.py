@@ -114,7 +114,7 @@ def rewrite_imports(path: Path, text: str, public: frozenset[str]) -> str:
             if js:
                 new += _render(indent, stem + "js", js)
             edits.append((node.lineno, node.end_lineno or node.lineno, new))
-        elif target == PYDANTIC_META:
+        elif target == PYDANTIC_META and path.name != "_pydantic_compat.py":
             if not in_wire:
                 print(f"{path}: pydantic internals outside wire, left as is", file=sys.stderr)
                 continue
@@ -159,10 +159,10 @@ def _wrap(words: list[str], first: str, rest: str) -> list[str]:
 
 
 def _reflow_comment(lines: list[str], i: int) -> bool:
-    match = re.match(r"^(\s*)# ", lines[i])
+    match = re.match(r"^(\s*#:? )", lines[i])  # "#: " documents the attribute below it
     if match is None:
         return False  # a trailing comment after code: left for a human
-    prefix = match.group(1) + "# "
+    prefix = match.group(1)
     start, end = i, i
     while start > 0 and lines[start - 1].startswith(prefix):
         start -= 1
