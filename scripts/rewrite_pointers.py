@@ -13,7 +13,8 @@ What it rewrites, and nothing else:
 2. ``from pydantic._internal._model_construction import ModelMetaclass`` inside the wire
    package: from ``._pydantic_compat`` instead;
 3. pointers into the unshipped reference (``REFERENCE §1.3``, ``REFERENCE.md §7``): in code and
-   models they name the shipped summary, ``docs/reference.md §1.3``; in docs pages they become
+   models they name the shipped summary, ``docs/reference.md §1.3`` (``section 3.3`` in the
+   ASCII-only Promela model); in docs pages they become
    a link, ``[reference §1.3](reference.md)`` (relative to the page). A comment or docstring
    paragraph that the longer pointer pushes past 100 columns is re-wrapped.
 
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             if path.suffix == ".py":
                 new = rewrite_pointers_py(rewrite_imports(path, new, public))
             else:
-                new = _POINTER.sub(SUMMARY + " §", new)
+                new = _POINTER.sub(SUMMARY + " section ", new)  # ASCII for spin's cpp
             if new != text:
                 changed.append(path)
                 if not args.check:
