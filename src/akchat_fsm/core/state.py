@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from ..errors import ConfigError, IllegalTransition, IncompatibleSession
 from ..machines.cursor import CursorEvent, CursorPhase
-from ..wire._js import MAX_SAFE_INTEGER
+from ..wire.js import MAX_SAFE_INTEGER
 from ..wire.session import Conversation, SessionSnapshot
 from . import cursor as _cursor
 from .cursor import NEW_CURSOR, CursorState
