@@ -11,7 +11,8 @@ What it rewrites, and nothing else:
    public names go to ``akchat_fsm.wire.js``, the two pydantic field types to
    ``akchat_fsm.wire._fields`` (wire-internal);
 2. ``from pydantic._internal._model_construction import ModelMetaclass`` inside the wire
-   package: from ``._pydantic_compat`` instead;
+   package: from ``._pydantic_compat`` instead; imports of ``akchat_fsm.storage._cas`` from
+   outside storage: from the public ``akchat_fsm.storage.checks``;
 3. pointers into the unshipped reference (``REFERENCE §1.3``, ``REFERENCE.md §7``): in code and
    models they name the shipped summary, ``docs/reference.md §1.3`` (``section 3.3`` in the
    ASCII-only Promela model); in docs pages they become
@@ -40,6 +41,8 @@ PY_DIRS = ("src", "tests", "scripts", "models", "benchmarks")
 WIDTH = 100
 OLD_JS = "akchat_fsm.wire._js"
 FIELD_TYPES = frozenset({"NonNegativeInt", "StrictStr"})
+OLD_CAS = "akchat_fsm.storage._cas"
+STORAGE_CHECKS = frozenset({"check_record_key", "check_session_id", "now_ms"})
 PYDANTIC_META = "pydantic._internal._model_construction"
 SUMMARY = "docs/reference.md"
 
@@ -115,6 +118,20 @@ def rewrite_imports(path: Path, text: str, public: frozenset[str]) -> str:
             if js:
                 new += _render(indent, stem + "js", js)
             edits.append((node.lineno, node.end_lineno or node.lineno, new))
+        elif target == OLD_CAS and _package_of(path)[:2] != ["akchat_fsm", "storage"]:
+            names = [a.name for a in node.names]
+            if not set(names) <= STORAGE_CHECKS:
+                print(f"{path}: not in storage.checks, left as is: {names}", file=sys.stderr)
+                continue
+            spelled = "." * node.level + (node.module or "")
+            new_module = spelled[: -len("_cas")] + "checks"
+            edits.append(
+                (
+                    node.lineno,
+                    node.end_lineno or node.lineno,
+                    _render(indent, new_module, [_alias(a) for a in node.names]),
+                )
+            )
         elif target == PYDANTIC_META and path.name != "_pydantic_compat.py":
             if not in_wire:
                 print(f"{path}: pydantic internals outside wire, left as is", file=sys.stderr)
