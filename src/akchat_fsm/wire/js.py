@@ -2,7 +2,7 @@
 
 The reference validates with zod on JavaScript values, so every rule of the wire format that
 measures a string, matches a pattern or reads a number must behave as JavaScript does, not as
-Python does (docs/reference-summary.md §8):
+Python does (docs/reference.md §8):
 
 =========================  ==============================================================
 name                       the JavaScript behaviour it mirrors
@@ -129,7 +129,7 @@ def is_zod_datetime(value: object) -> bool:
     """``updatedAt`` acceptance exactly as zod 4.4.3 ``datetime({ offset: true })``.
 
     Seconds optional, any fraction, ``Z`` or ``±HH:MM``, real leap days; see
-    docs/reference-summary.md §1.3 for what passes and what does not.
+    docs/reference.md §1.3 for what passes and what does not.
     """
     return isinstance(value, str) and _DATETIME.fullmatch(value) is not None
 
