@@ -134,7 +134,11 @@ def rewrite_imports(path: Path, text: str, public: frozenset[str]) -> str:
                     _render(indent, new_module, [_alias(a) for a in node.names]),
                 )
             )
-        elif target == PYDANTIC_META and path.name != "_pydantic_compat.py":
+        elif (
+            target == PYDANTIC_META
+            and _package_of(path)[:1] == ["akchat_fsm"]
+            and path.name != "_pydantic_compat.py"
+        ):
             if not in_wire:
                 print(f"{path}: pydantic internals outside wire, left as is", file=sys.stderr)
                 continue
@@ -230,7 +234,7 @@ def _reflow_docstring(lines: list[str], i: int, first: int, last: int) -> bool:
     return True
 
 
-def rewrite_pointers_py(text: str) -> str:
+def rewrite_pointers_py(text: str, path: Path) -> str:
     if "REFERENCE" not in text:
         return text
     lines = _POINTER.sub(SUMMARY + " §", text).splitlines()
@@ -251,7 +255,7 @@ def rewrite_pointers_py(text: str) -> str:
                 strings = _string_rows("\n".join(lines) + "\n")
                 changed = True
                 break
-            print(f"line {i + 1} is over {WIDTH} columns; re-wrap it by hand", file=sys.stderr)
+            print(f"{path}:{i + 1}: over {WIDTH} columns; re-wrap it by hand", file=sys.stderr)
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 
@@ -275,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             text = path.read_text(encoding="utf-8")
             new = text
             if path.suffix == ".py":
-                new = rewrite_pointers_py(rewrite_imports(path, new, public))
+                new = rewrite_pointers_py(rewrite_imports(path, new, public), path)
             else:
                 new = _POINTER.sub(SUMMARY + " section ", new)  # ASCII for spin's cpp
             if new != text:
