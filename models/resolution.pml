@@ -79,7 +79,7 @@
 
 #define K_APPROVE 1
 #define K_DENY 2
-/* Which upstream call a claim leads to (REFERENCE 3.3: expiry denies). */
+/* Which upstream call a claim leads to (docs/reference.md section 3.3: expiry denies). */
 #define KIND_OF(s) (((s) == ST_APPROVING || (s) == ST_APPROVED) -> K_APPROVE : K_DENY)
 
 /* ---------------------------------------------------------------- the CAS register */

@@ -1,4 +1,5 @@
-"""The controlled-chat driver (REFERENCE §5.3-5.4): the host owns the session; we only project.
+"""The controlled-chat driver (docs/reference.md §5.3-5.4): the host owns the session; we only
+project.
 
 Theory of operation. :func:`create_controlled_chat` validates an untrusted snapshot (strict
 shell, then canonical messages), fails closed before anything is built, and returns a frozen
@@ -39,10 +40,10 @@ from .errors import (
     InvalidMemoryRecord,
 )
 from .machines.confirmation import ConfirmationEvent
-from .wire._js import as_safe_int, is_identifier
 from .wire.controlled import ChatStatus, ControlledError, ControlledSnapshot, Usage
 from .wire.controlled import parse_controlled_snapshot as _parse
 from .wire.enums import ConfirmationStatus
+from .wire.js import as_safe_int, is_identifier
 from .wire.memory import Message, ToolCall, ToolCallStatus, clone_bounded_json
 
 __all__ = [

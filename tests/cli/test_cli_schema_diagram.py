@@ -42,7 +42,7 @@ def test_session_schema_names_the_wire_keys_and_limits() -> None:
     required = set(schema["required"])
     assert {"sessionId", "definitionId", "cursor", "confirmations", "updatedAt"} <= required
     assert schema["properties"]["confirmations"]["maxItems"] == 1000
-    # the canonical example of REFERENCE §1.1 has exactly the keys the schema declares
+    # the canonical example of docs/reference.md §1.1 has exactly the keys the schema declares
     example = decode_session_snapshot(
         (DOCS.parent / "tests" / "cli" / "data" / "v1.json").read_text("utf-8")
     ).snapshot

@@ -22,7 +22,7 @@ def snapshot(name: str = "controlled-synthetic-session") -> dict[str, Any]:
 class RecordingActions:
     """Host actions that record every call; extra attributes try to shadow validated state."""
 
-    # These must never leak into the view (REFERENCE §5.4 "explicitly picked").
+    # These must never leak into the view (docs/reference.md §5.4 "explicitly picked").
     status = "private-state"
     session_id = "spoofed"
     sessionId = "spoofed"

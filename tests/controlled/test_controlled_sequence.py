@@ -1,4 +1,5 @@
-"""SnapshotSequence: stale and duplicate host snapshots are refused (REFERENCE §7.17 closed)."""
+"""SnapshotSequence: stale and duplicate host snapshots are refused (docs/reference.md §7.17
+closed)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The lifecycle scenarios of REFERENCE §6, as plain tests (where we differ, it is by design
+"""The lifecycle scenarios of docs/reference.md §6, as plain tests (where we differ, it is by design
 and documented: a loser gets a typed outcome instead of the reference's conflict)."""
 
 from __future__ import annotations

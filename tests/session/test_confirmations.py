@@ -195,7 +195,8 @@ def test_observers_see_one_event_per_durable_transition_and_cannot_break_it() ->
 
 
 def test_default_ids_are_random_not_sequence_and_time() -> None:
-    """Two sessions proposing at the same instant get unrelated 128-bit tokens (REFERENCE §7)."""
+    """Two sessions proposing at the same instant get unrelated 128-bit tokens (docs/reference.md
+    §7)."""
     upstream = RecordingUpstream()
     tokens = []
     for session_id in ("s1", "s2"):

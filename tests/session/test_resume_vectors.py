@@ -1,4 +1,4 @@
-"""The reference's resume-* vectors (REFERENCE §6), run through resume_chat_session."""
+"""The reference's resume-* vectors (docs/reference.md §6), run through resume_chat_session."""
 
 from __future__ import annotations
 

@@ -226,7 +226,7 @@ def test_an_expiry_claim_and_an_approve_claim_race_one_wins() -> None:
     for run in runs:
         world.finish(run)
     # The expiry claim won; the late approve re-read and got the expired record (an approve
-    # after expiry resolves as expired, REFERENCE §3.3), without calling upstream.
+    # after expiry resolves as expired, docs/reference.md §3.3), without calling upstream.
     assert [str(r.result.status) for r in runs] == ["expired", "expired"]
     assert world.upstream.acted == {world.call: "deny"}
     assert world.upstream.calls_per_tool_call == {world.call: 1}

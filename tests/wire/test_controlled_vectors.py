@@ -1,4 +1,5 @@
-"""Every controlled-* reference vector: verdict, layer and hydrated output (REFERENCE §6)."""
+"""Every controlled-* reference vector: verdict, layer and hydrated output (docs/reference.md
+§6)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from akchat_fsm.wire.controlled import (
     parse_controlled_snapshot,
 )
 
-# A verbatim copy of the reference's controlled-* vectors (REFERENCE §6), kept in the repo.
+# A verbatim copy of the reference's controlled-* vectors (docs/reference.md §6), kept in the repo.
 VECTORS = Path(__file__).resolve().parents[1] / "controlled" / "vectors"
 CASES = sorted(VECTORS.glob("controlled-*.json"))
 LAYER_OF_CLASS = {"ZodError": "shell", "TypeError": "messages"}

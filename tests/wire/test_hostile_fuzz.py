@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from akchat_fsm.testing.strategies import session_snapshots
 from akchat_fsm.wire import session as session_module
-from akchat_fsm.wire._js import js_form
 from akchat_fsm.wire.decode import decode_session_snapshot
+from akchat_fsm.wire.js import js_form
 from akchat_fsm.wire.session import (
     MAX_CONFIRMATIONS,
     MAX_DECISIONS,

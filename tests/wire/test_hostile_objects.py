@@ -1,10 +1,10 @@
 """Hostile Python objects: every entry point ends in our typed outcome, whatever it is given.
 
-JSON text can only produce plain values, but a Python caller can pass anything: subclasses
-whose ``__hash__`` / ``__len__`` / ``is_integer`` / ``decode`` raise, sets, recursive lists,
-dicts with non-string keys, NaN. ``decode_session_snapshot`` must not raise at all; every
-other public call may raise only its own typed error (REFERENCE §0: "an exception thrown while
-walking the value also fails").
+JSON text can only produce plain values, but a Python caller can pass anything: subclasses whose
+``__hash__`` / ``__len__`` / ``is_integer`` / ``decode`` raise, sets, recursive lists, dicts with
+non-string keys, NaN. ``decode_session_snapshot`` must not raise at all; every other public call may
+raise only its own typed error (docs/reference.md §0: "an exception thrown while walking the value
+also fails").
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""validate_memory_record: the upstream pre-pass bounds and record rules (REFERENCE §5.2, §8)."""
+"""validate_memory_record: the upstream pre-pass bounds and record rules (docs/reference.md §5.2,
+§8)."""
 
 from __future__ import annotations
 
@@ -329,7 +330,7 @@ def test_parts_rejected(part: Any) -> None:
 
 @pytest.mark.parametrize("detail", [["low"], [["auto"]], ["high", None][:1]], ids=repr)
 def test_image_detail_quirk_keeps_arrays(detail: Any) -> None:
-    # REFERENCE §8: the reference stringifies before checking, and passes the array through.
+    # docs/reference.md §8: the reference stringifies before checking, and passes the array through.
     part = {"type": "image", "source": "s", "detail": detail}
     out = validate_memory_record(record(message(parts=[part])))
     assert out.to_wire()["messages"][0]["parts"][0]["detail"] == detail

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from akchat_fsm.errors import InvalidMemoryRecord
 from akchat_fsm.testing.strategies import wire_session_objects
 from akchat_fsm.testing.strategies_memory import memory_records
-from akchat_fsm.wire._js import DATETIME_PATTERN, IDENTIFIER_PATTERN
+from akchat_fsm.wire.js import DATETIME_PATTERN, IDENTIFIER_PATTERN
 from akchat_fsm.wire.memory import validate_memory_record
 from akchat_fsm.wire.schema import (
     SCHEMA_DIR,

@@ -16,8 +16,8 @@ from akchat_fsm.testing.strategies import (
     wire_session_objects,
 )
 from akchat_fsm.wire import decode as decode_module
-from akchat_fsm.wire._js import utf16_len
 from akchat_fsm.wire.decode import INVALID_SNAPSHOT, DecodeResult, decode_session_snapshot
+from akchat_fsm.wire.js import utf16_len
 from akchat_fsm.wire.jsontext import InvalidJsonText, parse_json_text
 from akchat_fsm.wire.session import SessionSnapshot
 
@@ -260,7 +260,7 @@ def _oracle(text: str) -> bool:
 
 @given(_datetime_like())
 def test_datetime_rule_matches_an_independent_oracle(text: str) -> None:
-    from akchat_fsm.wire._js import is_zod_datetime
+    from akchat_fsm.wire.js import is_zod_datetime
 
     assert is_zod_datetime(text) == _oracle(text)
 

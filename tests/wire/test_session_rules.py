@@ -1,4 +1,4 @@
-"""Table tests for the exact envelope rules (REFERENCE §1.1-1.3, §8)."""
+"""Table tests for the exact envelope rules (docs/reference.md §1.1-1.3, §8)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import pytest
 
 from akchat_fsm.errors import InvalidSessionSnapshot
 from akchat_fsm.testing.strategies import BAD_IDENTIFIERS, BAD_UPDATED_AT, GOOD_UPDATED_AT
-from akchat_fsm.wire._js import is_zod_datetime, js_number_to_string
 from akchat_fsm.wire.decode import (
     INVALID_SNAPSHOT,
     UNSUPPORTED_VERSION,
     DecodeResult,
     decode_session_snapshot,
 )
+from akchat_fsm.wire.js import is_zod_datetime, js_number_to_string
 from akchat_fsm.wire.session import (
     ActiveTurn,
     ConfirmationBinding,

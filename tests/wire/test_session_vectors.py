@@ -12,7 +12,7 @@ from akchat_fsm.errors import InvalidSessionSnapshot
 from akchat_fsm.wire.decode import decode_session_snapshot, parse_session_snapshot
 from akchat_fsm.wire.session import SessionSnapshot
 
-# A verbatim copy of the reference's session-* and resume-* vectors (REFERENCE §6).
+# A verbatim copy of the reference's session-* and resume-* vectors (docs/reference.md §6).
 VECTORS = Path(__file__).resolve().parent / "vectors"
 SESSION = sorted(VECTORS.glob("session-*.json"))
 RESUME = sorted(VECTORS.glob("resume-*.json"))

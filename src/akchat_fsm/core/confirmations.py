@@ -5,7 +5,7 @@ kernel (:mod:`.records`, :mod:`.retention`, CrossHair-checked) decide, and maps 
 limit and rule is checked before a step with effects is returned, so a shell never performs
 an upstream call for a command that would later fail validation.
 
-Resolution protocol (REFERENCE §3, gaps of §7 closed):
+Resolution protocol (docs/reference.md §3, gaps of §7 closed):
 
 1. :func:`claim_resolution` → ``SaveSnapshot`` (the claim: ``approving`` / ``rejecting`` /
    ``expiring``) then ``CallApprove`` or ``CallDeny``. The upstream call runs only if that save
@@ -30,9 +30,9 @@ from ..errors import (
     LimitExceeded,
 )
 from ..machines.confirmation import ConfirmationEvent
-from ..wire._js import MAX_SAFE_INTEGER, is_identifier
 from ..wire.bounded import BoundedJsonError, FrozenDict, freeze_bounded_object
 from ..wire.enums import ConfirmationStatus
+from ..wire.js import MAX_SAFE_INTEGER, is_identifier
 from ..wire.session import ConfirmationBinding, SessionSnapshot
 from . import records as k
 from .effects import CallApprove, CallDeny, ProposeUpstream
@@ -237,7 +237,7 @@ def record_proposal(
     """Record what upstream returned for ``proposal``: one save of the new binding.
 
     The record is ``pending`` if the call requires confirmation, otherwise it is born
-    ``rejected`` with no deny (REFERENCE §3.2). Old terminal records are pruned first
+    ``rejected`` with no deny (docs/reference.md §3.2). Old terminal records are pruned first
     (ADR-0013). If this session already binds the returned tool call, nothing is saved and
     ``accepted`` is ``False`` (upstream is idempotent per id; the existing binding stands).
     """

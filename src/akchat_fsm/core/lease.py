@@ -1,4 +1,4 @@
-"""The turn-lease kernel (REFERENCE §9): claim and release over plain values.
+"""The turn-lease kernel (docs/reference.md §9): claim and release over plain values.
 
 Legality comes from :data:`~akchat_fsm.machines.tables.LEASE_TABLE` (derived from
 ``TurnLeaseLifecycle``); this module adds the data: the active lease, the last 64 terminal
@@ -15,7 +15,7 @@ from ..wire.enums import TurnOutcome
 
 __all__ = ["MAX_TERMINAL_TURNS", "Lease", "TurnLedger", "claim_turn", "release_turn", "turn_state"]
 
-#: The envelope keeps only the last 64 terminal turns (REFERENCE §1.1).
+#: The envelope keeps only the last 64 terminal turns (docs/reference.md §1.1).
 MAX_TERMINAL_TURNS = 64
 
 

@@ -23,8 +23,8 @@ from ..machines.tables import CONFIRMATION_FACTS, CONFIRMATION_TABLE
 from ..wire.enums import ConfirmationStatus
 from ..wire.memory import ToolCallStatus
 
-#: Status of the upstream tool call (REFERENCE §5.2), read by reconciliation. The wire's enum
-#: is the one source of truth; this name is kept for the core's callers.
+#: Status of the upstream tool call (docs/reference.md §5.2), read by reconciliation. The wire's
+#: enum is the one source of truth; this name is kept for the core's callers.
 UpstreamToolStatus = ToolCallStatus
 
 __all__ = [

@@ -14,7 +14,7 @@ from .records import Record
 
 __all__ = ["KEEP_TERMINAL", "MAX_CONFIRMATIONS", "live_count", "prune_for_admission"]
 
-#: The envelope's bound on ``confirmations`` (REFERENCE §1.1).
+#: The envelope's bound on ``confirmations`` (docs/reference.md §1.1).
 MAX_CONFIRMATIONS = 1_000
 #: Default number of terminal records kept for late ``AlreadyResolved`` answers and auditing.
 KEEP_TERMINAL = 256

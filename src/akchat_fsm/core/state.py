@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from ..errors import ConfigError, IllegalTransition, IncompatibleSession
 from ..machines.cursor import CursorEvent, CursorPhase
-from ..wire._js import MAX_SAFE_INTEGER
+from ..wire.js import MAX_SAFE_INTEGER
 from ..wire.session import Conversation, SessionSnapshot
 from . import cursor as _cursor
 from .cursor import NEW_CURSOR, CursorState
@@ -102,10 +102,13 @@ def next_snapshot(snapshot: SessionSnapshot, now_ms: int) -> SessionSnapshot:
     written = snapshot.model_copy(
         update={"cursor": snapshot.cursor + 1, "updated_at": iso_ms(now_ms)}
     )
-    if not written.terminal_turns:
+    if not written.terminal_turns and "terminal_turns" in written.model_fields_set:
         # The reference writer omits an empty ``terminalTurns``; an explicit ``[]`` read from
-        # storage (or set by a turn command) must not be written back.
-        written.__pydantic_fields_set__.discard("terminal_turns")
+        # storage (or set by a turn command) must not be written back. `model_construct` with
+        # the fields set is pydantic's public way to say "not given" (no private state touched).
+        written = SessionSnapshot.model_construct(
+            written.model_fields_set - {"terminal_turns"}, **dict(written)
+        )
     return written
 
 

@@ -7,8 +7,8 @@ this module only maps the envelope's ``activeTurn`` / ``terminalTurns`` and save
 from __future__ import annotations
 
 from ..errors import ConfigError, IllegalTransition, LimitExceeded
-from ..wire._js import MAX_SAFE_INTEGER, is_identifier, utf16_len
 from ..wire.enums import TurnOutcome
+from ..wire.js import MAX_SAFE_INTEGER, is_identifier, utf16_len
 from ..wire.session import (
     MAX_DECISIONS,
     ActiveTurn,
@@ -52,7 +52,7 @@ def claim_turn(state: SessionState, turn_id: str, lease_ms: int, now_ms: int) ->
 
     Refused, with nothing saved, when ``turn_id`` is a terminal turn (a replay) or an unexpired
     lease exists (busy); an expired lease is taken over. Bad arguments raise ``ConfigError``
-    ``"Turn claim is invalid."`` (REFERENCE §9).
+    ``"Turn claim is invalid."`` (docs/reference.md §9).
     """
     check_clock(now_ms)
     if (

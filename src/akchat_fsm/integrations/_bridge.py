@@ -34,7 +34,7 @@ from typing import Any, Protocol, TypeVar
 from ..errors import ConfigError, OutcomeUnknown
 from ..machines.confirmation import ConfirmationEvent
 from ..session.session import ReconcileOutcome
-from ..storage._cas import check_session_id, now_ms
+from ..storage.checks import check_session_id, now_ms
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
 from ._bridge_io import Invoke, ListRecords, LoadRecord, Plan, SaveRecord, require_records

@@ -26,7 +26,7 @@ from ..core.records import EXPIRED_REASON
 from ..errors import ConfigError, ConfirmationError, OutcomeUnknown
 from ..machines.confirmation import ConfirmationEvent
 from ..session.ports import ToolCallProposal
-from ..storage._cas import check_session_id, now_ms
+from ..storage.checks import check_session_id, now_ms
 from ..wire.session import ConfirmationBinding
 from ._bridge_io import ListRecords, LoadRecord, Plan, SaveRecord, require_records
 from ._bridge_io import run_async as _run_async

@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..errors import ConfigError, ConfirmationError
-from ..storage._cas import check_record_key
+from ..storage.checks import check_record_key
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
 

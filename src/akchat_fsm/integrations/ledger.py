@@ -46,7 +46,7 @@ from ..errors import (
     OutcomeUnknown,
     StorageUnavailable,
 )
-from ..storage._cas import check_record_key, check_session_id, now_ms
+from ..storage.checks import check_record_key, check_session_id, now_ms
 from ._bridge_io import (
     ASYNC_BODY,
     BodyOutcome,

@@ -8,7 +8,7 @@
 
 A claim (approve / reject / expire) is what one CAS save records; only the client whose claim
 was saved calls upstream, and ``complete`` is recorded by a second CAS after upstream returned.
-Expiry is a guard on every claim, read from an injected clock (REFERENCE §7.3 closed): once
+Expiry is a guard on every claim, read from an injected clock (docs/reference.md §7.3 closed): once
 ``now >= expires_at`` approve and reject both claim ``expiring``, and ``expire`` is legal only
 then. Nothing leaves a final state; which states are final is read from the wire's
 ``ConfirmationStatus.is_terminal`` (storage needs it and may import only the wire, ADR-0114).

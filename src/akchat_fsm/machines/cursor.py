@@ -8,7 +8,7 @@
 ``in_sync``: the object holds what storage holds at cursor ``n``; the next save expects ``n``.
 ``saving``: one save is in flight; nothing else may be saved until it settles.
 ``conflicted``: the save returned ``False`` (the cursor moved). Unlike the reference
-(REFERENCE §7.1) the object is *not* poisoned: it must reload, then may re-apply its intent.
+(docs/reference.md §7.1) the object is *not* poisoned: it must reload, then may re-apply its intent.
 ``uncertain``: the save's outcome is unknown (it may have applied). The only legal move is to
 re-read storage (``reload``) and settle from what is there.
 

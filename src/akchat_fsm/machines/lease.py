@@ -1,4 +1,4 @@
-"""The turn lease (REFERENCE §9) seen from one turn id, declared once.
+"""The turn lease (docs/reference.md §9) seen from one turn id, declared once.
 
     free ──claim──▶ held ──release──▶ released (final: completed | indeterminate)
       ▲               │ ──claim (own lease expired)──▶ held

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 from .. import core
 from ..errors import ConfigError, IllegalTransition, InvalidInput, LimitExceeded
-from ..wire._js import is_identifier, utf16_len
 from ..wire.enums import DecisionKind, TurnOutcome
+from ..wire.js import is_identifier, utf16_len
 from ..wire.session import Conversation, RouteDecision
 from ._state import REDECIDE, Command, SessionHolder, apply, decode_stored, reload
 from .definition import ChatDefinition, route_target
@@ -46,7 +46,7 @@ def plan_resume(
         snapshot, state = decoded
         if state is not None and snapshot.conversation is None:
             # The definition has a conversation the stored envelope lacks: start it at the
-            # flow's initial state; it is written with the next save (REFERENCE §1.4).
+            # flow's initial state; it is written with the next save (docs/reference.md §1.4).
             snapshot = core.state.with_conversation(
                 snapshot, Conversation(state=state, decisions=())
             )
@@ -64,7 +64,7 @@ def plan_persist(holder: SessionHolder, attempts: int = 1) -> Plan[int]:
 def plan_claim_turn(
     holder: SessionHolder, turn_id: str, lease_ms: int, attempts: int | None = REDECIDE
 ) -> Plan[bool]:
-    """Take the turn lease (REFERENCE §9); ``False`` (nothing saved) when busy or replayed.
+    """Take the turn lease (docs/reference.md §9); ``False`` (nothing saved) when busy or replayed.
 
     A claim that meets a concurrent save re-decides on what storage holds (by default), so
     two clients racing for one turn get ``True`` and ``False``, never :class:`SessionConflict`.

@@ -66,8 +66,8 @@ def decode_stored(
 ) -> tuple[SessionSnapshot, str | None] | None:
     """Decode, identity-check and replay a stored value; ``None`` when nothing is stored.
 
-    Rejections, in the reference's order (REFERENCE §1.4): undecodable → ``ConfigError`` with
-    the diagnostic's message; foreign session, other definition or other revision →
+    Rejections, in the reference's order (docs/reference.md §1.4): undecodable → ``ConfigError``
+    with the diagnostic's message; foreign session, other definition or other revision →
     :class:`IncompatibleSession`; conversation that does not replay → the same class with the
     conversation message. Returns the snapshot and the replayed conversation state.
     """
@@ -90,7 +90,7 @@ def with_write_nonce(updated_at: str, nonce: int) -> str:
     Every written snapshot is then unique, so an unknown outcome is settled exactly by
     re-reading, even when another client saved the same change from the same base in the same
     millisecond (ADR-0062). ``updatedAt`` is never read for any decision, and any fraction
-    precision is valid on the wire (REFERENCE §1.3).
+    precision is valid on the wire (docs/reference.md §1.3).
     """
     return f"{updated_at[:-1]}{nonce:012d}Z"
 

@@ -5,7 +5,7 @@ plus the routes that drive it: a route id names the event to send and, optionall
 in which the route is allowed. The conversation state stored in the envelope is the flow's
 state *value* (which python-statemachine defaults to the state's id).
 
-Replaying stored route decisions (REFERENCE §1.4 step 5) runs the host's flow on a throwaway
+Replaying stored route decisions (docs/reference.md §1.4 step 5) runs the host's flow on a throwaway
 box, one decision at a time, so a stored decision is accepted only if the flow itself would
 make it again today: same from-state, route allowed there, event lands exactly on to-state.
 """
@@ -20,7 +20,7 @@ from statemachine import StateMachine
 from statemachine.exceptions import StateMachineError, TransitionNotAllowed
 
 from ..errors import ConfigError, IncompatibleSession
-from ..wire._js import MAX_SAFE_INTEGER, is_identifier
+from ..wire.js import MAX_SAFE_INTEGER, is_identifier
 from ..wire.session import Conversation, RouteDecision
 
 __all__ = ["ChatDefinition", "ConversationFlow", "Route", "replay_conversation", "route_target"]
@@ -84,7 +84,7 @@ class ChatDefinition:
     """Identity of a chat application: ``id``, ``revision`` (default 1), optional conversation.
 
     Stored sessions resume only under the same ``id`` and exactly the same ``revision``
-    (REFERENCE §1.4: strict equality, no range).
+    (docs/reference.md §1.4: strict equality, no range).
     """
 
     id: str

@@ -2,7 +2,7 @@
 
 Observers are plain callables (sync or ``async``) passed to ``resume_chat_session``. They are
 fire-and-forget: an observer that raises is logged and ignored, and can never change the
-outcome of the operation that produced the event (REFERENCE §3.6, gap §7.13 closed: resumed
+outcome of the operation that produced the event (docs/reference.md §3.6, gap §7.13 closed: resumed
 sessions take observers too).
 """
 

@@ -32,7 +32,7 @@ class ToolCallProposal:
     """What upstream returned for a proposal: the canonical call and its status.
 
     ``status`` is upstream's tool-call status; anything but ``"requires_confirmation"`` makes
-    the binding born ``rejected`` with no deny call (REFERENCE §3.2 step 4).
+    the binding born ``rejected`` with no deny call (docs/reference.md §3.2 step 4).
     """
 
     id: str

@@ -245,7 +245,7 @@ class ChatSession(_SessionBase):
         return self._run(_ops.plan_persist(self._holder, attempts))
 
     def claim_turn(self, turn_id: str, lease_ms: int) -> bool:
-        """Take the turn lease; ``False`` when busy or a replayed turn (REFERENCE §9)."""
+        """Take the turn lease; ``False`` when busy or a replayed turn (docs/reference.md §9)."""
         return self._run(_ops.plan_claim_turn(self._holder, turn_id, lease_ms))
 
     def release_turn(
@@ -298,8 +298,8 @@ class ChatSession(_SessionBase):
 class ConfirmationCoordinator(_CoordinatorBase[ChatSession]):
     """Propose, approve, reject and expire tool calls for one :class:`ChatSession`.
 
-    All coordinators of a session share its one binding list (no clobbering, REFERENCE §7.5).
-    A token is a correlation handle bound to this session, not authentication.
+    All coordinators of a session share its one binding list (no clobbering, docs/reference.md
+    §7.5). A token is a correlation handle bound to this session, not authentication.
     """
 
     def _run(self, plan: Plan[T]) -> T:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, StoredCursorMismatch
-from ..wire._js import MAX_SAFE_INTEGER, as_safe_int, is_identifier
+from ..wire.js import MAX_SAFE_INTEGER, as_safe_int, is_identifier
 from ..wire.jsontext import InvalidJsonText, parse_json_text
 
 __all__ = [
@@ -65,7 +65,7 @@ def check_sql_identifier(name: object) -> str:
 
 
 def _cursor(value: object, what: str) -> int:
-    # bool is an int in Python but never a cursor (REFERENCE §8).
+    # bool is an int in Python but never a cursor (docs/reference.md §8).
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SAFE_INTEGER:
         raise ConfigError(f"{what} must be a non-negative safe integer, got {value!r}.")
     return value

@@ -1,6 +1,6 @@
 """The ``SessionStorage`` port: load, compare-and-set save, optional delete.
 
-This is all a third-party adapter has to provide (REFERENCE §2). ``save`` is atomic:
+This is all a third-party adapter has to provide (docs/reference.md §2). ``save`` is atomic:
 
 =================  =====================================================================
 expected_cursor    behaviour

@@ -261,6 +261,6 @@ def _pause() -> None:
 
 
 def _now_ms() -> int:
-    from ..storage._cas import now_ms
+    from ..storage.checks import now_ms
 
     return now_ms()

@@ -22,8 +22,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from ..wire._js import MAX_SAFE_INTEGER
 from ..wire.enums import ConfirmationStatus, DecisionKind, TurnOutcome
+from ..wire.js import MAX_SAFE_INTEGER
 from ..wire.session import (
     ActiveTurn,
     ConfirmationBinding,
@@ -61,7 +61,7 @@ Mutation = Callable[[dict[str, Any]], None]
 
 ASTRAL = "\U0001f600"  # two UTF-16 code units, one code point
 
-#: Accepted by zod 4.4.3 ``datetime({ offset: true })`` (REFERENCE §1.3, §8).
+#: Accepted by zod 4.4.3 ``datetime({ offset: true })`` (docs/reference.md §1.3, §8).
 GOOD_UPDATED_AT = (
     "2026-07-11T00:00:00.000Z",
     "2026-07-11T00:00:00Z",

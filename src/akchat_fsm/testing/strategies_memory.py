@@ -6,7 +6,7 @@ where ``layer`` is the :class:`~akchat_fsm.errors.InvalidControlledSnapshot` lay
 mutation must be rejected with (``"shell"`` or ``"messages"``).
 
 Sizes stay small (a handful of messages, shallow JSON payloads) so the record bounds of
-REFERENCE §5.2 (10,000 nodes, depth 32) are never reached by accident.
+docs/reference.md §5.2 (10,000 nodes, depth 32) are never reached by accident.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 * :mod:`.session` / :mod:`.decode` — the ``agentskit.chat.session`` v1 envelope (v0 migrated).
 * :mod:`.memory` — canonical chat-memory records (upstream ``validateMemoryRecord``).
 * :mod:`.controlled` — the strict controlled-chat snapshot shell.
-* :mod:`.bounded`, :mod:`.jsontext`, :mod:`._js` — JavaScript-exact rules shared by all of them.
+* :mod:`.js` — the JavaScript-exact rules shared by all of them (public, ADR-0117).
+* :mod:`.bounded`, :mod:`.jsontext` — bounded JSON values, and JSON text as ``JSON.parse`` reads it.
 * :mod:`.schema` — JSON Schema export of the envelope and the controlled shell.
 """
 

@@ -1,4 +1,4 @@
-"""Bounded JSON values (REFERENCE §0) and their deeply immutable representation.
+"""Bounded JSON values (docs/reference.md §0) and their deeply immutable representation.
 
 A confirmation ``input`` must be a JSON object within these bounds:
 
@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from ._js import MAX_SAFE_INTEGER, js_form, utf16_len
+from .js import MAX_SAFE_INTEGER, js_form, utf16_len
 
 __all__ = [
     "MAX_ARRAY_ITEMS",
@@ -280,7 +280,7 @@ def freeze_bounded_object(value: Any) -> FrozenDict:
 
 
 def is_bounded_json_value(value: Any) -> bool:
-    """Whether ``value`` (any JSON value, not only an object) satisfies REFERENCE §0."""
+    """Whether ``value`` (any JSON value, not only an object) satisfies docs/reference.md §0."""
     try:
         _walk(value, root_object=False)
     except BoundedJsonError:

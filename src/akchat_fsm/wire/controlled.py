@@ -1,4 +1,5 @@
-"""The controlled-chat snapshot: strict shell, then canonical messages (REFERENCE §5.1, §5.3).
+"""The controlled-chat snapshot: strict shell, then canonical messages (docs/reference.md §5.1,
+§5.3).
 
 Order matters and is the reference's: the **shell** is checked first and fails with
 ``InvalidControlledSnapshot(layer="shell")`` (the reference's ZodError); only a valid shell has
@@ -22,10 +23,11 @@ from enum import StrEnum
 from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic._internal._model_construction import ModelMetaclass
 
 from ..errors import InvalidControlledSnapshot, InvalidMemoryRecord
-from ._js import NonNegativeInt, StrictStr, as_safe_int, is_identifier, utf16_len
+from ._fields import NonNegativeInt, StrictStr
+from ._pydantic_compat import ModelMetaclass
+from .js import as_safe_int, is_identifier, utf16_len
 from .jsontext import InvalidJsonText, parse_json_text
 from .memory import Message, validate_memory_record
 

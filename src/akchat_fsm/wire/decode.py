@@ -1,4 +1,4 @@
-"""``decode_session_snapshot``: the reference decoder, step by step (REFERENCE §1.3).
+"""``decode_session_snapshot``: the reference decoder, step by step (docs/reference.md §1.3).
 
 1. Text (``str``, or ``bytes`` that must be UTF-8) is parsed as ``JSON.parse`` would.
 2. Version gate: a dict whose ``version`` is a number other than 0 and 1 is *unsupported*.

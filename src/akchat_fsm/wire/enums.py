@@ -12,7 +12,7 @@ __all__ = ["ConfirmationStatus", "DecisionKind", "TurnOutcome"]
 
 
 class ConfirmationStatus(StrEnum):
-    """Status of a confirmation binding (REFERENCE §1.1, §3)."""
+    """Status of a confirmation binding (docs/reference.md §1.1, §3)."""
 
     PENDING = "pending"
     #: CAS-claimed processing states: exactly one client won the claim.
@@ -59,7 +59,7 @@ class DecisionKind(StrEnum):
 
 
 class TurnOutcome(StrEnum):
-    """How a released turn ended (REFERENCE §9)."""
+    """How a released turn ended (docs/reference.md §9)."""
 
     COMPLETED = "completed"
     INDETERMINATE = "indeterminate"

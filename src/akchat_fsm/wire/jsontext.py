@@ -1,6 +1,6 @@
 """JSON text parsed the way JavaScript's ``JSON.parse`` accepts it.
 
-Differences from a plain ``json.loads`` that matter for an exact port (REFERENCE §8):
+Differences from a plain ``json.loads`` that matter for an exact port (docs/reference.md §8):
 
 - ``NaN``, ``Infinity`` and ``-Infinity`` tokens are syntax errors (Python accepts them).
 - Nesting depth is unbounded: the C scanner raises ``RecursionError`` beyond ~1,000 levels, so
@@ -19,7 +19,7 @@ from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any
 
 from ..errors import InvalidInput
-from ._js import MAX_SAFE_INTEGER
+from .js import MAX_SAFE_INTEGER
 
 __all__ = ["InvalidJsonText", "parse_json_text"]
 

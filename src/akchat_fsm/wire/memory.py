@@ -1,4 +1,4 @@
-"""Canonical chat-memory records: the upstream ``validateMemoryRecord`` (REFERENCE §5.2).
+"""Canonical chat-memory records: the upstream ``validateMemoryRecord`` (docs/reference.md §5.2).
 
 Theory of operation. Validation runs in two passes, like the reference:
 
@@ -12,7 +12,7 @@ Theory of operation. Validation runs in two passes, like the reference:
    aliased or mutated.
 2. **Record rules** on the clone, through the frozen models below. Unknown keys on messages,
    parts and tool calls are dropped (the canonical projection); an optional key given as
-   ``null`` is rejected (``null`` is never "absent", REFERENCE §8).
+   ``null`` is rejected (``null`` is never "absent", docs/reference.md §8).
 
 Every failure raises :class:`~akchat_fsm.errors.InvalidMemoryRecord` whose message is the
 reference's fixed text; the specific rule is attached as an exception note (``__notes__``).
@@ -42,12 +42,13 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
-from pydantic._internal._model_construction import ModelMetaclass
 from pydantic.alias_generators import to_camel
 
 from ..errors import InvalidMemoryRecord
-from ._js import StrictStr, utf16_len
+from ._fields import StrictStr
+from ._pydantic_compat import ModelMetaclass
 from .bounded import FrozenDict, thaw
+from .js import utf16_len
 
 __all__ = [
     "MAX_CONTAINER_ITEMS",
@@ -287,8 +288,8 @@ def js_string(value: Any) -> str:
 
 
 def _detail(value: Any) -> Any:
-    # Reference quirk kept for parity (REFERENCE §8): the check stringifies first, so ["low"]
-    # passes and is passed through still as an array.
+    # Reference quirk kept for parity (docs/reference.md §8): the check stringifies first, so
+    # ["low"] passes and is passed through still as an array.
     value = clone_bounded_json(value, python_forms=True)  # bounded before any recursion
     if js_string(value) not in ("low", "high", "auto"):
         raise ValueError("detail is not low | high | auto")

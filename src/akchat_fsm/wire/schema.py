@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._js import IDENTIFIER_PATTERN, MAX_SAFE_INTEGER
+from .js import IDENTIFIER_PATTERN, MAX_SAFE_INTEGER
 from .memory import MAX_CONTAINER_ITEMS, MAX_DEPTH, MAX_NODES, MessageStatus, Role, ToolCallStatus
 from .session import SessionSnapshot
 
@@ -59,7 +59,8 @@ def _note(node: dict[str, Any], text: str) -> None:
 
 
 def session_json_schema() -> dict[str, Any]:
-    """The v1 envelope ``agentskit.chat.session`` as the decoder accepts it (REFERENCE §1.1)."""
+    """The v1 envelope ``agentskit.chat.session`` as the decoder accepts it (docs/reference.md
+    §1.1)."""
     schema = SessionSnapshot.model_json_schema(by_alias=True, mode="validation")
     defs = schema.get("$defs", {})
     # The Python constructor defaults `protocol` and `version`; the wire requires both.
@@ -91,7 +92,8 @@ def session_json_schema() -> dict[str, Any]:
 
 
 def controlled_shell_json_schema() -> dict[str, Any]:
-    """The strict controlled-snapshot shell (REFERENCE §5.1); messages are validated upstream."""
+    """The strict controlled-snapshot shell (docs/reference.md §5.1); messages are validated
+    upstream."""
     safe_int = {"type": "integer", "minimum": 0, "maximum": MAX_SAFE_INTEGER}
     identifier = {"type": "string", "pattern": IDENTIFIER_PATTERN}
     return {

@@ -1,6 +1,6 @@
 """The session envelope ``agentskit.chat.session`` v1 as frozen pydantic models.
 
-Attributes are snake_case; wire keys are the reference's camelCase (REFERENCE §1.1). Every
+Attributes are snake_case; wire keys are the reference's camelCase (docs/reference.md §1.1). Every
 constructor validates exactly as the reference decoder does, and every model is deeply
 immutable: sequences are tuples and a confirmation ``input`` is a :class:`FrozenDict`.
 
@@ -24,13 +24,16 @@ from pydantic import (
     ValidationInfo,
     model_validator,
 )
-from pydantic._internal._model_construction import ModelMetaclass
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
 from ..errors import InvalidSessionSnapshot
-from ._js import (
+from ._pydantic_compat import ModelMetaclass
+from .bounded import FrozenDict, freeze_bounded_object, thaw
+from .bounded import prints_like_javascript as _prints_like_javascript
+from .enums import ConfirmationStatus, DecisionKind, TurnOutcome
+from .js import (
     DATETIME_PATTERN,
     IDENTIFIER_PATTERN,
     MAX_SAFE_INTEGER,
@@ -41,9 +44,6 @@ from ._js import (
     js_number_to_string,
     utf16_len,
 )
-from .bounded import FrozenDict, freeze_bounded_object, thaw
-from .bounded import prints_like_javascript as _prints_like_javascript
-from .enums import ConfirmationStatus, DecisionKind, TurnOutcome
 
 __all__ = [
     "MAX_CONFIRMATIONS",
@@ -278,7 +278,8 @@ class _Wire(BaseModel, metaclass=_WireMeta):
 
 
 class ConfirmationBinding(_Wire):
-    """One persisted confirmation (REFERENCE §1.1). No ``sessionId``: it is the envelope's."""
+    """One persisted confirmation (docs/reference.md §1.1). No ``sessionId``: it is the
+    envelope's."""
 
     token: Identifier
     action: Identifier

@@ -1,18 +1,47 @@
-"""JavaScript-exact primitives shared by every wire model.
+"""JavaScript-exact rules, public: what a JS value or string operation would say, in Python.
 
-The reference validates with zod on JavaScript values, so a Python port must count string
-lengths in UTF-16 code units, match identifiers with ASCII-only, whole-string patterns, and
-treat numbers as IEEE doubles: ``1.0`` is an integer, anything beyond 2**53 - 1 is not a safe
-integer, and a boolean is never a number (REFERENCE §8).
+The reference validates with zod on JavaScript values, so every rule of the wire format that
+measures a string, matches a pattern or reads a number must behave as JavaScript does, not as
+Python does (docs/reference.md §8):
+
+=========================  ==============================================================
+name                       the JavaScript behaviour it mirrors
+=========================  ==============================================================
+``MAX_SAFE_INTEGER``       ``Number.MAX_SAFE_INTEGER`` (2**53 - 1)
+``as_safe_int``            ``Number.isSafeInteger`` (``1.0`` is an integer, ``True`` is not)
+``utf16_len``              ``String.prototype.length`` (UTF-16 code units)
+``js_form``                string equality on UTF-16 code units (surrogate pairs joined)
+``has_surrogate``          whether a string holds a code point UTF-8 cannot encode
+``escape_surrogates``      ``JSON.stringify``'s ``\\udXXX`` escape of a lone surrogate (ES2019)
+``js_number_to_string``    ``String(x)`` / ``JSON.stringify(x)`` for a finite number
+``IDENTIFIER_PATTERN``     the reference's SafeIdentifier regular expression
+``is_identifier``          ``SafeIdentifier.test(x)`` with JS ``RegExp`` semantics
+``DATETIME_PATTERN``       zod 4.4.3 ``z.string().datetime({ offset: true })``
+``is_zod_datetime``        that zod check, as ``safeParse(x).success``
+=========================  ==============================================================
+
+Pure functions and constants, no pydantic: hosts, adapters and tests may use them to check a
+value the way the TypeScript packages will. ``__all__`` is pinned by a test (ADR-0117).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any
 
-from pydantic import AfterValidator, PlainValidator
+__all__ = [
+    "DATETIME_PATTERN",
+    "IDENTIFIER_PATTERN",
+    "MAX_SAFE_INTEGER",
+    "as_safe_int",
+    "escape_surrogates",
+    "has_surrogate",
+    "is_identifier",
+    "is_zod_datetime",
+    "js_form",
+    "js_number_to_string",
+    "utf16_len",
+]
 
 MAX_SAFE_INTEGER = 2**53 - 1
 
@@ -37,7 +66,10 @@ _DATETIME = re.compile(DATETIME_PATTERN[1:-1], re.ASCII)
 
 
 def utf16_len(text: str) -> int:
-    """Length as JavaScript's ``String.prototype.length`` counts it."""
+    """Length as JavaScript's ``String.prototype.length`` counts it: UTF-16 code units.
+
+    An astral character (an emoji) counts 2; a lone surrogate counts 1.
+    """
     # Astral characters take two code units; lone surrogates (legal in JS strings) take one,
     # which "surrogatepass" encodes as one unit too. Both branches run in C: a per-character
     # Python loop took seconds on a 50 MB string.
@@ -60,7 +92,11 @@ def js_form(text: str) -> str:
 
 
 def has_surrogate(text: str) -> bool:
-    """Whether ``text`` holds a surrogate code point (so it is not encodable as UTF-8)."""
+    """Whether ``text`` holds a surrogate code point (so it is not encodable as UTF-8).
+
+    JavaScript strings may hold lone surrogates; Python strings may too, but no UTF-8 store
+    accepts them, so a writer must know before it encodes.
+    """
     return not text.isascii() and _SURROGATE.search(text) is not None
 
 
@@ -81,12 +117,20 @@ def escape_surrogates(json_text: str) -> str:
 
 
 def is_identifier(value: object) -> bool:
-    """The reference's SafeIdentifier: ``^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$``."""
+    """The reference's SafeIdentifier: ``^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$``.
+
+    As a JavaScript ``RegExp`` matches it: ASCII classes only, and ``$`` does not accept a
+    trailing newline. Anything but a ``str`` is not an identifier.
+    """
     return isinstance(value, str) and _IDENTIFIER.fullmatch(value) is not None
 
 
 def is_zod_datetime(value: object) -> bool:
-    """``updatedAt`` acceptance exactly as zod 4.4.3 ``datetime({ offset: true })``."""
+    """``updatedAt`` acceptance exactly as zod 4.4.3 ``datetime({ offset: true })``.
+
+    Seconds optional, any fraction, ``Z`` or ``±HH:MM``, real leap days; see
+    docs/reference.md §1.3 for what passes and what does not.
+    """
     return isinstance(value, str) and _DATETIME.fullmatch(value) is not None
 
 
@@ -126,7 +170,11 @@ def js_number_to_string(value: float | int) -> str:
 
 
 def as_safe_int(value: object) -> int | None:
-    """The integer a JS number denotes if it is a safe integer, else ``None``."""
+    """The integer a JS number denotes if it is a safe integer, else ``None``.
+
+    ``Number.isSafeInteger``: ``1.0`` is ``1``; NaN, infinities, fractions, anything beyond
+    ``MAX_SAFE_INTEGER`` and booleans (never numbers in JavaScript) are ``None``.
+    """
     # Subclasses are read through the base type's own methods (`int.__int__`, ...), so an
     # overridden comparison or `is_integer` can neither raise nor lie.
     if isinstance(value, bool):
@@ -139,71 +187,3 @@ def as_safe_int(value: object) -> int | None:
         if math.isfinite(real) and real.is_integer() and abs(real) <= MAX_SAFE_INTEGER:
             return int(real)
     return None
-
-
-def _identifier(value: Any) -> str:
-    if not is_identifier(value):
-        raise ValueError("not a SafeIdentifier")
-    return str(value)
-
-
-def _strict_str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError("not a string")
-    return value
-
-
-def _safe_int(value: Any) -> int:
-    out = as_safe_int(value)
-    if out is None:
-        raise ValueError("not a safe integer")
-    return out
-
-
-def bounded_str(min_len: int, max_len: int) -> Any:
-    """A string type whose UTF-16 length lies in ``[min_len, max_len]``."""
-
-    def check(value: str) -> str:
-        n = utf16_len(value)
-        if not min_len <= n <= max_len:
-            raise ValueError(f"length {n} outside [{min_len}, {max_len}]")
-        return value
-
-    return Annotated[str, PlainValidator(_strict_str), AfterValidator(check)]
-
-
-def safe_int(minimum: int) -> Any:
-    """A JS safe integer ``>= minimum`` (``1.0`` accepted, ``True`` rejected)."""
-
-    def check(value: int) -> int:
-        if value < minimum:
-            raise ValueError(f"below {minimum}")
-        return value
-
-    return Annotated[int, PlainValidator(_safe_int), AfterValidator(check)]
-
-
-Identifier = Annotated[str, PlainValidator(_identifier)]
-StrictStr = Annotated[str, PlainValidator(_strict_str)]
-NonNegativeInt = safe_int(0)
-PositiveInt = safe_int(1)
-
-__all__ = [
-    "DATETIME_PATTERN",
-    "IDENTIFIER_PATTERN",
-    "MAX_SAFE_INTEGER",
-    "Identifier",
-    "NonNegativeInt",
-    "PositiveInt",
-    "StrictStr",
-    "as_safe_int",
-    "bounded_str",
-    "escape_surrogates",
-    "has_surrogate",
-    "is_identifier",
-    "is_zod_datetime",
-    "js_form",
-    "js_number_to_string",
-    "safe_int",
-    "utf16_len",
-]

@@ -1,0 +1,12 @@
+"""The checks every store applies to its arguments, and the clock adapters stamp writes with.
+
+Public for the layers above storage that keep their own records in a store (the agent-runtime
+bridges, the testing kit): they validate ids and keys exactly as the adapters will, before any
+I/O. The decisions themselves live once, in the adapters' shared module.
+"""
+
+from __future__ import annotations
+
+from ._cas import check_record_key, check_session_id, now_ms
+
+__all__ = ["check_record_key", "check_session_id", "now_ms"]
