@@ -214,8 +214,8 @@ def _save(holder: SessionHolder, step: core.Step, save: SaveSnapshot) -> Plan[bo
             return True
         if (stored[0].cursor if stored is not None else None) == expected:
             # Not applied when read. On a server the request may still be in flight and land
-            # later; that is why the message says "when re-read", and why a retry is still
-            # safe: both writes expect this cursor, so CAS lets at most one of them apply.
+            # later, so the message promises no more than that; a retry is still safe: both
+            # writes expect this cursor, so CAS lets at most one of them apply (ADR-0066).
             raise StorageUnavailable(NOT_APPLIED_WHEN_READ) from unknown
         return False  # another client's write won that cursor: a conflict
     if saved is True:
