@@ -37,7 +37,8 @@ Catch the narrowest class that matches what you can do about it::
     │                              it is not run again
     ├── SessionConflict            CAS refused: the stored cursor moved; reload, re-apply
     └── StorageError               the storage call failed
-        ├── StorageUnavailable     definite: nothing was applied, a retry is safe
+        ├── StorageUnavailable     not applied (or, after an unknown outcome, not when
+        │                          re-read); a retry is safe: CAS applies at most one
         └── OutcomeUnknown         the write may have applied: re-read to settle, never guess
 
 A timeout is never reported as ``SessionConflict``: a conflict is a definite "not applied
@@ -250,7 +251,9 @@ class StorageError(AkchatError):
 
 
 class StorageUnavailable(StorageError):
-    """Definite failure: nothing was applied, so the same call may be retried."""
+    """Not applied: the call failed before applying, or an unknown outcome's re-read found the
+    stored cursor unchanged (a server may still land that write later). Either way the same call
+    may be retried: it expects the same cursor, so compare-and-set lets at most one apply."""
 
     retryable = True
 

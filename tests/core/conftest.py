@@ -23,10 +23,10 @@ def fresh(now_ms: int = T0, **kwargs: object) -> SessionState:
 
 
 def saved(step: Step) -> SessionState:
-    """Adopt a step whose first effect is a save that storage accepted."""
-    assert isinstance(step.effects[0], SaveSnapshot)
+    """Adopt a step whose save storage accepted."""
+    assert isinstance(step.save, SaveSnapshot)
     state = save_settled(step.state, CursorEvent.SAVED)
-    assert state.snapshot == step.effects[0].snapshot
+    assert state.snapshot == step.save.snapshot
     return state
 
 

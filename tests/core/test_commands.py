@@ -80,12 +80,12 @@ def test_next_snapshot_bumps_cursor_and_stamps_time() -> None:
 def test_first_save_is_create_only_then_expects_the_stored_cursor() -> None:
     state = fresh()
     step = persist(state, T0)
-    assert step.effects == (SaveSnapshot(step.state.snapshot, None),)
+    assert (step.save, step.then) == (SaveSnapshot(step.state.snapshot, None), None)
     assert step.state.snapshot.cursor == 1
     state = saved(step)
     assert (state.cursor.phase, state.cursor.cursor) == (CursorPhase.IN_SYNC, 1)
     again = persist(state, T0 + 1)
-    assert again.effects[0] == SaveSnapshot(again.state.snapshot, 1)
+    assert again.save == SaveSnapshot(again.state.snapshot, 1)
     assert again.state.snapshot.cursor == 2
 
 
@@ -99,7 +99,8 @@ def test_conflict_requires_reload_then_the_intent_can_be_reapplied() -> None:
     other = next_snapshot(state.snapshot, T0 + 1)  # another client saved cursor 2
     reloaded_state = reloaded(conflicted, other)
     assert (reloaded_state.cursor.phase, reloaded_state.cursor.cursor) == (CursorPhase.IN_SYNC, 2)
-    assert persist(reloaded_state, T0 + 3).effects[0].expected_cursor == 2  # type: ignore[union-attr]
+    retry = persist(reloaded_state, T0 + 3).save
+    assert retry is not None and retry.expected_cursor == 2
 
 
 def test_reload_refuses_a_cursor_that_went_down_or_another_session() -> None:
@@ -115,7 +116,7 @@ def test_reload_refuses_a_cursor_that_went_down_or_another_session() -> None:
 def test_uncertain_save_is_settled_by_re_reading() -> None:
     state = saved(persist(fresh(), T0))
     step = persist(state, T0 + 1)
-    attempt = step.effects[0]
+    attempt = step.save
     assert isinstance(attempt, SaveSnapshot)
     uncertain = save_settled(step.state, CursorEvent.UNKNOWN)
     with pytest.raises(IllegalTransition):
@@ -131,10 +132,12 @@ def test_uncertain_save_is_settled_by_re_reading() -> None:
 def test_uncertain_create_that_never_applied_returns_to_new() -> None:
     step = persist(fresh(), T0)
     uncertain = save_settled(step.state, CursorEvent.UNKNOWN)
-    back, applied = settle_uncertain(uncertain, step.effects[0], None)  # type: ignore[arg-type]
+    assert step.save is not None
+    back, applied = settle_uncertain(uncertain, step.save, None)
     assert not applied
     assert back.cursor.phase is CursorPhase.NEW and back.snapshot.cursor == 0
-    assert persist(back, T0).effects[0].expected_cursor is None  # type: ignore[union-attr]
+    create = persist(back, T0).save
+    assert create is not None and create.expected_cursor is None
 
 
 # --------------------------------------------------------------------------- propose
@@ -153,8 +156,8 @@ def test_propose_plans_one_upstream_effect_then_records_pending() -> None:
         "call-1", "email.send", {"to": "b"}, UpstreamToolStatus.REQUIRES_CONFIRMATION
     )
     step = record_proposal(state, plan, call, T0)
-    (save,) = step.effects
-    assert isinstance(save, SaveSnapshot) and save.expected_cursor is None
+    save = step.save
+    assert isinstance(save, SaveSnapshot) and save.expected_cursor is None and step.then is None
     (binding,) = save.snapshot.confirmations
     # The record binds what upstream returned (id and args), not what was requested.
     assert (binding.tool_call_id, dict(binding.input), binding.status) == (
@@ -258,14 +261,14 @@ def test_an_already_bound_tool_call_is_not_recorded_twice() -> None:
     plan = plan_proposal(state, "email.send", {}, T0, suffix="two")
     call = UpstreamCall(binding.tool_call_id, "email.send", {}, UpstreamToolStatus.COMPLETE)
     step = record_proposal(state, plan, call, T0)
-    assert (step.accepted, step.effects, step.state) == (False, (), state)
+    assert (step.accepted, step.save, step.then, step.state) == (False, None, None, state)
 
 
 # --------------------------------------------------------------------------- resolution
 def test_approve_saves_the_claim_before_calling_upstream() -> None:
     state, token = proposed(fresh())
     step = claim_resolution(state, token, APPROVE, T0)
-    save, call = step.effects
+    save, call = step.save, step.then
     assert isinstance(save, SaveSnapshot) and save.expected_cursor == state.cursor.cursor
     claimed = find_binding(step.state, token)
     assert claimed is not None and claimed.status is ConfirmationStatus.APPROVING
@@ -278,7 +281,7 @@ def test_approve_saves_the_claim_before_calling_upstream() -> None:
 def test_reject_sends_the_reason() -> None:
     state, token = proposed(fresh())
     step = claim_resolution(state, token, REJECT, T0, reason="no thanks")
-    assert step.effects[1] == CallDeny(find_binding(state, token).tool_call_id, "no thanks")  # type: ignore[union-attr]
+    assert step.then == CallDeny(find_binding(state, token).tool_call_id, "no thanks")  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("event", [APPROVE, REJECT, EXPIRE])
@@ -287,7 +290,7 @@ def test_at_or_after_expiry_every_claim_expires(event: ConfirmationEvent) -> Non
     for now in (T0 + 100, T0 + 10_000):  # the boundary counts as expired
         step = claim_resolution(state, token, event, now)
         assert find_binding(step.state, token).status is ConfirmationStatus.EXPIRING  # type: ignore[union-attr]
-        assert isinstance(step.effects[1], CallDeny) and step.effects[1].reason == EXPIRED_REASON
+        assert isinstance(step.then, CallDeny) and step.then.reason == EXPIRED_REASON
 
 
 def test_expire_before_expiry_is_illegal() -> None:
@@ -336,7 +339,7 @@ def test_reconcile_upstream_acted_completes_without_upstream_call() -> None:
         UpstreamToolStatus.ERROR,
     ):
         step = reconcile(processing, token, status, T0)
-        assert [type(e) for e in step.effects] == [SaveSnapshot]
+        assert isinstance(step.save, SaveSnapshot) and step.then is None
         assert find_binding(step.state, token).status is ConfirmationStatus.REJECTED  # type: ignore[union-attr]
 
 
@@ -347,7 +350,7 @@ def test_reconcile_untouched_resumes_the_claimed_call_or_releases() -> None:
     resume = reconcile(processing, token, untouched, T0)
     # The unchanged claim is saved first (a fence that moves the cursor, ADR-0054), then the
     # claimed call is re-issued.
-    fence, call = resume.effects
+    fence, call = resume.save, resume.then
     assert isinstance(fence, SaveSnapshot)
     assert fence.expected_cursor == processing.snapshot.cursor
     assert fence.snapshot.cursor == processing.snapshot.cursor + 1
@@ -356,7 +359,7 @@ def test_reconcile_untouched_resumes_the_claimed_call_or_releases() -> None:
     assert find_binding(resume.state, token).status is ConfirmationStatus.APPROVING  # type: ignore[union-attr]
     release = reconcile(processing, token, untouched, T0, release_untouched=True)
     assert find_binding(release.state, token).status is ConfirmationStatus.PENDING  # type: ignore[union-attr]
-    assert [type(e) for e in release.effects] == [SaveSnapshot]
+    assert isinstance(release.save, SaveSnapshot) and release.then is None
 
 
 def test_reconcile_refuses_pending_or_terminal_records() -> None:
@@ -384,7 +387,7 @@ def test_turn_lease_claim_busy_takeover_replay() -> None:
         T0 + 100,
     )
     busy = claim_turn(held, "turn-2", 100, T0 + 99)
-    assert (busy.accepted, busy.effects, busy.state) == (False, (), held)
+    assert (busy.accepted, busy.save, busy.state) == (False, None, held)
     assert not claim_turn(held, "turn-1", 100, T0 + 99).accepted
     taken = saved(claim_turn(held, "turn-2", 100, T0 + 100))  # expired lease taken over
     assert taken.snapshot.active_turn.turn_id == "turn-2"  # type: ignore[union-attr]
@@ -486,7 +489,8 @@ def test_writes_omit_an_empty_terminal_turns_list_like_the_reference_writer() ->
 
     state = core.new_session("s-1", "d", now_ms=1_000)
     step = core.claim_turn(state, "turn-1", 5_000, 1_000)
-    saved = next(e for e in step.effects if isinstance(e, core.SaveSnapshot)).snapshot
+    assert step.save is not None
+    saved = step.save.snapshot
     assert "terminalTurns" not in saved.to_wire()
     assert saved.active_turn is not None
     # An explicit [] read from storage is accepted, but not written back.

@@ -140,29 +140,24 @@ class CoreSequences(RuleBasedStateMachine):
     def run(
         self, step: Step, outcome: str = "saved", applied: bool = False, fail: bool = False
     ) -> None:
-        before = self.state
-        if not step.effects:
-            assert step.state == before or step.accepted
+        if step.save is None:
+            assert step.then is None and (step.state == self.state or step.accepted)
             return
-        for effect in step.effects:
-            if isinstance(effect, SaveSnapshot):
-                if self.state is before:
-                    self.state = step.state
-                if not self._save(effect, outcome, applied):
-                    return
-            elif isinstance(effect, CallApprove | CallDeny):
-                # No upstream effect without a claim that storage holds.
-                assert self._claim_is_durable(effect.tool_call_id, type(effect))
-                if fail:
-                    return
-                if self.upstream.status[effect.tool_call_id] is UNTOUCHED:
-                    self.upstream.status[effect.tool_call_id] = (
-                        UpstreamToolStatus.RUNNING
-                        if isinstance(effect, CallApprove)
-                        else UpstreamToolStatus.ERROR
-                    )
-            else:
-                raise AssertionError(f"unexpected effect {effect!r}")
+        self.state = step.state
+        if not self._save(step.save, outcome, applied):
+            return
+        effect = step.then
+        if effect is not None:
+            # No upstream effect without a claim that storage holds.
+            assert self._claim_is_durable(effect.tool_call_id, type(effect))
+            if fail:
+                return
+            if self.upstream.status[effect.tool_call_id] is UNTOUCHED:
+                self.upstream.status[effect.tool_call_id] = (
+                    UpstreamToolStatus.RUNNING
+                    if isinstance(effect, CallApprove)
+                    else UpstreamToolStatus.ERROR
+                )
 
     def tokens(self) -> list[str]:
         return [b.token for b in self.state.snapshot.confirmations]
@@ -320,7 +315,7 @@ def test_cursor_never_goes_down_over_saves_and_reloads(
     last = 0
     for outcome in outcomes:
         step = persist(state, T0)
-        effect = step.effects[0]
+        effect = step.save
         assert isinstance(effect, SaveSnapshot)
         if outcome == "saved":
             state, stored = save_settled(step.state, CursorEvent.SAVED), effect.snapshot

@@ -195,8 +195,12 @@ def _upstream_before_claim(
 ) -> Plan[Any]:
     """The seeded bug: call upstream on the (possibly stale) copy, then claim and complete."""
     step = core.claim_resolution(holder.core, token, intent, holder.clock())
-    yield step.effects[-1]
-    yield from apply(holder, lambda state, now: core.claim_resolution(state, token, intent, now), 4)
+    yield step.then
+    yield from apply(
+        holder,
+        lambda state, now, nonce: core.claim_resolution(state, token, intent, now, nonce=nonce),
+        4,
+    )
     completed = yield from apply(holder, _confirm._complete(token), 16)
     return core.find_binding(completed.state, token)
 

@@ -21,7 +21,15 @@ from akchat_fsm.errors import OutcomeUnknown, StorageUnavailable
 from akchat_fsm.machines.confirmation import ConfirmationEvent
 from akchat_fsm.session import ChatDefinition, _confirm, _ops
 from akchat_fsm.session._state import SessionHolder
-from akchat_fsm.session.effects import Approve, Deny, Emit, Load, Plan, Propose, Save
+from akchat_fsm.session.effects import (
+    CallApprove,
+    CallDeny,
+    Emit,
+    Load,
+    Plan,
+    ProposeUpstream,
+    SaveSnapshot,
+)
 from akchat_fsm.testing.doubles import RecordingChatMemory
 from akchat_fsm.testing.faulty import FaultyStorage
 from akchat_fsm.wire.decode import decode_session_snapshot
@@ -54,11 +62,11 @@ WORLD = ("",) * 6 + ("tick", "tick", "reconcile")
 
 
 def fault_for(effect: object, draw: int) -> str:
-    if isinstance(effect, Save):
+    if isinstance(effect, SaveSnapshot):
         return FAULTS["save"][draw]
     if isinstance(effect, Load):
         return FAULTS["load"][draw]
-    if isinstance(effect, Approve | Deny):
+    if isinstance(effect, CallApprove | CallDeny):
         return FAULTS["upstream"][draw]
     return FAULTS["other"][draw]
 
@@ -263,27 +271,27 @@ class ResolutionProtocol(RuleBasedStateMachine):
         effect = run.next
         before = self.stored()
         self.coverage[f"effect:{type(effect).__name__}"] += 1
-        if isinstance(effect, Propose):
+        if isinstance(effect, ProposeUpstream):
             client.created = effect.tool_call_id
-        if isinstance(effect, Deny):
+        if isinstance(effect, CallDeny):
             self.deny_attempted.add(effect.tool_call_id)
-        if fault == "unknown" and isinstance(effect, Save):
+        if fault == "unknown" and isinstance(effect, SaveSnapshot):
             self.coverage["fault:unknown"] += 1
             self.storage.fail_next_save("unknown_after_apply")
             with pytest.raises(OutcomeUnknown) as unknown:
                 self.storage.save(effect.snapshot, effect.expected_cursor)
             run.throw(unknown.value)
-        elif fault == "unavailable" and isinstance(effect, Save | Load):
+        elif fault == "unavailable" and isinstance(effect, SaveSnapshot | Load):
             self.coverage["fault:unavailable"] += 1
             with pytest.raises(StorageUnavailable) as unavailable:
-                if isinstance(effect, Save):
+                if isinstance(effect, SaveSnapshot):
                     self.storage.fail_next_save("unavailable")
                     self.storage.save(effect.snapshot, effect.expected_cursor)
                 else:
                     self.storage.fail_next_load("unavailable")
                     self.storage.load(effect.session_id)
             run.throw(unavailable.value)
-        elif fault.startswith("upstream") and isinstance(effect, Approve | Deny):
+        elif fault.startswith("upstream") and isinstance(effect, CallApprove | CallDeny):
             self.coverage[f"fault:{fault}"] += 1
             if fault == "upstream-acted":
                 perform(effect, self.storage, self.upstream, self.memory)

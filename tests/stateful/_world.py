@@ -14,7 +14,7 @@ from typing import Any
 
 from akchat_fsm.errors import AkchatError
 from akchat_fsm.session.drivers import Ports, execute_sync
-from akchat_fsm.session.effects import Plan, Save
+from akchat_fsm.session.effects import Plan, SaveSnapshot
 from akchat_fsm.testing.doubles import RecordingUpstream
 from akchat_fsm.wire.session import SessionSnapshot
 
@@ -84,7 +84,7 @@ class Stepper:
             self.done, self.error, self.next = True, exc, None
 
     def feed(self, value: Any) -> None:
-        if isinstance(self.next, Save) and value is True:
+        if isinstance(self.next, SaveSnapshot) and value is True:
             self.acked_saves.append(self.next.snapshot)
         self._resume(lambda: self.plan.send(value))
 

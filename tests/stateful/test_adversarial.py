@@ -23,7 +23,7 @@ from akchat_fsm.errors import (
 from akchat_fsm.machines.confirmation import ConfirmationEvent
 from akchat_fsm.session import ChatDefinition, UpstreamFailed, resume_chat_session
 from akchat_fsm.session._confirm import plan_reconcile, plan_resolve
-from akchat_fsm.session.effects import Approve, Deny, Emit, Save
+from akchat_fsm.session.effects import CallApprove, CallDeny, Emit, SaveSnapshot
 from akchat_fsm.storage.memory import MemoryStorage
 from akchat_fsm.testing.doubles import RecordingChatMemory
 from akchat_fsm.testing.faulty import FaultyStorage
@@ -88,7 +88,7 @@ class World:
     def claimed(self, intent: ConfirmationEvent = ConfirmationEvent.APPROVE) -> Stepper:
         """A client whose claim is saved and whose upstream call is the next effect."""
         run = Stepper(plan_resolve(self.session()._holder, self.token, intent, reason="no"))
-        self.step_until(run, (Approve, Deny))
+        self.step_until(run, (CallApprove, CallDeny))
         return run
 
 
@@ -133,9 +133,9 @@ def test_a_retry_after_an_unsettled_unknown_outcome_never_calls_twice(save: str)
     coordinator = session.confirmations_for(world.upstream)
     run = Stepper(plan_resolve(session._holder, world.token, ConfirmationEvent.APPROVE))
     if save == "terminal":
-        world.step_until(run, (Approve,))
+        world.step_until(run, (CallApprove,))
         world.step(run)
-    world.step_until(run, Save)
+    world.step_until(run, SaveSnapshot)
     world.storage.fail_next_save("unknown_after_apply")  # it applies; the client is not told
     world.storage.fail_next_load("unavailable")  # and the re-read that would settle it fails
     world.finish(run)
@@ -222,7 +222,7 @@ def test_an_expiry_claim_and_an_approve_claim_race_one_wins() -> None:
         Stepper(plan_resolve(sessions[1]._holder, world.token, ConfirmationEvent.APPROVE)),
     ]
     for run in runs:  # both read the same pending record and try to claim it
-        world.step_until(run, Save)
+        world.step_until(run, SaveSnapshot)
     for run in runs:
         world.finish(run)
     # The expiry claim won; the late approve re-read and got the expired record (an approve
@@ -238,10 +238,10 @@ def test_a_crash_at_each_step_is_recovered_by_reconcile_without_replay(crash_bef
     session = world.session()
     session.add_observer(lambda event: None)  # so the plan also yields observer events
     run = Stepper(plan_resolve(session._holder, world.token, ConfirmationEvent.REJECT))
-    world.step_until(run, Deny)
+    world.step_until(run, CallDeny)
     if crash_before != "upstream":
         world.step(run)
-        world.step_until(run, Save if crash_before == "terminal-save" else Emit)
+        world.step_until(run, SaveSnapshot if crash_before == "terminal-save" else Emit)
         if crash_before == "emit":
             world.step(run)
     run.crash()

@@ -30,7 +30,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from akchat_fsm.errors import AkchatError, OutcomeUnknown
 from akchat_fsm.session import _confirm, _ops
-from akchat_fsm.session.effects import Save
+from akchat_fsm.session.effects import SaveSnapshot
 from akchat_fsm.storage.memory import MemoryStorage
 from akchat_fsm.storage.sqlite import SQLiteStorage
 from akchat_fsm.wire.session import SessionSnapshot
@@ -72,7 +72,7 @@ class LateWritesProtocol(ResolutionProtocol):
                     self._note_claims(index, before)
 
     def _unknown(
-        self, effect: Save, ending: str, sender: tuple[int, Stepper] | None
+        self, effect: SaveSnapshot, ending: str, sender: tuple[int, Stepper] | None
     ) -> OutcomeUnknown:
         self.coverage[f"fault:unknown-{ending}"] += 1
         if ending == "late":
@@ -85,9 +85,9 @@ class LateWritesProtocol(ResolutionProtocol):
         run = client.run
         assert run is not None
         effect = run.next
-        if isinstance(effect, Save):
+        if isinstance(effect, SaveSnapshot):
             self._land_in_flight()  # the old request arrives first
-        if fault == "unknown" and isinstance(effect, Save):
+        if fault == "unknown" and isinstance(effect, SaveSnapshot):
             self.unknowns += 1
             ending = UNKNOWN_ENDINGS[self.unknowns % len(UNKNOWN_ENDINGS)]
             if ending != "applied":
@@ -112,7 +112,7 @@ class LateWritesProtocol(ResolutionProtocol):
         run = Stepper(_confirm.plan_reconcile(resume.result, release_untouched=release))
         while not run.done:
             effect = run.next
-            if isinstance(effect, Save):
+            if isinstance(effect, SaveSnapshot):
                 self._land_in_flight()
                 if late:  # this save is the one left in flight
                     late = False

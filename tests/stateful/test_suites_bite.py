@@ -19,14 +19,15 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
 from akchat_fsm import core
-from akchat_fsm.core.effects import CallApprove, CallDeny, SaveSnapshot
+from akchat_fsm.core.effects import SaveSnapshot
 from akchat_fsm.machines.confirmation import ConfirmationEvent
-from akchat_fsm.session import _state
-from akchat_fsm.session._confirm import _complete
+from akchat_fsm.session import _confirm
+from akchat_fsm.session._confirm import ReconcileOutcome, _complete
 from akchat_fsm.session._state import SessionHolder, apply
 from akchat_fsm.session.effects import Plan
 from akchat_fsm.session.ports import UpstreamFailed
 from akchat_fsm.storage.memory import MemoryStorage
+from akchat_fsm.wire.session import ConfirmationBinding
 
 from ._machine import ResolutionProtocol
 from .test_late_writes import LateWritesProtocol
@@ -46,12 +47,12 @@ def delegate_before_claim(
 ) -> Plan[Any]:
     """Calls upstream first (decided on a possibly stale snapshot), then claims and completes."""
     step = core.claim_resolution(holder.core, token, intent, holder.clock(), reason="no")
-    effect = step.effects[-1]
-    assert isinstance(effect, CallApprove | CallDeny)
-    yield from _upstream(holder, token, effect)  # before any CAS: two clients can both get here
+    yield from _upstream(holder, token, step.then)  # before any CAS: two clients can both get here
     yield from apply(
         holder,
-        lambda s, now: core.claim_resolution(s, token, intent, now, reason="no"),
+        lambda s, now, nonce: core.claim_resolution(
+            s, token, intent, now, reason="no", nonce=nonce
+        ),
         1,
     )
     yield from apply(holder, _complete(token), 16)
@@ -63,12 +64,13 @@ def terminal_before_upstream(
     """Claims, records the final status, and only then calls upstream."""
     step = yield from apply(
         holder,
-        lambda s, now: core.claim_resolution(s, token, intent, now, reason="no"),
+        lambda s, now, nonce: core.claim_resolution(
+            s, token, intent, now, reason="no", nonce=nonce
+        ),
         4,
     )
-    effect = step.effects[-1]
     yield from apply(holder, _complete(token), 16)
-    yield from _upstream(holder, token, effect)  # a crash or failure here: a false completion
+    yield from _upstream(holder, token, step.then)  # a crash or failure here: a false completion
 
 
 def _run_broken(plan: Any) -> None:
@@ -107,17 +109,42 @@ def test_broken_coordinator_is_caught(plan: Any, symptom: str) -> None:
 
 
 # --------------------------------------------------------------------------- unknown outcomes
-_real_reconcile = core.reconcile
 _real_settle = core.settle_uncertain
+_real_reconcile_one = _confirm._reconcile_one
 
 
-def resume_without_fence(*args: Any, **kwargs: Any) -> core.Step:
-    """Reconcile, but a resume re-issues the claimed call without first re-saving the claim."""
-    step = _real_reconcile(*args, **kwargs)
-    calls = tuple(e for e in step.effects if isinstance(e, CallApprove | CallDeny))
-    if calls and any(isinstance(e, SaveSnapshot) for e in step.effects):
-        return core.Step(args[0], calls)  # the state as loaded: no save moved the cursor
-    return step
+def resume_without_fence(
+    holder: SessionHolder,
+    binding: ConfirmationBinding,
+    status: core.UpstreamToolStatus,
+    release_untouched: bool,
+) -> Plan[ReconcileOutcome]:
+    """Reconcile, but a resume re-issues the claimed call without first re-saving the claim.
+
+    A ``Step`` cannot say "call upstream" without its save (ADR-0112), so this mutant lives in
+    the shell: on a resume it skips the step's fence save (the state as loaded: no save moved
+    the cursor) and goes straight to the upstream call and the completion.
+    """
+    current = core.find_binding(holder.core, binding.token)
+    if (
+        holder.needs_reload
+        or current is None
+        or not current.status.is_processing
+        or core.records.reconcile_decision(current.status, status, release_untouched)
+        is not core.Reconciliation.RESUME
+    ):
+        return (yield from _real_reconcile_one(holder, binding, status, release_untouched))
+    step = core.reconcile(
+        holder.core,
+        binding.token,
+        status,
+        holder.clock(),
+        release_untouched=release_untouched,
+        reason=_confirm.RECONCILED_REJECT_REASON,
+    )
+    assert step.then is not None
+    done = yield from _confirm._call_upstream(holder, binding.token, step.then)
+    return ReconcileOutcome(binding.token, binding.tool_call_id, binding.status, "resumed", done)
 
 
 def no_write_nonce(updated_at: str, nonce: int) -> str:
@@ -134,8 +161,8 @@ def settled_by_cursor(
 
 
 MUTANTS: dict[str, tuple[Any, str, Any]] = {
-    "resume-without-fence": (core, "reconcile", resume_without_fence),
-    "nonce-dropped": (_state, "with_write_nonce", no_write_nonce),
+    "resume-without-fence": (_confirm, "_reconcile_one", resume_without_fence),
+    "nonce-dropped": (core.state, "with_write_nonce", no_write_nonce),
     "settled-by-cursor": (core, "settle_uncertain", settled_by_cursor),
 }
 

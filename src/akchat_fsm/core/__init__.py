@@ -1,4 +1,4 @@
-"""The pure, sans-I/O core: ``(state, command, now_ms) -> Step(state, effects)``.
+"""The pure, sans-I/O core: ``(state, command, now_ms, *, nonce) -> Step(state, save, then)``.
 
 Layers: :mod:`.records`, :mod:`.cursor`, :mod:`.lease`, :mod:`.retention` are the kernel
 (plain values, CrossHair contracts); :mod:`.state`, :mod:`.confirmations`, :mod:`.turns` map

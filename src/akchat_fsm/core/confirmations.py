@@ -7,10 +7,10 @@ an upstream call for a command that would later fail validation.
 
 Resolution protocol (docs/reference.md §3, gaps of §7 closed):
 
-1. :func:`claim_resolution` → ``SaveSnapshot`` (the claim: ``approving`` / ``rejecting`` /
-   ``expiring``) then ``CallApprove`` or ``CallDeny``. The upstream call runs only if that save
-   returned ``True``: exactly one client wins a claim.
-2. :func:`complete_resolution` → ``SaveSnapshot`` of the matching final state.
+1. :func:`claim_resolution` → a step whose ``save`` is the claim (``approving`` /
+   ``rejecting`` / ``expiring``) and whose ``then`` is ``CallApprove`` or ``CallDeny``. The
+   upstream call runs only if that save applied: exactly one client wins a claim.
+2. :func:`complete_resolution` → a step whose ``save`` is the matching final state.
 3. :func:`reconcile` settles a processing record left by a crash or a lost save (ADR-0012).
 """
 
@@ -35,7 +35,7 @@ from ..wire.enums import ConfirmationStatus
 from ..wire.js import MAX_SAFE_INTEGER, is_identifier
 from ..wire.session import ConfirmationBinding, SessionSnapshot
 from . import records as k
-from .effects import CallApprove, CallDeny, ProposeUpstream
+from .effects import CallApprove, CallDeny, ClaimedCall, ProposeUpstream
 from .records import EXPIRED_REASON, Reconciliation, Record, UpstreamToolStatus
 from .retention import KEEP_TERMINAL, MAX_CONFIRMATIONS, live_count, prune_for_admission
 from .state import SessionState, Step, _saving, check_can_save, check_clock, coerce
@@ -233,6 +233,7 @@ def record_proposal(
     now_ms: int,
     *,
     keep_terminal: int = KEEP_TERMINAL,
+    nonce: int | None = None,
 ) -> Step:
     """Record what upstream returned for ``proposal``: one save of the new binding.
 
@@ -252,7 +253,7 @@ def record_proposal(
     check_can_save(state)
     existing = by_tool_call(state, call.id)
     if existing is not None or find_binding(state, proposal.token) is not None:
-        return Step(state, (), accepted=False)
+        return Step(state, accepted=False)
     if not is_identifier(call.id) or not is_identifier(call.name):
         raise LimitExceeded("Upstream tool call does not fit the envelope.", limit="identifier")
     upstream = coerce(UpstreamToolStatus, call.status, _bad_upstream)
@@ -273,14 +274,14 @@ def record_proposal(
         tokens = {r.token for r in kept}
         bindings = tuple(b for b in bindings if b.token in tokens)
     snapshot = state.snapshot.model_copy(update={"confirmations": (*bindings, binding)})
-    return _saving(state, snapshot, now_ms)
+    return _saving(state, snapshot, now_ms, nonce)
 
 
 def _bad_upstream() -> ConfigError:
     return ConfigError("Upstream tool-call status is invalid.", hint=CONFIRMATION_HINT)
 
 
-def _upstream_effect(claimed: Record, reason: str | None) -> CallApprove | CallDeny:
+def _upstream_effect(claimed: Record, reason: str | None) -> ClaimedCall:
     # The kernel decides which call the claim allows (and refuses any record without a claim).
     if k.upstream_call(claimed) is k.UpstreamAction.APPROVE:
         return CallApprove(claimed.tool_call_id)
@@ -300,11 +301,13 @@ def claim_resolution(
     *,
     session_id: str | None = None,
     reason: str | None = None,
+    nonce: int | None = None,
 ) -> Step:
     """Claim ``approve`` / ``reject`` / ``expire`` of ``token``: save the claim, then call upstream.
 
-    Effects: ``SaveSnapshot`` (the processing record) then ``CallApprove`` (approving) or
-    ``CallDeny`` (rejecting with ``reason``; expiring with ``"confirmation expired"``).
+    The step's ``save`` writes the processing record; its ``then`` is ``CallApprove``
+    (approving) or ``CallDeny`` (rejecting with ``reason``; expiring with
+    ``"confirmation expired"``).
     Losers raise: ``AlreadyResolved`` (terminal), ``ResolutionInProgress`` (processing),
     ``InvalidConfirmationToken`` (unknown token or another ``session_id``), each carrying the
     stored binding in ``.record``; ``IllegalTransition`` for ``expire`` before expiry.
@@ -330,11 +333,13 @@ def claim_resolution(
     except ConfirmationError as error:
         error.record = binding  # the loser's answer carries the stored binding
         raise
-    step = _saving(state, _moved_to(state.snapshot, index, won.status), now_ms)
-    return Step(step.state, (*step.effects, _upstream_effect(won, reason)))
+    claimed = _moved_to(state.snapshot, index, won.status)
+    return _saving(state, claimed, now_ms, nonce, then=_upstream_effect(won, reason))
 
 
-def complete_resolution(state: SessionState, token: str, now_ms: int) -> Step:
+def complete_resolution(
+    state: SessionState, token: str, now_ms: int, *, nonce: int | None = None
+) -> Step:
     """Upstream returned for the claim on ``token``: save the matching final state."""
     check_clock(now_ms)
     check_can_save(state)
@@ -342,7 +347,7 @@ def complete_resolution(state: SessionState, token: str, now_ms: int) -> Step:
     if index < 0:
         raise InvalidConfirmationToken()
     settled = k.complete_at((_record(state.snapshot.confirmations[index]),), 0)[0]
-    return _saving(state, _moved_to(state.snapshot, index, settled.status), now_ms)
+    return _saving(state, _moved_to(state.snapshot, index, settled.status), now_ms, nonce)
 
 
 def reconcile(
@@ -353,6 +358,7 @@ def reconcile(
     *,
     release_untouched: bool = False,
     reason: str | None = None,
+    nonce: int | None = None,
 ) -> Step:
     """Settle the processing record of ``token`` from upstream's tool-call status (ADR-0012).
 
@@ -376,10 +382,9 @@ def reconcile(
         # every older write still in flight (a release whose outcome was unknown could otherwise
         # land after upstream acted and reopen the record: ADR-0054, found by the SPIN model).
         check_can_save(state)
-        fence = _saving(state, state.snapshot, now_ms)
-        return Step(fence.state, (*fence.effects, _upstream_effect(current, reason)))
+        return _saving(state, state.snapshot, now_ms, nonce, then=_upstream_effect(current, reason))
     if decision is Reconciliation.COMPLETE:
-        return complete_resolution(state, token, now_ms)
+        return complete_resolution(state, token, now_ms, nonce=nonce)
     check_can_save(state)
     released = k.release_at((current,), 0)[0]
-    return _saving(state, _moved_to(state.snapshot, index, released.status), now_ms)
+    return _saving(state, _moved_to(state.snapshot, index, released.status), now_ms, nonce)

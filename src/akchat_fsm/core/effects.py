@@ -1,19 +1,35 @@
 """What the pure core asks its shell to do, as frozen values.
 
-A shell (sync, async, or a test) performs the effects of a :class:`~akchat_fsm.core.state.Step`
-**in order** and stops at the first failure: an upstream call is always preceded, in the same
-step, by the save that records the claim, so it runs only after that save returned ``True``.
+A :class:`~akchat_fsm.core.state.Step` names its effects by role, not by position: ``save``
+(a :class:`SaveSnapshot`, or ``None``) and ``then`` (the upstream call a won claim allows, or
+``None``). A shell performs ``save`` exactly as given: its snapshot is the bytes to store,
+including the write nonce the shell passed in. Only if that save applied (storage answered
+``True``, or an unknown outcome was settled as applied by re-reading) does the shell perform
+``then``; after a conflict it asks the core again on the fresh state, and ``then`` of the
+step that lost is never performed. ``Step`` refuses ``then`` without ``save``, so an upstream
+call always follows the save that records its claim (ADR-0112).
+
+:class:`ProposeUpstream` is not part of a ``Step``: a propose is planned first
+(:class:`~akchat_fsm.core.confirmations.Proposal`) and its binding saved only after upstream
+answered (ADR-0016).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from ..wire.session import SessionSnapshot
 
-__all__ = ["CallApprove", "CallDeny", "Effect", "ProposeUpstream", "SaveSnapshot"]
+__all__ = [
+    "CallApprove",
+    "CallDeny",
+    "ClaimedCall",
+    "Effect",
+    "ProposeUpstream",
+    "SaveSnapshot",
+]
 
 
 @dataclass(frozen=True)
@@ -48,4 +64,6 @@ class CallDeny:
     reason: str
 
 
-Effect = SaveSnapshot | ProposeUpstream | CallApprove | CallDeny
+#: The upstream call a claim allows: a step's ``then``, performed only after its ``save`` applied.
+ClaimedCall: TypeAlias = CallApprove | CallDeny
+Effect: TypeAlias = SaveSnapshot | ProposeUpstream | CallApprove | CallDeny

@@ -1,17 +1,19 @@
 """The edge of the pure core: the pydantic envelope plus the session's cursor phase.
 
-Every command of the core is a function ``(SessionState, ..., now_ms) -> Step``. A
-:class:`Step` holds the state to adopt and the effects to perform, in order (see
-:mod:`akchat_fsm.core.effects`). When a step saves, its ``state`` is the *saving* state: the
-shell performs :class:`SaveSnapshot` and then calls :func:`save_settled` with what storage said
-(``saved`` → in sync at cursor + 1, ``conflict`` → reload required, ``unknown`` → re-read and
-:func:`settle_uncertain`). Nothing here does I/O, reads a clock or draws randomness.
+Every command of the core is a function ``(SessionState, ..., now_ms, *, nonce) -> Step``. A
+:class:`Step` holds the state to adopt, the save to perform and the upstream call to make once
+that save applied (see :mod:`akchat_fsm.core.effects`). When a step saves, its ``state`` is the
+*saving* state and its ``save`` is exactly what storage is to receive, write nonce included: the
+shell performs it as given and then calls :func:`save_settled` with what storage said (``saved``
+→ in sync at cursor + 1, ``conflict`` → reload required, ``unknown`` → re-read and
+:func:`settle_uncertain`). Nothing here does I/O, reads a clock or draws randomness: the clock
+(``now_ms``) and the write nonce are the shell's inputs (ADR-0112).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import TypeVar
@@ -22,9 +24,10 @@ from ..wire.js import MAX_SAFE_INTEGER
 from ..wire.session import Conversation, SessionSnapshot
 from . import cursor as _cursor
 from .cursor import NEW_CURSOR, CursorState
-from .effects import Effect, SaveSnapshot
+from .effects import CallApprove, CallDeny, ClaimedCall, SaveSnapshot
 
 __all__ = [
+    "NONCE_LIMIT",
     "SessionState",
     "Step",
     "iso_ms",
@@ -35,6 +38,7 @@ __all__ = [
     "resumed",
     "save_settled",
     "settle_uncertain",
+    "with_write_nonce",
 ]
 
 E = TypeVar("E", bound=StrEnum)
@@ -43,6 +47,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: ``Date.prototype.toISOString`` leaves the four-digit form after year 9999.
 _MAX_CLOCK_MS = 253_402_300_799_999
 _MIN_CLOCK_MS = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
+#: A write nonce is below this: 12 decimal digits appended to ``updatedAt``'s milliseconds.
+NONCE_LIMIT = 10**12
 
 
 @dataclass(frozen=True)
@@ -55,17 +61,33 @@ class SessionState:
 
 @dataclass(frozen=True)
 class Step:
-    """The result of one core command.
+    """The result of one core command: what to adopt, what to save, what to call after.
 
-    ``state``: adopt it once every effect succeeded (a save's effect is settled through
-    :func:`save_settled`). ``effects``: perform in order, stop at the first failure.
-    ``accepted``: ``False`` when the command was a definite no-op (e.g. a refused turn
-    claim); then ``effects`` is empty and ``state`` is the input state.
+    ``state``: adopt it once ``save`` is settled through :func:`save_settled` (at once when
+    there is no save). ``save``: the CAS write, exactly as storage is to receive it (``None``:
+    nothing to write). ``then``: the upstream call the claim saved by ``save`` allows; perform
+    it only after that save applied, never without it (``Step`` refuses ``then`` without
+    ``save``). ``accepted``: ``False`` when the command was a definite no-op (e.g. a refused
+    turn claim); then there is nothing to perform and ``state`` is the input state.
     """
 
     state: SessionState
-    effects: tuple[Effect, ...] = ()
+    _: KW_ONLY
+    save: SaveSnapshot | None = None
+    then: ClaimedCall | None = None
     accepted: bool = True
+
+    def __post_init__(self) -> None:
+        if self.save is not None and not isinstance(self.save, SaveSnapshot):
+            raise ConfigError("Step.save must be a SaveSnapshot or None.")
+        if self.then is not None and not isinstance(self.then, CallApprove | CallDeny):
+            raise ConfigError("Step.then must be a CallApprove, a CallDeny or None.")
+        if self.then is not None and self.save is None:
+            # The claim protocol in one line: an upstream call runs only after the save that
+            # records its claim applied, so a step cannot even say "call" without that save.
+            raise IllegalTransition("step", "unsaved", "upstream call", "it needs its save")
+        if not self.accepted and (self.save is not None or self.then is not None):
+            raise IllegalTransition("step", "refused", "effect", "a refused step does nothing")
 
 
 def coerce(kind: type[E], value: object, error: Callable[[], Exception]) -> E:
@@ -95,13 +117,39 @@ def iso_ms(now_ms: int) -> str:
     )
 
 
-def next_snapshot(snapshot: SessionSnapshot, now_ms: int) -> SessionSnapshot:
-    """The snapshot a save writes: ``cursor + 1`` and ``updatedAt`` = ``now_ms`` as ISO ms Z."""
+def with_write_nonce(updated_at: str, nonce: int) -> str:
+    """``updatedAt`` to the millisecond, then 12 more fraction digits unique to this write.
+
+    Every written snapshot is then unique, so an unknown outcome is settled exactly by
+    re-reading, even when another client saved the same change from the same base in the same
+    millisecond (ADR-0062). ``updatedAt`` is never read for any decision, and any fraction
+    precision is valid on the wire (docs/wire-format.md, ``updatedAt``).
+    """
+    return f"{updated_at[:-1]}{nonce:012d}Z"
+
+
+def check_nonce(nonce: int) -> int:
+    """Validate an injected write nonce: an int in ``[0, NONCE_LIMIT)``."""
+    if type(nonce) is not int or not 0 <= nonce < NONCE_LIMIT:
+        raise ConfigError("Write nonce is invalid: expected an int in [0, 10**12).")
+    return nonce
+
+
+def next_snapshot(
+    snapshot: SessionSnapshot, now_ms: int, *, nonce: int | None = None
+) -> SessionSnapshot:
+    """The snapshot a save writes: ``cursor + 1`` and ``updatedAt`` = ``now_ms`` as ISO ms Z.
+
+    With a ``nonce`` (what a shell passes on every write, ADR-0112) the 12 digits of
+    :func:`with_write_nonce` follow the milliseconds; without one, ``updatedAt`` has the
+    reference writer's three fraction digits.
+    """
     if snapshot.cursor >= MAX_SAFE_INTEGER:
         raise IllegalTransition("session_cursor", "in_sync", "save", "cursor would overflow")
-    written = snapshot.model_copy(
-        update={"cursor": snapshot.cursor + 1, "updated_at": iso_ms(now_ms)}
-    )
+    updated_at = iso_ms(now_ms)
+    if nonce is not None:
+        updated_at = with_write_nonce(updated_at, check_nonce(nonce))
+    written = snapshot.model_copy(update={"cursor": snapshot.cursor + 1, "updated_at": updated_at})
     if not written.terminal_turns and "terminal_turns" in written.model_fields_set:
         # The reference writer omits an empty ``terminalTurns``; an explicit ``[]`` read from
         # storage (or set by a turn command) must not be written back. `model_construct` with
@@ -152,8 +200,14 @@ def resumed(snapshot: SessionSnapshot) -> SessionState:
     return SessionState(snapshot, CursorState(CursorPhase.IN_SYNC, snapshot.cursor))
 
 
-def _saving(state: SessionState, snapshot: SessionSnapshot, now_ms: int) -> Step:
-    """The step that saves ``snapshot`` (the new in-memory envelope) with CAS."""
+def _saving(
+    state: SessionState,
+    snapshot: SessionSnapshot,
+    now_ms: int,
+    nonce: int | None,
+    then: ClaimedCall | None = None,
+) -> Step:
+    """The step that saves ``snapshot`` (the new in-memory envelope) with CAS, then ``then``."""
     saving = _cursor.begin_save(state.cursor)
     if snapshot.cursor != state.cursor.cursor:
         # A state assembled by hand (or a snapshot adopted without settling its save).
@@ -163,8 +217,9 @@ def _saving(state: SessionState, snapshot: SessionSnapshot, now_ms: int) -> Step
             "save",
             "envelope cursor is not the stored one",
         )
-    saved = next_snapshot(snapshot, now_ms)
-    return Step(SessionState(saved, saving), (SaveSnapshot(saved, state.cursor.expected_cursor),))
+    saved = next_snapshot(snapshot, now_ms, nonce=nonce)
+    save = SaveSnapshot(saved, state.cursor.expected_cursor)
+    return Step(SessionState(saved, saving), save=save, then=then)
 
 
 def check_can_save(state: SessionState) -> None:
@@ -172,9 +227,9 @@ def check_can_save(state: SessionState) -> None:
     _cursor.cursor_step(state.cursor.phase, CursorEvent.SAVE, False)
 
 
-def persist(state: SessionState, now_ms: int) -> Step:
+def persist(state: SessionState, now_ms: int, *, nonce: int | None = None) -> Step:
     """An explicit save of the current envelope (the reference's ``session.persist()``)."""
-    return _saving(state, state.snapshot, now_ms)
+    return _saving(state, state.snapshot, now_ms, nonce)
 
 
 def save_settled(state: SessionState, outcome: CursorEvent) -> SessionState:

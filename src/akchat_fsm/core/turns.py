@@ -47,7 +47,9 @@ def _with_ledger(snapshot: SessionSnapshot, new: k.TurnLedger) -> SessionSnapsho
     return snapshot.model_copy(update={"active_turn": active, "terminal_turns": terminal})
 
 
-def claim_turn(state: SessionState, turn_id: str, lease_ms: int, now_ms: int) -> Step:
+def claim_turn(
+    state: SessionState, turn_id: str, lease_ms: int, now_ms: int, *, nonce: int | None = None
+) -> Step:
     """Take the turn lease until ``now_ms + lease_ms`` (one save), or refuse (``accepted=False``).
 
     Refused, with nothing saved, when ``turn_id`` is a terminal turn (a replay) or an unexpired
@@ -65,19 +67,26 @@ def claim_turn(state: SessionState, turn_id: str, lease_ms: int, now_ms: int) ->
     check_can_save(state)
     new = k.claim_turn(ledger(state.snapshot), turn_id, lease_ms, now_ms)
     if new is None:
-        return Step(state, (), accepted=False)
-    return _saving(state, _with_ledger(state.snapshot, new), now_ms)
+        return Step(state, accepted=False)
+    return _saving(state, _with_ledger(state.snapshot, new), now_ms, nonce)
 
 
-def release_turn(state: SessionState, turn_id: str, outcome: TurnOutcome, now_ms: int) -> Step:
+def release_turn(
+    state: SessionState,
+    turn_id: str,
+    outcome: TurnOutcome,
+    now_ms: int,
+    *,
+    nonce: int | None = None,
+) -> Step:
     """End ``turn_id``'s lease with ``outcome`` (one save); a no-op unless it holds the lease."""
     check_clock(now_ms)
     how = coerce(TurnOutcome, outcome, lambda: ConfigError("Turn release is invalid."))
     new = k.release_turn(ledger(state.snapshot), turn_id, how)
     if new is None:
-        return Step(state, (), accepted=False)
+        return Step(state, accepted=False)
     check_can_save(state)
-    return _saving(state, _with_ledger(state.snapshot, new), now_ms)
+    return _saving(state, _with_ledger(state.snapshot, new), now_ms, nonce)
 
 
 def _conversation(state: SessionState) -> Conversation:
@@ -87,7 +96,9 @@ def _conversation(state: SessionState) -> Conversation:
     return conversation
 
 
-def record_decision(state: SessionState, decision: RouteDecision, now_ms: int) -> Step:
+def record_decision(
+    state: SessionState, decision: RouteDecision, now_ms: int, *, nonce: int | None = None
+) -> Step:
     """Cache a route decision and move the conversation to ``decision.to_state`` (one save).
 
     A decision for a known ``message_id`` replaces it in place (insertion order is kept, like
@@ -113,11 +124,18 @@ def record_decision(state: SessionState, decision: RouteDecision, now_ms: int) -
     updated = conversation.model_copy(
         update={"state": decision.to_state, "decisions": tuple(decisions)}
     )
-    return _saving(state, state.snapshot.model_copy(update={"conversation": updated}), now_ms)
+    return _saving(
+        state, state.snapshot.model_copy(update={"conversation": updated}), now_ms, nonce
+    )
 
 
 def drop_decisions(
-    state: SessionState, message_ids: frozenset[str], conversation_state: str, now_ms: int
+    state: SessionState,
+    message_ids: frozenset[str],
+    conversation_state: str,
+    now_ms: int,
+    *,
+    nonce: int | None = None,
 ) -> Step:
     """Forget the decisions of ``message_ids`` (e.g. an edited turn became agentic), one save."""
     check_clock(now_ms)
@@ -130,4 +148,6 @@ def drop_decisions(
         raise ConfigError("Message ids are invalid.") from exc
     check_can_save(state)
     updated = conversation.model_copy(update={"state": conversation_state, "decisions": kept})
-    return _saving(state, state.snapshot.model_copy(update={"conversation": updated}), now_ms)
+    return _saving(
+        state, state.snapshot.model_copy(update={"conversation": updated}), now_ms, nonce
+    )

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import core
-from ..core.effects import CallApprove, CallDeny
+from ..core.effects import CallDeny, ClaimedCall
 from ..errors import (
     CONFIRMATION_HINT,
     AkchatError,
     AlreadyResolved,
     ConfigError,
     ConfirmationError,
+    IllegalTransition,
     InvalidConfirmationToken,
     InvalidMemoryRecord,
     OutcomeUnknown,
@@ -38,12 +39,13 @@ from ..machines.tables import CONFIRMATION_TABLE
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
 from ._state import REDECIDE, SessionHolder, apply, reload
-from .effects import Deny, MemoryRead, Plan, ReadMemory
+from .effects import MemoryRead, Plan, ReadMemory
 from .ports import ToolCallProposal, UpstreamFailed
 
 __all__ = [
     "ReconcileOutcome",
     "expired_pending",
+    "perform_then",
     "plan_expire_due",
     "plan_propose",
     "plan_reconcile",
@@ -129,8 +131,8 @@ def plan_propose(
         # Rebase on every concurrent save: reload, re-check on the fresh envelope, save again.
         step = yield from apply(
             holder,
-            lambda state, now: core.record_proposal(
-                state, proposal, call, now, keep_terminal=keep_terminal
+            lambda state, now, nonce: core.record_proposal(
+                state, proposal, call, now, keep_terminal=keep_terminal, nonce=nonce
             ),
             PROPOSE_ATTEMPTS,
         )
@@ -156,7 +158,7 @@ def plan_propose(
 def _deny_unbound(tool_call_id: str, error: AkchatError) -> Plan[None]:
     """Best effort: deny a call upstream created but no session binds; note it on ``error``."""
     try:
-        yield Deny(tool_call_id, UNBOUND_REASON)
+        yield CallDeny(tool_call_id, UNBOUND_REASON)
     except Exception as exc:  # the original error matters more; say what is left behind
         error.add_note(f"upstream tool call {tool_call_id} is unbound; denying it failed: {exc!r}")
         return
@@ -203,19 +205,34 @@ def _complete(token: str, claimed: ConfirmationStatus | None = None) -> Any:
     nothing is written and :class:`ConfirmationError` (``.record``: the stored one) is raised.
     """
 
-    def command(state: core.SessionState, now_ms: int) -> core.Step:
+    def command(state: core.SessionState, now_ms: int, nonce: int) -> core.Step:
         binding = core.find_binding(state, token)
         if binding is not None and binding.status.is_terminal:
             return core.Step(state, accepted=False)  # recorded meanwhile (by a reconcile)
         if claimed is not None and (binding is None or binding.status is not claimed):
             raise ConfirmationError(CLAIM_RELEASED, record=binding)
-        return core.complete_resolution(state, token, now_ms)
+        return core.complete_resolution(state, token, now_ms, nonce=nonce)
 
     return command
 
 
+def perform_then(
+    holder: SessionHolder, token: str, step: core.Step
+) -> Plan[ConfirmationBinding | None]:
+    """Perform what comes after a step's applied save: its ``then`` upstream call, if any,
+    then the matching final status (CAS#2). ``None``: the step had no upstream call.
+
+    The one place a step's ``then`` is performed (resolve and reconcile both come here);
+    :func:`~akchat_fsm.session._state.apply` has already performed its ``save``, and returns a
+    step only once that save applied, so a claim that lost never reaches this.
+    """
+    if step.then is None:
+        return None
+    return (yield from _call_upstream(holder, token, step.then))
+
+
 def _call_upstream(
-    holder: SessionHolder, token: str, effect: CallApprove | CallDeny
+    holder: SessionHolder, token: str, effect: ClaimedCall
 ) -> Plan[ConfirmationBinding]:
     """Perform a won claim's upstream call, then record the matching final status (CAS#2)."""
     claim = core.find_binding(holder.core, token)
@@ -253,9 +270,9 @@ def plan_resolve(
     if not isinstance(token, str):
         raise InvalidConfirmationToken()
 
-    def claim(state: core.SessionState, now_ms: int) -> core.Step:
+    def claim(state: core.SessionState, now_ms: int, nonce: int) -> core.Step:
         return core.claim_resolution(
-            state, token, intent, now_ms, session_id=session_id, reason=reason
+            state, token, intent, now_ms, session_id=session_id, reason=reason, nonce=nonce
         )
 
     if session_id is not None and session_id != holder.session_id:
@@ -275,9 +292,10 @@ def plan_resolve(
         if isinstance(record, ConfirmationBinding) and settled_for(intent, record.status):
             return record
         raise
-    effect = step.effects[-1]
-    assert isinstance(effect, CallApprove | CallDeny)  # the core's claim step ends with it
-    return (yield from _call_upstream(holder, token, effect))
+    done = yield from perform_then(holder, token, step)
+    if done is None:  # pragma: no cover - a won claim's step always names its upstream call
+        raise IllegalTransition("confirmation", "claimed", str(intent), "no upstream call")
+    return done
 
 
 def expired_pending(holder: SessionHolder) -> tuple[str, ...]:
@@ -391,7 +409,7 @@ def _reconcile_one(
 ) -> Plan[ReconcileOutcome]:
     token = binding.token
 
-    def command(state: core.SessionState, now_ms: int) -> core.Step:
+    def command(state: core.SessionState, now_ms: int, nonce: int) -> core.Step:
         current = core.find_binding(state, token)
         if current is None or not current.status.is_processing:
             return core.Step(state, accepted=False)  # settled meanwhile
@@ -402,12 +420,13 @@ def _reconcile_one(
             now_ms,
             release_untouched=release_untouched,
             reason=RECONCILED_REJECT_REASON,
+            nonce=nonce,
         )
 
     step = yield from apply(holder, command, COMPLETE_ATTEMPTS)
-    upstream = [e for e in step.effects if isinstance(e, CallApprove | CallDeny)]
-    if upstream:
-        done = yield from _call_upstream(holder, token, upstream[0])
+    resumed = yield from perform_then(holder, token, step)
+    if resumed is not None:
+        done = resumed
         action = "resumed"
     else:
         done = core.find_binding(holder.core, token) or binding

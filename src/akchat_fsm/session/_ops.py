@@ -57,7 +57,9 @@ def plan_resume(
 
 def plan_persist(holder: SessionHolder, attempts: int = 1) -> Plan[int]:
     """Save the current envelope as cursor + 1 (create-only for a new session)."""
-    yield from apply(holder, core.persist, attempts)
+    yield from apply(
+        holder, lambda state, now, nonce: core.persist(state, now, nonce=nonce), attempts
+    )
     return holder.cursor
 
 
@@ -71,7 +73,9 @@ def plan_claim_turn(
     """
     return (
         yield from _from_storage(
-            holder, lambda state, now: core.claim_turn(state, turn_id, lease_ms, now), attempts
+            holder,
+            lambda state, now, nonce: core.claim_turn(state, turn_id, lease_ms, now, nonce=nonce),
+            attempts,
         )
     )
 
@@ -89,7 +93,9 @@ def plan_release_turn(
         raise ConfigError(TURN_RELEASE_INVALID) from exc
     return (
         yield from _from_storage(
-            holder, lambda state, now: core.release_turn(state, turn_id, final, now), attempts
+            holder,
+            lambda state, now, nonce: core.release_turn(state, turn_id, final, now, nonce=nonce),
+            attempts,
         )
     )
 
@@ -135,7 +141,7 @@ def plan_record_decision(
         raise LimitExceeded(DECISION_INVALID, limit="decision")
     made: list[RouteDecision] = []
 
-    def command(state: core.SessionState, now_ms: int) -> core.Step:
+    def command(state: core.SessionState, now_ms: int, nonce: int) -> core.Step:
         stored = state.snapshot.conversation
         current = stored.state if stored is not None else conversation.initial_state
         target = route_target(conversation, current, route_id)
@@ -154,7 +160,7 @@ def plan_record_decision(
         except InvalidInput as exc:  # e.g. a lone surrogate, or a state over 128 characters
             raise ConfigError(DECISION_INVALID) from exc
         made.append(decision)
-        return core.record_decision(state, decision, now_ms)
+        return core.record_decision(state, decision, now_ms, nonce=nonce)
 
     yield from apply(holder, command, attempts)
     return made[-1]

@@ -7,11 +7,12 @@ points (a save that returned ``True``, a settled unknown outcome, a reload), so 
 fails at any step leaves the session exactly as storage last confirmed it: rollback in memory
 is free.
 
-:func:`apply` is the one loop every mutation goes through: ask the core for a step on the
-current state, save it with CAS, and on a conflict reload and ask again, up to ``attempts``
-times. The session object is never left stale or stuck: after a :class:`SessionConflict` it
-already holds the fresh state, and any later operation first reloads a state the core would
-refuse to save from (conflicted or uncertain).
+:func:`apply` is the one loop every mutation goes through: draw the clock and a write nonce,
+ask the core for a step on the current state, perform the step's ``save`` exactly as the core
+built it (CAS), and on a conflict reload and ask again, up to ``attempts`` times. The session
+object is never left stale or stuck: after a :class:`SessionConflict` it already holds the
+fresh state, and any later operation first reloads a state the core would refuse to save from
+(conflicted or uncertain).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from .. import core
 from ..core.effects import SaveSnapshot
+from ..core.state import NONCE_LIMIT
 from ..errors import (
     CONVERSATION_HINT,
     ConfigError,
@@ -35,11 +37,12 @@ from ..machines.cursor import CursorEvent, CursorPhase
 from ..wire.decode import INVALID, decode_session_snapshot
 from ..wire.session import SessionSnapshot
 from .definition import ChatDefinition, replay_conversation
-from .effects import Emit, Load, Plan, Save
+from .effects import Emit, Load, Plan
 from .observers import SessionEvent, SessionEventKind
 
 __all__ = [
     "MAX_STALLS",
+    "NOT_APPLIED_WHEN_READ",
     "REDECIDE",
     "SNAPSHOT_INCOMPATIBLE",
     "SessionHolder",
@@ -49,7 +52,13 @@ __all__ = [
 ]
 
 SNAPSHOT_INCOMPATIBLE = "Session snapshot is incompatible with this chat definition."
-Command = Callable[[core.SessionState, int], core.Step]
+#: An unknown save outcome settled by a re-read that found the stored cursor unchanged.
+NOT_APPLIED_WHEN_READ = (
+    "save outcome unknown; a re-read found the stored cursor unchanged, so it had not applied "
+    "when read; a retry is safe: compare-and-set lets at most one of the two writes apply"
+)
+#: A core command with its arguments bound: ``(state, now_ms, nonce) -> Step``.
+Command = Callable[[core.SessionState, int, int], core.Step]
 
 
 def _decode(raw: object) -> SessionSnapshot:
@@ -84,19 +93,9 @@ def decode_stored(
     return snapshot, state
 
 
-def with_write_nonce(updated_at: str, nonce: int) -> str:
-    """``updatedAt`` to the millisecond, then 12 more fraction digits unique to this write.
-
-    Every written snapshot is then unique, so an unknown outcome is settled exactly by
-    re-reading, even when another client saved the same change from the same base in the same
-    millisecond (ADR-0062). ``updatedAt`` is never read for any decision, and any fraction
-    precision is valid on the wire (docs/reference.md §1.3).
-    """
-    return f"{updated_at[:-1]}{nonce:012d}Z"
-
-
 def _default_nonce() -> int:
-    return secrets.randbelow(10**12)
+    # The core writes it into ``updatedAt`` (core.state.with_write_nonce, ADR-0062/0112).
+    return secrets.randbelow(NONCE_LIMIT)
 
 
 @dataclass
@@ -184,24 +183,20 @@ def reload(holder: SessionHolder) -> Plan[None]:
             yield Emit(event)
 
 
-def _save(holder: SessionHolder, step: core.Step, save: core.SaveSnapshot) -> Plan[bool]:
+def _save(holder: SessionHolder, step: core.Step, save: SaveSnapshot) -> Plan[bool]:
     """Perform the step's CAS save; ``True`` iff it applied (settled by re-reading if unknown).
 
-    On a conflict ``holder`` is reloaded and ``False`` returned. An unknown outcome is settled
-    by re-reading: our exact snapshot stored → applied; another client's at that cursor → a
-    conflict; nothing moved → :class:`StorageUnavailable` (definitely not applied). If the
-    re-read fails, :class:`OutcomeUnknown` propagates and ``holder`` stays *uncertain* (the
-    next operation reloads first).
+    ``save`` is sent exactly as the core built it. On a conflict ``holder`` is reloaded and
+    ``False`` returned. An unknown outcome is settled by re-reading: our exact snapshot stored
+    → applied; another client's at that cursor → a conflict; the stored cursor unchanged →
+    :class:`StorageUnavailable` (not applied when re-read; ADR-0066 says why a retry is safe).
+    If the re-read fails, :class:`OutcomeUnknown` propagates and ``holder`` stays *uncertain*
+    (the next operation reloads first).
     """
-    nonced = save.snapshot.model_copy(
-        update={"updated_at": with_write_nonce(save.snapshot.updated_at, holder.nonce())}
-    )
-    attempted = core.SaveSnapshot(nonced, save.expected_cursor)
-    saving = replace(step.state, snapshot=nonced)
     try:
-        saved = yield Save(nonced, save.expected_cursor)
+        saved = yield save
     except OutcomeUnknown as unknown:
-        holder.core = core.save_settled(saving, CursorEvent.UNKNOWN)
+        holder.core = core.save_settled(step.state, CursorEvent.UNKNOWN)
         try:
             raw = yield Load(holder.session_id)
         except StorageError as exc:
@@ -209,7 +204,7 @@ def _save(holder: SessionHolder, step: core.Step, save: core.SaveSnapshot) -> Pl
         stored = decode_stored(raw, holder.definition, holder.session_id)
         expected = save.expected_cursor
         holder.core, applied = core.settle_uncertain(
-            holder.core, attempted, None if stored is None else stored[0]
+            holder.core, save, None if stored is None else stored[0]
         )
         if stored is not None:
             holder.conversation_state = stored[1]
@@ -218,18 +213,18 @@ def _save(holder: SessionHolder, step: core.Step, save: core.SaveSnapshot) -> Pl
         if applied:
             return True
         if (stored[0].cursor if stored is not None else None) == expected:
-            # Nothing moved: our write did not apply. That is definite, so say so.
-            raise StorageUnavailable(
-                "save did not apply (settled by re-reading); a retry is safe"
-            ) from unknown
+            # Not applied when read. On a server the request may still be in flight and land
+            # later, so the message promises no more than that; a retry is still safe: both
+            # writes expect this cursor, so CAS lets at most one of them apply (ADR-0066).
+            raise StorageUnavailable(NOT_APPLIED_WHEN_READ) from unknown
         return False  # another client's write won that cursor: a conflict
     if saved is True:
-        holder.core = core.save_settled(saving, CursorEvent.SAVED)
-        conversation = nonced.conversation
+        holder.core = core.save_settled(step.state, CursorEvent.SAVED)
+        conversation = save.snapshot.conversation
         if conversation is not None:
             holder.conversation_state = conversation.state
         return True
-    holder.core = core.save_settled(saving, CursorEvent.CONFLICT)
+    holder.core = core.save_settled(step.state, CursorEvent.CONFLICT)
     yield from reload(holder)
     return False
 
@@ -289,8 +284,9 @@ MAX_STALLS = 3
 def apply(holder: SessionHolder, command: Command, attempts: int | None = 1) -> Plan[core.Step]:
     """Run a core command and perform its save; on conflict reload and run it again.
 
-    Returns the step whose save applied (its remaining effects, e.g. an upstream call, are the
-    caller's to perform), or the step that saved nothing (``accepted`` false or no save).
+    Returns the step whose ``save`` applied (its ``then``, the upstream call a claim allows, is
+    the caller's to perform: :func:`~akchat_fsm.session._confirm.perform_then`), or the step
+    that saved nothing (``accepted`` false or no ``save``).
     After ``attempts`` conflicts :class:`SessionConflict` is raised; ``holder`` is fresh.
     With ``attempts=REDECIDE`` (``None``) the command re-decides on the fresh state after every
     conflict: each conflict means another client's save applied, so this ends (lock-free) as
@@ -304,15 +300,16 @@ def apply(holder: SessionHolder, command: Command, attempts: int | None = 1) -> 
         tries += 1
         expected = holder.cursor if holder.exists else None
         before = holder.snapshot
-        step = command(holder.core, holder.clock())
-        save = next((e for e in step.effects if isinstance(e, core.SaveSnapshot)), None)
-        if not step.accepted or save is None:
+        # Each attempt is a new write, so it gets its own nonce (ADR-0062).
+        step = command(holder.core, holder.clock(), holder.nonce())
+        save = step.save
+        if save is None:  # a refused step (``accepted`` false) never has one
             return step
         try:
             saved = yield from _save(holder, step, save)
         except OutcomeUnknown:
             # Left uncertain: remember what was sent, so the next reload can settle it.
-            holder.unsettled = (before, core.SaveSnapshot(holder.snapshot, save.expected_cursor))
+            holder.unsettled = (before, save)
             raise
         if saved:
             if holder.observed:

@@ -6,10 +6,12 @@ here, once: a failed ``load`` changed nothing (:class:`StorageUnavailable`), a f
 may have applied (:class:`OutcomeUnknown`). Upstream and memory exceptions go to the plan
 untouched, because only the plan knows which record they leave behind.
 
-Every port call is made in one place (``_start``) for both drivers; a driver only awaits what
-the port returned, or refuses it: an awaitable from a port given to the sync API (closed, never
-run) or a plain value from one given to the asyncio API is a :class:`ConfigError` naming the
-right function (ADR-0091), never a result the plan could take for success.
+Every port call is made in one place (``_start``) for both drivers, one ``match`` over every
+effect the plans can yield, proven exhaustive by mypy (``assert_never``); anything else fails
+there with an ``AssertionError`` naming it. A driver only awaits what the port returned, or
+refuses it: an awaitable from a port given to the sync API (closed, never run) or a plain value
+from one given to the asyncio API is a :class:`ConfigError` naming the right function
+(ADR-0091), never a result the plan could take for success.
 """
 
 from __future__ import annotations
@@ -17,22 +19,23 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar, assert_never
 
 from ..errors import AkchatError, ConfigError, OutcomeUnknown, StorageUnavailable
 from ..wire.bounded import thaw
 from ._flavour import wrong_flavour
 from .effects import (
-    Approve,
-    Deny,
+    CallApprove,
+    CallDeny,
     Effect,
     Emit,
     Load,
     MemoryRead,
     Plan,
-    Propose,
+    PortEffect,
+    ProposeUpstream,
     ReadMemory,
-    Save,
+    SaveSnapshot,
 )
 from .observers import Observer, log
 
@@ -54,7 +57,7 @@ class Ports:
     observers: Sequence[Observer] = field(default_factory=tuple)
 
 
-def _storage_error(effect: Load | Save, exc: Exception) -> AkchatError:
+def _storage_error(effect: Load | SaveSnapshot, exc: Exception) -> AkchatError:
     if isinstance(exc, AkchatError):
         return exc
     if isinstance(effect, Load):
@@ -113,29 +116,53 @@ class _Started:
     returned: Any
     port: str  # e.g. "storage.load", for the wrong-flavour message
     finish: Callable[[Any], Any] = _identity
+    #: A storage effect: its port's exceptions are mapped by :func:`_storage_error`.
+    storage: Load | SaveSnapshot | None = None
 
 
-def _start(effect: Effect, ports: Ports) -> _Started:
-    """Make the port call ``effect`` asks for: the one place that maps effects to ports."""
-    if isinstance(effect, Load):
-        return _Started(ports.storage.load(effect.session_id), "storage.load")
-    if isinstance(effect, Save):
-        return _Started(ports.storage.save(effect.snapshot, effect.expected_cursor), "storage.save")
-    if isinstance(effect, Propose):
-        returned = _upstream(ports).propose_tool_call(
-            effect.tool_call_id, effect.name, thaw(effect.args)
-        )
-        return _Started(returned, "upstream.propose_tool_call")
-    if isinstance(effect, Approve):
-        return _Started(_upstream(ports).approve(effect.tool_call_id), "upstream.approve")
-    if isinstance(effect, Deny):
-        return _Started(_upstream(ports).deny(effect.tool_call_id, effect.reason), "upstream.deny")
-    assert isinstance(effect, ReadMemory)
-    memory = _memory(ports)
-    if callable(getattr(memory, "tool_call_statuses", None)):
-        returned = memory.tool_call_statuses(list(effect.tool_call_ids))
-        return _Started(returned, "memory.tool_call_statuses", _statuses)
-    return _Started(memory.load(), "memory.load", _record)
+def _raise_mapped(effect: Load | SaveSnapshot, exc: Exception) -> NoReturn:
+    mapped = _storage_error(effect, exc)
+    if mapped is exc:
+        raise exc
+    raise mapped from exc
+
+
+def _storage_call(effect: Load | SaveSnapshot, port: str, call: Callable[[], Any]) -> _Started:
+    try:
+        returned = call()
+    except Exception as exc:
+        _raise_mapped(effect, exc)
+    return _Started(returned, port, storage=effect)
+
+
+def _start(effect: PortEffect, ports: Ports) -> _Started:
+    """Make the port call ``effect`` asks for: the one place that maps effects to ports.
+
+    Exhaustive (mypy proves it through ``assert_never``); at run time an object that is no
+    effect fails here, loudly, instead of being taken for some port's answer.
+    """
+    match effect:
+        case Load(session_id=session_id):
+            return _storage_call(effect, "storage.load", lambda: ports.storage.load(session_id))
+        case SaveSnapshot(snapshot=snapshot, expected_cursor=expected):
+            return _storage_call(
+                effect, "storage.save", lambda: ports.storage.save(snapshot, expected)
+            )
+        case ProposeUpstream(tool_call_id=tool_call_id, name=name, args=args):
+            returned = _upstream(ports).propose_tool_call(tool_call_id, name, thaw(args))
+            return _Started(returned, "upstream.propose_tool_call")
+        case CallApprove(tool_call_id=tool_call_id):
+            return _Started(_upstream(ports).approve(tool_call_id), "upstream.approve")
+        case CallDeny(tool_call_id=tool_call_id, reason=reason):
+            return _Started(_upstream(ports).deny(tool_call_id, reason), "upstream.deny")
+        case ReadMemory(tool_call_ids=tool_call_ids):
+            memory = _memory(ports)
+            if callable(getattr(memory, "tool_call_statuses", None)):
+                returned = memory.tool_call_statuses(list(tool_call_ids))
+                return _Started(returned, "memory.tool_call_statuses", _statuses)
+            return _Started(memory.load(), "memory.load", _record)
+        case _:
+            assert_never(effect)
 
 
 def _statuses(value: Any) -> MemoryRead:
@@ -153,23 +180,14 @@ def _close(awaitable: object) -> None:
         close()
 
 
-def _guarded(effect: Load | Save, call: Callable[[], T]) -> T:
-    try:
-        return call()
-    except Exception as exc:
-        raise _storage_error(effect, exc) from exc
-
-
 def _execute_sync(effect: Effect, ports: Ports) -> Any:
-    if isinstance(effect, Emit):
-        for pending in _notify(ports, effect):
-            _close(pending)  # a coroutine observer on a sync session cannot be awaited
-        return None
-    started = (
-        _guarded(effect, lambda: _start(effect, ports))
-        if isinstance(effect, Load | Save)
-        else _start(effect, ports)
-    )
+    match effect:
+        case Emit():
+            for pending in _notify(ports, effect):
+                _close(pending)  # a coroutine observer on a sync session cannot be awaited
+            return None
+        case _:
+            started = _start(effect, ports)
     if inspect.isawaitable(started.returned):
         # An asyncio port on the sync API: its call never ran. Refuse loudly (never treat the
         # coroutine object as the call's success: that would record a false completion).
@@ -179,23 +197,23 @@ def _execute_sync(effect: Effect, ports: Ports) -> Any:
 
 
 async def _execute_async(effect: Effect, ports: Ports) -> Any:
-    if isinstance(effect, Emit):
-        for pending in _notify(ports, effect):
-            try:
-                await pending
-            except Exception:
-                log.exception("session observer raised; ignored")
-        return None
-    if isinstance(effect, Load | Save):
-        started = _guarded(effect, lambda: _start(effect, ports))
-        _check_awaitable(started)
-        try:
-            return started.finish(await started.returned)
-        except Exception as exc:
-            raise _storage_error(effect, exc) from exc
-    started = _start(effect, ports)
+    match effect:
+        case Emit():
+            for pending in _notify(ports, effect):
+                try:
+                    await pending
+                except Exception:
+                    log.exception("session observer raised; ignored")
+            return None
+        case _:
+            started = _start(effect, ports)
     _check_awaitable(started)
-    return started.finish(await started.returned)
+    try:
+        return started.finish(await started.returned)
+    except Exception as exc:
+        if started.storage is None:
+            raise  # upstream and memory exceptions are the plan's to interpret
+        _raise_mapped(started.storage, exc)
 
 
 def _check_awaitable(started: _Started) -> None:

@@ -6,8 +6,8 @@ them, one sync and one asyncio (:mod:`akchat_fsm.session.drivers`); a test can a
 plan effect by effect, which is how the stateful suites interleave clients and inject crashes
 between any two steps.
 
-The save and upstream effects are the core's own (:mod:`akchat_fsm.core.effects`); the shell
-adds the reads (storage, memory) and observer delivery.
+The save and upstream effects are the core's own (:mod:`akchat_fsm.core.effects`), under the
+same names; the shell adds the reads (storage, memory) and observer delivery.
 """
 
 from __future__ import annotations
@@ -20,28 +20,26 @@ from ..core.effects import CallApprove, CallDeny, ProposeUpstream, SaveSnapshot
 from .observers import SessionEvent
 
 __all__ = [
-    "Approve",
-    "Deny",
+    "CallApprove",
+    "CallDeny",
     "Effect",
     "Emit",
     "Load",
     "MemoryRead",
     "Plan",
-    "Propose",
+    "PortEffect",
+    "ProposeUpstream",
     "ReadMemory",
-    "Save",
+    "SaveSnapshot",
 ]
 
 T = TypeVar("T")
 
-#: ``storage.save(snapshot, expected_cursor)`` → ``True`` or ``False`` (conflict).
-Save = SaveSnapshot
-#: ``upstream.propose_tool_call(id, name, args)`` → the call upstream returned.
-Propose = ProposeUpstream
-#: ``upstream.approve(tool_call_id)``: the side effect the claim protects.
-Approve = CallApprove
-#: ``upstream.deny(tool_call_id, reason)``: the side effect the claim protects.
-Deny = CallDeny
+# The core's effects, each under its one name, and what a driver answers for each:
+# SaveSnapshot → ``storage.save(snapshot, expected_cursor)``: ``True`` or ``False`` (conflict);
+# ProposeUpstream → ``upstream.propose_tool_call(id, name, args)``: the call upstream returned;
+# CallApprove / CallDeny → ``upstream.approve`` / ``upstream.deny``: the side effect a claim
+# protects.
 
 
 @dataclass(frozen=True)
@@ -77,8 +75,8 @@ class Emit:
     event: SessionEvent
 
 
-Effect: TypeAlias = (
-    Load | SaveSnapshot | ProposeUpstream | CallApprove | CallDeny | ReadMemory | Emit
-)
+#: What a driver performs through a port (storage, upstream, memory): everything but ``Emit``.
+PortEffect: TypeAlias = Load | SaveSnapshot | ProposeUpstream | CallApprove | CallDeny | ReadMemory
+Effect: TypeAlias = PortEffect | Emit
 #: A plan yields effects, receives their results, and returns ``T``.
 Plan: TypeAlias = Generator[Effect, Any, T]
