@@ -318,7 +318,7 @@ def born_status(upstream: UpstreamToolStatus) -> ConfirmationStatus:
     """The status a proposed record is born with, from what upstream's propose returned.
 
     A call that requires confirmation is born ``pending``; any other is born ``rejected``,
-    with no deny (REFERENCE §3.2): upstream did not wait for us.
+    with no deny (docs/reference.md §3.2): upstream did not wait for us.
 
     post: (__return__ == ConfirmationStatus.PENDING) == (upstream == UNTOUCHED)
     post: __return__ == ConfirmationStatus.PENDING or __return__.is_terminal
