@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
-import json
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,7 +36,16 @@ from ..session.session import ReconcileOutcome
 from ..storage._cas import check_session_id, now_ms
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
-from ._bridge_io import Invoke, ListRecords, LoadRecord, Plan, SaveRecord, require_records
+from ._bridge_io import (
+    STORED_RECORD_HINT,
+    Invoke,
+    ListRecords,
+    LoadRecord,
+    Plan,
+    SaveRecord,
+    require_records,
+    stored_json,
+)
 from ._bridge_io import run_async as _run_async
 from ._bridge_io import run_sync as _run_sync
 from ._bridge_ports import (
@@ -255,7 +263,10 @@ def _denials(
             continue
         stored = yield LoadRecord(ctx.session_id, denial_key(call.tool_call_id))
         if stored is not None:
-            reasons[call.tool_call_id] = str(json.loads(stored[1])["reason"])
+            denial = stored_json(stored[1], "denial record")
+            if not isinstance(denial, dict) or "reason" not in denial:
+                raise ConfigError("A stored denial record has no reason.", hint=STORED_RECORD_HINT)
+            reasons[call.tool_call_id] = str(denial["reason"])
     return reasons
 
 

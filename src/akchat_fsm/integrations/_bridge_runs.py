@@ -30,6 +30,7 @@ from ..errors import ConfigError, ConfirmationError
 from ..storage._cas import check_record_key
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
+from ._bridge_io import stored_json
 
 __all__ = [
     "DENIAL_PREFIX",
@@ -166,8 +167,8 @@ class RunRecord:
         if stored is None:
             return None
         version, text = stored
+        raw = stored_json(text, "run record")
         try:
-            raw = json.loads(text)
             return cls(
                 run_id=str(raw["runId"]),
                 runtime=str(raw["runtime"]),
