@@ -185,7 +185,7 @@ def test_a_bridge_reading_its_own_deep_run_record_fails_typed(tmp_path: Path) ->
 )
 def test_nesting_beyond_the_bound_is_refused_before_parsing(text: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        stored_json(text, "record")
+        stored_json(text, "stored record")
     _typed(caught.value)
 
 
@@ -208,5 +208,5 @@ def test_nesting_at_the_bound_and_brackets_in_strings_parse() -> None:
 )
 def test_other_corrupt_records_are_config_errors(text: Any, says: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        stored_json(text, "record")
+        stored_json(text, "stored record")
     assert says in str(caught.value) and caught.value.retryable is False

@@ -263,7 +263,7 @@ def _denials(
             continue
         stored = yield LoadRecord(ctx.session_id, denial_key(call.tool_call_id))
         if stored is not None:
-            denial = stored_json(stored[1], "denial record")
+            denial = stored_json(stored[1], "stored denial record")
             if not isinstance(denial, dict) or "reason" not in denial:
                 raise ConfigError("A stored denial record has no reason.", hint=STORED_RECORD_HINT)
             reasons[call.tool_call_id] = str(denial["reason"])

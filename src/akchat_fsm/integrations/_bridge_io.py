@@ -77,7 +77,8 @@ def stored_json(text: object, what: str) -> Any:
     """Parse a stored record's JSON text; ``ConfigError`` (never retryable) if it is not.
 
     The record is read from storage a bridge shares with others, so it may be hostile or
-    corrupt. Its size is bounded before parsing (what a shipped adapter accepts), and its
+    corrupt. ``what`` names it in the message ("stored run record"). Its size is bounded
+    before parsing (what a shipped adapter accepts), and its
     nesting at the one parse point: the C parser's ``RecursionError`` (100,000 nested arrays
     fail within the first thousand) and, for a text with enough brackets to be deep at all,
     a scan that refuses what parsed but is deeper than :data:`MAX_RECORD_DEPTH`.
@@ -86,15 +87,15 @@ def stored_json(text: object, what: str) -> Any:
         try:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as exc:
-            message = f"A stored {what} is not UTF-8 text."
+            message = f"A {what} is not UTF-8 text."
             raise ConfigError(message, hint=STORED_RECORD_HINT) from exc
     if not isinstance(text, str):
         raise ConfigError(
-            f"A stored {what} is a {type(text).__name__}, not text.", hint=STORED_RECORD_HINT
+            f"A {what} is a {type(text).__name__}, not text.", hint=STORED_RECORD_HINT
         )
     if len(text) > MAX_RECORD_CHARS:
         raise ConfigError(
-            f"A stored {what} holds {len(text)} characters, more than {MAX_RECORD_CHARS}.",
+            f"A {what} holds {len(text)} characters, more than {MAX_RECORD_CHARS}.",
             hint=STORED_RECORD_HINT,
         )
     try:
@@ -102,14 +103,14 @@ def stored_json(text: object, what: str) -> Any:
     except RecursionError:
         raise _too_deep(what) from None
     except ValueError as exc:
-        raise ConfigError(f"A stored {what} is not JSON: {exc}.", hint=STORED_RECORD_HINT) from exc
+        raise ConfigError(f"A {what} is not JSON: {exc}.", hint=STORED_RECORD_HINT) from exc
     if text.count("[") + text.count("{") > MAX_RECORD_DEPTH and _depth(text) > MAX_RECORD_DEPTH:
         raise _too_deep(what)
     return value
 
 
 def _too_deep(what: str) -> ConfigError:
-    message = f"A stored {what} is nested deeper than {MAX_RECORD_DEPTH}."
+    message = f"A {what} is nested deeper than {MAX_RECORD_DEPTH}."
     return ConfigError(message, hint=STORED_RECORD_HINT)
 
 

@@ -167,7 +167,7 @@ class RunRecord:
         if stored is None:
             return None
         version, text = stored
-        raw = stored_json(text, "run record")
+        raw = stored_json(text, "stored run record")
         try:
             return cls(
                 run_id=str(raw["runId"]),

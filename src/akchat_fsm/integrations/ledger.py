@@ -215,7 +215,7 @@ class LedgerEntry:
         if stored is None:
             return None
         version, text = stored
-        raw = stored_json(text, "ledger record")
+        raw = stored_json(text, "stored ledger record")
         try:
             return cls(
                 tool_call_id=str(raw["toolCallId"]),

@@ -168,7 +168,8 @@ class OpenAIRuntime:
     async def resume(
         self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
     ) -> RuntimeResult:
-        state = await RunState.from_json(self.agent, stored_json(run.snapshot, "run snapshot"))
+        stored = stored_json(run.snapshot, "stored run snapshot")
+        state = await RunState.from_json(self.agent, stored)
         by_call = {d.tool_call_id: d for d in decisions}
         for item in state.get_interruptions():
             call_id = _pending(item).tool_call_id
