@@ -68,6 +68,9 @@ from ._bridge_runs import (
     decide_continue,
     decide_readiness,
     decide_settle_run,
+    decision_key,
+    decision_status,
+    decision_text,
     denial_key,
     run_key,
 )
@@ -253,10 +256,14 @@ def _after_pause(ctx: BridgeContext, run: RunRecord) -> Plan[RunOutcome]:
 
 
 def _denials(
-    ctx: BridgeContext, run: RunRecord, bindings: Sequence[ConfirmationBinding]
+    ctx: BridgeContext,
+    run: RunRecord,
+    bindings: Sequence[ConfirmationBinding],
+    recorded: Mapping[str, ConfirmationStatus],
 ) -> Plan[dict[str, str]]:
     """The reviewers' reasons of the run's rejected calls (read only for those)."""
     rejected = {b.tool_call_id for b in bindings if b.status is ConfirmationStatus.REJECTED}
+    rejected |= {c for c, s in recorded.items() if s is ConfirmationStatus.REJECTED}
     reasons: dict[str, str] = {}
     for call in run.approvals:
         if call.tool_call_id not in rejected:
@@ -283,14 +290,53 @@ def _readiness(ctx: BridgeContext, run: RunRecord, external: Mapping[str, Any]) 
     if not readiness.ready:
         bindings = yield Invoke("session", "bindings")
         readiness = decide_readiness(run, bindings, {}, external)
+    recorded: dict[str, ConfirmationStatus] = {}
+    if readiness.unproposed:  # never proposed, or decided and then pruned by retention
+        recorded = yield from _recorded_decisions(ctx, readiness.unproposed)
+        readiness = decide_readiness(run, bindings, {}, external, recorded)
     if readiness.unproposed:
         yield from _propose_all(readiness.unproposed)
         bindings = yield Invoke("session", "bindings")
-        readiness = decide_readiness(run, bindings, {}, external)
+        readiness = decide_readiness(run, bindings, {}, external, recorded)
+    if not readiness.ready:
+        # The run waits: keep what is decided beyond the envelope's retention (ADR-0013).
+        yield from _record_decisions(ctx, bindings, readiness.decisions, recorded)
     if readiness.ready and any(not d.approved for d in readiness.decisions):
-        denials = yield from _denials(ctx, run, bindings)
-        readiness = decide_readiness(run, bindings, denials, external)
+        denials = yield from _denials(ctx, run, bindings, recorded)
+        readiness = decide_readiness(run, bindings, denials, external, recorded)
     return readiness
+
+
+def _recorded_decisions(
+    ctx: BridgeContext, calls: Sequence[PendingCall]
+) -> Plan[dict[str, ConfirmationStatus]]:
+    """The decision records of ``calls`` (read only for calls the envelope has no binding of)."""
+    found: dict[str, ConfirmationStatus] = {}
+    for call in calls:
+        key = decision_key(call.tool_call_id)
+        status = decision_status((yield LoadRecord(ctx.session_id, key)))
+        if status is not None:
+            found[call.tool_call_id] = status
+    return found
+
+
+def _record_decisions(
+    ctx: BridgeContext,
+    bindings: Sequence[ConfirmationBinding],
+    decisions: Sequence[CallDecision],
+    recorded: Mapping[str, ConfirmationStatus],
+) -> Plan[None]:
+    """Create a decision record for each decided call of a waiting run (create-only: a
+    terminal status never changes, so an existing record is already right)."""
+    by_call = {b.tool_call_id: b for b in bindings}
+    for decision in decisions:
+        binding = by_call.get(decision.tool_call_id)
+        if binding is None or decision.tool_call_id in recorded:
+            continue
+        text = decision_text(binding.status)
+        # A lost record only narrows what survives retention; the envelope still holds it.
+        with contextlib.suppress(OutcomeUnknown):
+            yield SaveRecord(ctx.session_id, decision_key(decision.tool_call_id), text, None)
 
 
 def plan_continue(
