@@ -92,19 +92,24 @@ def table(pg_url: str) -> Iterator[str]:
 
 
 def round_trip(url: str, table: str, is_async: bool) -> tuple[Any, Any]:
-    """Save an envelope and a record holding ``TEXT``; what a fresh adapter loads back."""
+    """Save an envelope and a record holding ``TEXT``; what a fresh adapter loads back (and
+    lists: the record's key, the session in the processing index)."""
     if not is_async:
         with PostgresStorage(url, table=table) as adapter:
             assert adapter.save(snapshot(), None)
-            assert adapter.save_record(SID, "note", RECORD, None)
+            assert adapter.save_record(SID, "note", RECORD, None, processing=True)
         with PostgresStorage(url, table=table) as adapter:
+            assert adapter.list_records(SID) == ["note"]
+            assert [p.session_id for p in adapter.list_processing()] == [SID]
             return adapter.load(SID), adapter.load_record(SID, "note")
 
     async def run() -> tuple[Any, Any]:
         async with AsyncPostgresStorage(url, table=table) as adapter:
             assert await adapter.save(snapshot(), None)
-            assert await adapter.save_record(SID, "note", RECORD, None)
+            assert await adapter.save_record(SID, "note", RECORD, None, processing=True)
         async with AsyncPostgresStorage(url, table=table) as adapter:
+            assert await adapter.list_records(SID) == ["note"]
+            assert [p.session_id for p in await adapter.list_processing()] == [SID]
             return await adapter.load(SID), await adapter.load_record(SID, "note")
 
     return asyncio.run(run())

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
-from ..errors import ConfigError, OutcomeUnknown
+from ..errors import ConfigError, OutcomeUnknown, StorageError
 from ..machines.confirmation import ConfirmationEvent
 from ..session.session import ReconcileOutcome
 from ..storage._cas import check_session_id, now_ms
@@ -283,7 +283,8 @@ def _readiness(ctx: BridgeContext, run: RunRecord, external: Mapping[str, Any]) 
     Decided confirmations are terminal and never change, so the session object's own copy is
     enough when it shows every call decided (it does right after the last decision's CAS);
     only otherwise is storage re-read. For the same reason a readiness computed before the
-    continuation claim stays true after it.
+    continuation claim stays true after it. While the run waits, each decided call is kept in
+    a decision record too, read back for a call whose confirmation retention pruned (ADR-0103).
     """
     bindings = yield Invoke("session", "cached_bindings")
     readiness = decide_readiness(run, bindings, {}, external)
@@ -334,8 +335,9 @@ def _record_decisions(
         if binding is None or decision.tool_call_id in recorded:
             continue
         text = decision_text(binding.status)
-        # A lost record only narrows what survives retention; the envelope still holds it.
-        with contextlib.suppress(OutcomeUnknown):
+        # A lost record only narrows what survives retention; the envelope still holds it, so
+        # a failed write never fails the decision that was just made.
+        with contextlib.suppress(StorageError):
             yield SaveRecord(ctx.session_id, decision_key(decision.tool_call_id), text, None)
 
 

@@ -331,17 +331,29 @@ END
 $akchat$"""
 
 
-def stored_record(row: tuple[Any, ...]) -> StoredRecord:
-    """``(version, text)`` of a record row: its body is bytes under ``SQL_ASCII`` (strict UTF-8)."""
-    body = row[1]
-    if isinstance(body, bytes | bytearray | memoryview):
+def column_text(value: object, what: str) -> str:
+    """A ``text`` column as ``str``: psycopg returns bytes under ``SQL_ASCII`` (strict UTF-8)."""
+    if isinstance(value, bytes | bytearray | memoryview):
         try:
-            body = bytes(body).decode("utf-8")
+            return bytes(value).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ConfigError(
-                f"A stored record is not UTF-8 text (byte {exc.start}).", hint=ENCODING_HINT
+                f"{what} is not UTF-8 text (byte {exc.start}).", hint=ENCODING_HINT
             ) from exc
-    return int(row[0]), str(body)
+    return str(value)
+
+
+def stored_record(row: tuple[Any, ...]) -> StoredRecord:
+    """``(version, text)`` of a record row."""
+    return int(row[0]), column_text(row[1], "A stored record")
+
+
+def listed_keys(rows: list[tuple[Any, ...]]) -> list[str]:
+    return sorted(column_text(row[0], "A stored record key") for row in rows)
+
+
+def listed_sessions(rows: list[tuple[Any, ...]]) -> list[ProcessingSession]:
+    return [ProcessingSession(column_text(sid, "A stored session id"), int(ms)) for sid, ms in rows]
 
 
 # Two sessions racing CREATE TABLE IF NOT EXISTS can still collide in the catalog.
@@ -474,7 +486,7 @@ class PostgresStorage(Closing):
         """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
         statement = self._plan.list_records_statement(session_id, prefix)
         rows = [] if statement is None else self._run(*statement, write=False, every=True)
-        return sorted(str(row[0]) for row in rows)
+        return listed_keys(rows)
 
     def delete_record(self, session_id: str, key: str) -> None:
         """Forget one record; a missing record is not an error."""
@@ -486,7 +498,7 @@ class PostgresStorage(Closing):
         """Sessions holding processing work, oldest last write first (see the port)."""
         statement = self._plan.list_processing_statement(written_before_ms, limit)
         rows = self._run(*statement, write=False, every=True)
-        return [ProcessingSession(str(sid), int(ms)) for sid, ms in rows]
+        return listed_sessions(rows)
 
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""
@@ -620,7 +632,7 @@ class AsyncPostgresStorage(AsyncClosing):
         """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
         statement = self._plan.list_records_statement(session_id, prefix)
         rows = [] if statement is None else await self._run(*statement, write=False, every=True)
-        return sorted(str(row[0]) for row in rows)
+        return listed_keys(rows)
 
     async def delete_record(self, session_id: str, key: str) -> None:
         """Forget one record; a missing record is not an error."""
@@ -633,7 +645,7 @@ class AsyncPostgresStorage(AsyncClosing):
         """Sessions holding processing work, oldest last write first (see the port)."""
         statement = self._plan.list_processing_statement(written_before_ms, limit)
         rows = await self._run(*statement, write=False, every=True)
-        return [ProcessingSession(str(sid), int(ms)) for sid, ms in rows]
+        return listed_sessions(rows)
 
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""
