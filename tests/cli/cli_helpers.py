@@ -143,3 +143,20 @@ def bridged_session(url: str, session_id: str) -> None:
             ToolLedger(storage, session_id, owner="host-b:2").execute("c9", "wipe", {}, dies)
     finally:
         storage.close()
+
+
+def crash_inside_a_tool(url: str, session_id: str, tool_call_id: str, tool: str) -> None:
+    """A ledger entry ``tool_call_id`` whose claimant died inside the body (outcome unknown)."""
+    from akchat_fsm.integrations.ledger import ToolLedger
+
+    def dies() -> None:
+        raise ClaimantDied
+
+    storage = open_storage(url)
+    try:
+        with pytest.raises(ClaimantDied):
+            ToolLedger(storage, session_id, owner="worker-b:2").execute(
+                tool_call_id, tool, {}, dies
+            )
+    finally:
+        storage.close()

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_helpers import run, stuck_session
+from cli_helpers import crash_inside_a_tool, run, stuck_session
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 DATA = Path(__file__).resolve().parent / "data"
@@ -28,7 +28,15 @@ def examples() -> list[tuple[str, list[str]]]:
 
 def test_the_page_has_an_example_per_verb() -> None:
     verbs = {shlex.split(command)[1] for command, _ in examples()}
-    assert verbs >= {"demo", "check-storage", "inspect", "reconcile", "schema", "diagram"}
+    assert verbs >= {
+        "demo",
+        "check-storage",
+        "inspect",
+        "reconcile",
+        "settle",
+        "schema",
+        "diagram",
+    }
 
 
 def test_every_example_runs_as_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,6 +46,7 @@ def test_every_example_runs_as_shown(tmp_path: Path, monkeypatch: pytest.MonkeyP
     (tmp_path / "memories").mkdir()
     (tmp_path / "memories" / "support-42.json").write_text(json.dumps(memory), encoding="utf-8")
     shutil.copy(DATA / "v0.json", tmp_path / "snapshot-v0.json")
+    crash_inside_a_tool("sqlite:///sessions.db", "support-42", "call-9", "charge_card")
     ran = 0
     for command, shown in examples():
         argv = shlex.split(command)

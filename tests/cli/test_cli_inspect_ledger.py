@@ -60,7 +60,7 @@ def test_ledger_json_lists_runs_entries_and_unknowns(url: str) -> None:
     assert by_id["c1"]["state"] == "executed" and by_id["c1"]["result"] == "sent to a@x"
     assert by_id["c9"]["state"] == "executing" and by_id["c9"]["unknown"] is True
     assert data["executionUnknown"] == ["c9"]
-    assert "ran=False" in data["settle"]
+    assert "akchat-fsm settle" in data["settle"] and "--did-not-run" in data["settle"]
 
 
 def test_envelope_json_stays_the_wire_envelope(url: str) -> None:

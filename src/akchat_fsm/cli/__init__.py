@@ -23,6 +23,7 @@ from .diagram import diagram
 from .inspect_cmd import inspect
 from .reconcile import reconcile
 from .schema import schema
+from .settle import settle
 from .show import show
 
 __all__ = ["main"]
@@ -80,5 +81,5 @@ def main() -> None:
     """Crash-safe chat-session metadata and human approval of agent tool calls."""
 
 
-for _command in (demo, check_storage, inspect, reconcile, schema, diagram, show):
+for _command in (demo, check_storage, inspect, reconcile, settle, schema, diagram, show):
     main.add_command(_command)

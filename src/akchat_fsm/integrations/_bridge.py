@@ -25,19 +25,27 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
-import json
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
-from ..errors import ConfigError, OutcomeUnknown
+from ..errors import ConfigError, OutcomeUnknown, StorageError
 from ..machines.confirmation import ConfirmationEvent
 from ..session.session import ReconcileOutcome
 from ..storage.checks import check_session_id, now_ms
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
-from ._bridge_io import Invoke, ListRecords, LoadRecord, Plan, SaveRecord, require_records
+from ._bridge_io import (
+    STORED_RECORD_HINT,
+    Invoke,
+    ListRecords,
+    LoadRecord,
+    Plan,
+    SaveRecord,
+    require_records,
+    stored_json,
+)
 from ._bridge_io import run_async as _run_async
 from ._bridge_io import run_sync as _run_sync
 from ._bridge_ports import (
@@ -60,6 +68,9 @@ from ._bridge_runs import (
     decide_continue,
     decide_readiness,
     decide_settle_run,
+    decision_key,
+    decision_status,
+    decision_text,
     denial_key,
     run_key,
 )
@@ -245,17 +256,24 @@ def _after_pause(ctx: BridgeContext, run: RunRecord) -> Plan[RunOutcome]:
 
 
 def _denials(
-    ctx: BridgeContext, run: RunRecord, bindings: Sequence[ConfirmationBinding]
+    ctx: BridgeContext,
+    run: RunRecord,
+    bindings: Sequence[ConfirmationBinding],
+    recorded: Mapping[str, ConfirmationStatus],
 ) -> Plan[dict[str, str]]:
     """The reviewers' reasons of the run's rejected calls (read only for those)."""
     rejected = {b.tool_call_id for b in bindings if b.status is ConfirmationStatus.REJECTED}
+    rejected |= {c for c, s in recorded.items() if s is ConfirmationStatus.REJECTED}
     reasons: dict[str, str] = {}
     for call in run.approvals:
         if call.tool_call_id not in rejected:
             continue
         stored = yield LoadRecord(ctx.session_id, denial_key(call.tool_call_id))
         if stored is not None:
-            reasons[call.tool_call_id] = str(json.loads(stored[1])["reason"])
+            denial = stored_json(stored[1], "stored denial record")
+            if not isinstance(denial, dict) or "reason" not in denial:
+                raise ConfigError("A stored denial record has no reason.", hint=STORED_RECORD_HINT)
+            reasons[call.tool_call_id] = str(denial["reason"])
     return reasons
 
 
@@ -265,21 +283,62 @@ def _readiness(ctx: BridgeContext, run: RunRecord, external: Mapping[str, Any]) 
     Decided confirmations are terminal and never change, so the session object's own copy is
     enough when it shows every call decided (it does right after the last decision's CAS);
     only otherwise is storage re-read. For the same reason a readiness computed before the
-    continuation claim stays true after it.
+    continuation claim stays true after it. While the run waits, each decided call is kept in
+    a decision record too, read back for a call whose confirmation retention pruned (ADR-0103).
     """
     bindings = yield Invoke("session", "cached_bindings")
     readiness = decide_readiness(run, bindings, {}, external)
     if not readiness.ready:
         bindings = yield Invoke("session", "bindings")
         readiness = decide_readiness(run, bindings, {}, external)
+    recorded: dict[str, ConfirmationStatus] = {}
+    if readiness.unproposed:  # never proposed, or decided and then pruned by retention
+        recorded = yield from _recorded_decisions(ctx, readiness.unproposed)
+        readiness = decide_readiness(run, bindings, {}, external, recorded)
     if readiness.unproposed:
         yield from _propose_all(readiness.unproposed)
         bindings = yield Invoke("session", "bindings")
-        readiness = decide_readiness(run, bindings, {}, external)
+        readiness = decide_readiness(run, bindings, {}, external, recorded)
+    if not readiness.ready:
+        # The run waits: keep what is decided beyond the envelope's retention (ADR-0013).
+        yield from _record_decisions(ctx, bindings, readiness.decisions, recorded)
     if readiness.ready and any(not d.approved for d in readiness.decisions):
-        denials = yield from _denials(ctx, run, bindings)
-        readiness = decide_readiness(run, bindings, denials, external)
+        denials = yield from _denials(ctx, run, bindings, recorded)
+        readiness = decide_readiness(run, bindings, denials, external, recorded)
     return readiness
+
+
+def _recorded_decisions(
+    ctx: BridgeContext, calls: Sequence[PendingCall]
+) -> Plan[dict[str, ConfirmationStatus]]:
+    """The decision records of ``calls`` (read only for calls the envelope has no binding of)."""
+    found: dict[str, ConfirmationStatus] = {}
+    for call in calls:
+        key = decision_key(call.tool_call_id)
+        status = decision_status((yield LoadRecord(ctx.session_id, key)))
+        if status is not None:
+            found[call.tool_call_id] = status
+    return found
+
+
+def _record_decisions(
+    ctx: BridgeContext,
+    bindings: Sequence[ConfirmationBinding],
+    decisions: Sequence[CallDecision],
+    recorded: Mapping[str, ConfirmationStatus],
+) -> Plan[None]:
+    """Create a decision record for each decided call of a waiting run (create-only: a
+    terminal status never changes, so an existing record is already right)."""
+    by_call = {b.tool_call_id: b for b in bindings}
+    for decision in decisions:
+        binding = by_call.get(decision.tool_call_id)
+        if binding is None or decision.tool_call_id in recorded:
+            continue
+        text = decision_text(binding.status)
+        # A lost record only narrows what survives retention; the envelope still holds it, so
+        # a failed write never fails the decision that was just made.
+        with contextlib.suppress(StorageError):
+            yield SaveRecord(ctx.session_id, decision_key(decision.tool_call_id), text, None)
 
 
 def plan_continue(

@@ -10,18 +10,26 @@ Storage exceptions that are not already ours are mapped here, once: a failed rea
 nothing (:class:`StorageUnavailable`), a failed write may have applied (:class:`OutcomeUnknown`).
 A body's exception is never mapped: it is handed to the plan as a :class:`BodyOutcome`, because
 only the plan knows what it must record before re-raising it.
+
+Stored record text is parsed in one place, :func:`stored_json`, which bounds its size and
+nesting before parsing, so a hostile or corrupt record is a ``ConfigError`` (ADR-0103).
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+import re
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, TypeAlias, TypeVar
 
 from ..errors import AkchatError, ConfigError, OutcomeUnknown, StorageUnavailable
+from ..storage._cas import MAX_RECORD_CHARS
 
 __all__ = [
+    "MAX_RECORD_DEPTH",
     "BodyOutcome",
     "Effect",
     "Invoke",
@@ -33,6 +41,7 @@ __all__ = [
     "require_records",
     "run_async",
     "run_sync",
+    "stored_json",
 ]
 
 T = TypeVar("T")
@@ -46,6 +55,63 @@ ASYNC_BODY = "An async tool body was given to a sync API; use the async twin."
 ASYNC_STORAGE = "An asyncio storage was given to a sync API; use the async twin."
 ASYNC_PORT = "An asyncio session or runtime was given to a sync API; use the async twin."
 _RECORD_METHODS = ("load_record", "save_record", "list_records", "delete_record")
+
+
+#: The deepest nesting a stored record may hold. Far above any record the bridges write, and
+#: far enough below the interpreter's recursion limit that parsing it, and dumping it again for
+#: an operator, never raises ``RecursionError`` from inside a deep call stack.
+MAX_RECORD_DEPTH = 512
+STORED_RECORD_HINT = "Repair or delete the record: no bridge could have written it."
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKETS = re.compile(r"[\[\]{}]")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of ``text``'s arrays and objects, strings left out (no parsing)."""
+    steps = map(_STEP.__getitem__, _BRACKETS.findall(_STRING.sub("", text)))
+    return max(accumulate(steps), default=0)
+
+
+def stored_json(text: object, what: str) -> Any:
+    """Parse a stored record's JSON text; ``ConfigError`` (never retryable) if it is not.
+
+    The record is read from storage a bridge shares with others, so it may be hostile or
+    corrupt. ``what`` names it in the message ("stored run record"). Its size is bounded
+    before parsing (what a shipped adapter accepts), and its
+    nesting at the one parse point: the C parser's ``RecursionError`` (100,000 nested arrays
+    fail within the first thousand) and, for a text with enough brackets to be deep at all,
+    a scan that refuses what parsed but is deeper than :data:`MAX_RECORD_DEPTH`.
+    """
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            message = f"A {what} is not UTF-8 text."
+            raise ConfigError(message, hint=STORED_RECORD_HINT) from exc
+    if not isinstance(text, str):
+        raise ConfigError(
+            f"A {what} is a {type(text).__name__}, not text.", hint=STORED_RECORD_HINT
+        )
+    if len(text) > MAX_RECORD_CHARS:
+        raise ConfigError(
+            f"A {what} holds {len(text)} characters, more than {MAX_RECORD_CHARS}.",
+            hint=STORED_RECORD_HINT,
+        )
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _too_deep(what) from None
+    except ValueError as exc:
+        raise ConfigError(f"A {what} is not JSON: {exc}.", hint=STORED_RECORD_HINT) from exc
+    if text.count("[") + text.count("{") > MAX_RECORD_DEPTH and _depth(text) > MAX_RECORD_DEPTH:
+        raise _too_deep(what)
+    return value
+
+
+def _too_deep(what: str) -> ConfigError:
+    message = f"A {what} is nested deeper than {MAX_RECORD_DEPTH}."
+    return ConfigError(message, hint=STORED_RECORD_HINT)
 
 
 def require_records(storage: Any) -> Any:

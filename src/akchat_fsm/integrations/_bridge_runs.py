@@ -30,6 +30,7 @@ from ..errors import ConfigError, ConfirmationError
 from ..storage.checks import check_record_key
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
+from ._bridge_io import stored_json
 
 __all__ = [
     "DENIAL_PREFIX",
@@ -46,12 +47,14 @@ __all__ = [
     "decide_continue",
     "decide_readiness",
     "decide_settle_run",
+    "decision_key",
     "denial_key",
     "run_key",
 ]
 
 RUN_PREFIX = "run:"
 DENIAL_PREFIX = "denial:"
+DECISION_PREFIX = "decided:"
 #: What the model reads when a reviewer rejected the call without a reason.
 REJECTED_MESSAGE = "A reviewer rejected this tool call; it was not run."
 #: What the model reads when nobody decided before the confirmation expired.
@@ -88,6 +91,32 @@ def denial_key(tool_call_id: str) -> str:
     from .ledger import ledger_key
 
     return DENIAL_PREFIX + ledger_key(tool_call_id)[len("call:") :]
+
+
+def decision_key(tool_call_id: str) -> str:
+    """Where a run's decided call keeps its terminal status once seen, so that retention
+    pruning the confirmation (ADR-0013) cannot make the bridge propose it again."""
+    from .ledger import ledger_key
+
+    return DECISION_PREFIX + ledger_key(tool_call_id)[len("call:") :]
+
+
+def decision_text(status: ConfirmationStatus) -> str:
+    return json.dumps({"v": 1, "status": status.value}, separators=(",", ":"))
+
+
+def decision_status(stored: tuple[int, str] | None) -> ConfirmationStatus | None:
+    """The terminal status a decision record holds, or ``None`` when there is none."""
+    if stored is None:
+        return None
+    raw = stored_json(stored[1], "stored decision record")
+    try:
+        status = ConfirmationStatus(raw["status"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"A decision record is not valid: {exc!r}.") from exc
+    if not status.is_terminal:
+        raise ConfigError(f"A decision record holds a live status {status.value!r}.")
+    return status
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +195,8 @@ class RunRecord:
         if stored is None:
             return None
         version, text = stored
+        raw = stored_json(text, "stored run record")
         try:
-            raw = json.loads(text)
             return cls(
                 run_id=str(raw["runId"]),
                 runtime=str(raw["runtime"]),
@@ -231,11 +260,14 @@ def decide_readiness(
     bindings: Iterable[ConfirmationBinding],
     denials: Mapping[str, str],
     external: Mapping[str, Any],
+    recorded: Mapping[str, ConfirmationStatus] | None = None,
 ) -> Readiness:
     """Map each approval call to its confirmation's terminal status (pure).
 
     ``approved`` runs the body; ``rejected`` and ``expired`` deny it with a message the model
     reads: the reviewer's reason when one was given (``denials``), else a fixed sentence.
+    ``recorded``: the statuses kept in decision records, for calls whose confirmation
+    retention pruned from the envelope (a binding, when there is one, is the same status).
     """
     by_call = {b.tool_call_id: b for b in bindings}
     decisions: list[CallDecision] = []
@@ -243,16 +275,17 @@ def decide_readiness(
     pending: list[ConfirmationBinding] = []
     for call in run.approvals:
         binding = by_call.get(call.tool_call_id)
-        if binding is None:
+        status = binding.status if binding is not None else (recorded or {}).get(call.tool_call_id)
+        if status is None:
             unproposed.append(call)
-        elif binding.status is ConfirmationStatus.APPROVED:
+        elif status is ConfirmationStatus.APPROVED:
             decisions.append(CallDecision(call.tool_call_id, True))
-        elif binding.status is ConfirmationStatus.REJECTED:
+        elif status is ConfirmationStatus.REJECTED:
             reason = denials.get(call.tool_call_id) or REJECTED_MESSAGE
             decisions.append(CallDecision(call.tool_call_id, False, reason))
-        elif binding.status is ConfirmationStatus.EXPIRED:
+        elif status is ConfirmationStatus.EXPIRED:
             decisions.append(CallDecision(call.tool_call_id, False, EXPIRED_MESSAGE))
-        else:
+        elif binding is not None:
             pending.append(binding)
     answered = {**run.external, **external}
     awaiting = tuple(c for c in run.externals if c.tool_call_id not in answered)

@@ -58,6 +58,7 @@ from ._bridge_io import (
     require_records,
     run_async,
     run_sync,
+    stored_json,
 )
 
 __all__ = [
@@ -214,8 +215,8 @@ class LedgerEntry:
         if stored is None:
             return None
         version, text = stored
+        raw = stored_json(text, "stored ledger record")
         try:
-            raw = json.loads(text)
             return cls(
                 tool_call_id=str(raw["toolCallId"]),
                 tool=str(raw["tool"]),

@@ -39,6 +39,7 @@ from ._bridge import (
     RunRecord,
     RuntimeResult,
 )
+from ._bridge_io import stored_json
 from .ledger import RecordedToolFailure, recorded_failure
 
 __all__ = [
@@ -167,7 +168,8 @@ class OpenAIRuntime:
     async def resume(
         self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
     ) -> RuntimeResult:
-        state = await RunState.from_json(self.agent, json.loads(run.snapshot))
+        stored = stored_json(run.snapshot, "stored run snapshot")
+        state = await RunState.from_json(self.agent, stored)
         by_call = {d.tool_call_id: d for d in decisions}
         for item in state.get_interruptions():
             call_id = _pending(item).tool_call_id

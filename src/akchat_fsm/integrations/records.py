@@ -27,8 +27,9 @@ __all__ = [
 #: How an operator settles an execution whose outcome is unknown (the call is never re-run).
 SETTLE_HINT = (
     "check the tool's side effect, then record the verdict: "
-    "bridge.settle_execution(TOOL_CALL_ID, ran=True, result=...) if it happened, "
-    "ran=False if it did not (ToolLedger(storage, SESSION_ID).settle(...) without a bridge)"
+    "akchat-fsm settle URL SESSION_ID TOOL_CALL_ID --ran [--result JSON] if it happened, "
+    "--did-not-run if it did not (API: bridge.settle_execution(TOOL_CALL_ID, ran=..., "
+    "result=...), or ToolLedger(storage, SESSION_ID).settle(...) without a bridge)"
 )
 _RECORD_METHODS = ("load_record", "list_records")
 

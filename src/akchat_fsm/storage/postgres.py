@@ -21,6 +21,12 @@ Records live in ``<table>__records`` (primary key ``(session_id, key)``, same st
 of both tables, set by the same statement as the state they describe, with a partial index on
 the processing rows; ``delete`` removes a session's envelope and records in one statement.
 Tables created by 0.1.0 are upgraded in place on connect (ADR-0085).
+
+Text travels as UTF-8 (ADR-0086): a connection whose client encoding is neither UTF-8 nor
+``SQL_ASCII`` is switched to UTF-8 on connect, a database whose encoding cannot store every
+JSON text is refused then with ``ConfigError``, and an encoding error on any later call (the
+server's ``22P05``/``22021``, or psycopg's ``UnicodeError``) is a ``ConfigError`` too: it is a
+property of the stored data or the database, so the same call fails again.
 """
 
 from __future__ import annotations
@@ -70,22 +76,35 @@ RESEND_STATES = frozenset({"40001", "40P01"})
 WRITE_ATTEMPTS = 8
 #: The server says it does not know whether the commit happened.
 UNKNOWN_STATES = frozenset({"40003", "08007"})
+#: Text the server cannot convert between the database and the connection encodings
+#: (untranslatable character, invalid byte sequence): the same call fails again.
+ENCODING_STATES = frozenset({"22P05", "22021"})
+#: Database encodings that store every JSON text: UTF-8, and ``SQL_ASCII`` (raw bytes, which
+#: psycopg writes as UTF-8 and ``loaded_text`` decodes strictly, ADR-0083).
+SERVER_ENCODINGS = frozenset({"UTF8", "SQL_ASCII"})
+ENCODING_HINT = (
+    "Store sessions in a database created with ENCODING 'UTF8'; repair or delete a row whose "
+    "text cannot be read."
+)
 
 
 def map_pg_error(
     exc: BaseException, *, sent: bool, write: bool, broken: bool
-) -> StorageError | None:
+) -> StorageError | ConfigError | None:
     """Classify a psycopg error; ``None`` means a definite conflict (``save`` → ``False``).
 
     ``sent``: the statement was handed to an established connection. ``broken``: the
     connection was lost with the error (no reply, or the server hung up). A reply carrying
     an error is definite for an autocommit statement (its transaction rolled back), except
     for the codes that say the commit's fate is unknown; a lost connection after sending a
-    write is ``OutcomeUnknown``; a read never has an unknown outcome.
+    write is ``OutcomeUnknown``; a read never has an unknown outcome. A reply refusing the
+    text's encoding is ``ConfigError`` (never retryable), for reads and writes alike.
     """
     state = getattr(exc, "sqlstate", None)
     if not sent:
         return StorageUnavailable(f"PostgreSQL unreachable: {exc}")
+    if state in ENCODING_STATES and not broken:
+        return ConfigError(f"PostgreSQL cannot convert the text: {exc}", hint=ENCODING_HINT)
     if write and state in CONFLICT_STATES:
         return None
     if write and (
@@ -97,6 +116,36 @@ def map_pg_error(
     ):
         return OutcomeUnknown(f"PostgreSQL write may have applied: {exc}")
     return StorageUnavailable(f"PostgreSQL: {exc}")
+
+
+def map_codec_error(exc: UnicodeError) -> ConfigError:
+    """psycopg could not encode a parameter or decode a result in the connection's encoding.
+
+    Raised on the client before anything is sent, or after the whole reply arrived, so the
+    call's outcome is definite (a write did not apply) and the connection stays usable.
+    """
+    return ConfigError(
+        f"PostgreSQL connection encoding cannot carry the text: {exc}", hint=ENCODING_HINT
+    )
+
+
+def encoding_setup(server_encoding: str | None, client_encoding: str) -> list[str]:
+    """The statements that make a fresh connection carry any JSON text; ``ConfigError`` if none can.
+
+    ``server_encoding`` is the server's ``server_encoding`` parameter and ``client_encoding``
+    psycopg's Python codec for the connection. psycopg writes text as UTF-8 under ``utf-8`` and
+    ``ascii`` (``SQL_ASCII``, read back as bytes); any other client encoding (``LATIN1`` set
+    by ``PGCLIENTENCODING``, say) cannot encode most text, so it is switched to UTF-8.
+    """
+    if server_encoding not in SERVER_ENCODINGS:
+        raise ConfigError(
+            f"The PostgreSQL database's encoding is {server_encoding}, which cannot store "
+            "every JSON text (emoji, most scripts).",
+            hint=ENCODING_HINT,
+        )
+    if client_encoding in ("utf-8", "ascii"):
+        return []
+    return ["SET client_encoding = 'UTF8'"]
 
 
 def must_resend(exc: BaseException, *, write: bool, attempt: int) -> bool:
@@ -282,6 +331,31 @@ END
 $akchat$"""
 
 
+def column_text(value: object, what: str) -> str:
+    """A ``text`` column as ``str``: psycopg returns bytes under ``SQL_ASCII`` (strict UTF-8)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{what} is not UTF-8 text (byte {exc.start}).", hint=ENCODING_HINT
+            ) from exc
+    return str(value)
+
+
+def stored_record(row: tuple[Any, ...]) -> StoredRecord:
+    """``(version, text)`` of a record row."""
+    return int(row[0]), column_text(row[1], "A stored record")
+
+
+def listed_keys(rows: list[tuple[Any, ...]]) -> list[str]:
+    return sorted(column_text(row[0], "A stored record key") for row in rows)
+
+
+def listed_sessions(rows: list[tuple[Any, ...]]) -> list[ProcessingSession]:
+    return [ProcessingSession(column_text(sid, "A stored session id"), int(ms)) for sid, ms in rows]
+
+
 # Two sessions racing CREATE TABLE IF NOT EXISTS can still collide in the catalog.
 _CREATE_RACE = (pg_errors.UniqueViolation, pg_errors.DuplicateTable, pg_errors.DuplicateObject)
 
@@ -327,12 +401,18 @@ class PostgresStorage(Closing):
             # The table first: a short statement_timeout must not apply to the DDL.
             with contextlib.suppress(*_CREATE_RACE):
                 conn.execute(self._plan.create)
-            for statement in self._plan.setup:
+            info = conn.info
+            setup = encoding_setup(info.parameter_status("server_encoding"), info.encoding)
+            for statement in self._plan.setup + setup:
                 conn.execute(statement)
         except psycopg.Error as exc:
             if conn is not None:
                 conn.close()
             raise StorageUnavailable(f"PostgreSQL unreachable: {exc}") from exc
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
         self._conn = conn
         return conn
 
@@ -356,6 +436,8 @@ class PostgresStorage(Closing):
                     if error is None:
                         return None
                     raise error from exc
+                except UnicodeError as exc:
+                    raise map_codec_error(exc) from exc
                 except BaseException:
                     conn.close()  # interrupted mid-protocol: never reuse
                     self._conn = None
@@ -383,7 +465,7 @@ class PostgresStorage(Closing):
         row = self._run(
             self._plan.select_record, self._plan.record_key(session_id, key), write=False
         )
-        return None if row is None else (int(row[0]), str(row[1]))
+        return None if row is None else stored_record(row)
 
     def save_record(
         self,
@@ -404,7 +486,7 @@ class PostgresStorage(Closing):
         """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
         statement = self._plan.list_records_statement(session_id, prefix)
         rows = [] if statement is None else self._run(*statement, write=False, every=True)
-        return sorted(str(row[0]) for row in rows)
+        return listed_keys(rows)
 
     def delete_record(self, session_id: str, key: str) -> None:
         """Forget one record; a missing record is not an error."""
@@ -416,7 +498,7 @@ class PostgresStorage(Closing):
         """Sessions holding processing work, oldest last write first (see the port)."""
         statement = self._plan.list_processing_statement(written_before_ms, limit)
         rows = self._run(*statement, write=False, every=True)
-        return [ProcessingSession(str(sid), int(ms)) for sid, ms in rows]
+        return listed_sessions(rows)
 
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""
@@ -468,12 +550,18 @@ class AsyncPostgresStorage(AsyncClosing):
             )
             with contextlib.suppress(*_CREATE_RACE):
                 await conn.execute(self._plan.create)
-            for statement in self._plan.setup:
+            info = conn.info
+            setup = encoding_setup(info.parameter_status("server_encoding"), info.encoding)
+            for statement in self._plan.setup + setup:
                 await conn.execute(statement)
         except psycopg.Error as exc:
             if conn is not None:
                 await conn.close()
             raise StorageUnavailable(f"PostgreSQL unreachable: {exc}") from exc
+        except BaseException:
+            if conn is not None:
+                await conn.close()
+            raise
         self._conn = conn
         return conn
 
@@ -495,6 +583,8 @@ class AsyncPostgresStorage(AsyncClosing):
                     if error is None:
                         return None
                     raise error from exc
+                except UnicodeError as exc:
+                    raise map_codec_error(exc) from exc
                 except BaseException:
                     await conn.close()
                     self._conn = None
@@ -521,7 +611,7 @@ class AsyncPostgresStorage(AsyncClosing):
         """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
         params = self._plan.record_key(session_id, key)
         row = await self._run(self._plan.select_record, params, write=False)
-        return None if row is None else (int(row[0]), str(row[1]))
+        return None if row is None else stored_record(row)
 
     async def save_record(
         self,
@@ -542,7 +632,7 @@ class AsyncPostgresStorage(AsyncClosing):
         """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
         statement = self._plan.list_records_statement(session_id, prefix)
         rows = [] if statement is None else await self._run(*statement, write=False, every=True)
-        return sorted(str(row[0]) for row in rows)
+        return listed_keys(rows)
 
     async def delete_record(self, session_id: str, key: str) -> None:
         """Forget one record; a missing record is not an error."""
@@ -555,7 +645,7 @@ class AsyncPostgresStorage(AsyncClosing):
         """Sessions holding processing work, oldest last write first (see the port)."""
         statement = self._plan.list_processing_statement(written_before_ms, limit)
         rows = await self._run(*statement, write=False, every=True)
-        return [ProcessingSession(str(sid), int(ms)) for sid, ms in rows]
+        return listed_sessions(rows)
 
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""

@@ -1,0 +1,175 @@
+"""``akchat-fsm settle``: record an operator's verdict on an execution whose outcome is unknown.
+
+A tool-execution ledger entry still ``executing`` was claimed by a process that never recorded
+what the tool body did (``inspect --ledger`` shows it as ``OUTCOME UNKNOWN``); the bridges never
+re-run it. After checking the tool's side effect, the operator records it: ``--ran`` (with the
+``--result`` later claimants replay) or ``--did-not-run`` (released for one more run). The
+verdict is :func:`~akchat_fsm.integrations.ledger.decide_settle`'s, as for
+``ToolLedger.settle``; the command adds one rule for humans (ADR-0104): it writes only over the
+entry it read, which must still be unknown, with one compare-and-set. Anything that changed it
+in between (another settle, the claimant finishing late) makes the command lose, write nothing
+and say what the entry is now, instead of silently re-deciding on it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import click
+
+from ..errors import ConfigError, StorageError
+from ..integrations._bridge_io import LoadRecord, Plan, SaveRecord, run_sync, stored_json
+from ..integrations.ledger import (
+    ExecutionState,
+    LedgerEntry,
+    decide_settle,
+    default_owner,
+    ledger_key,
+)
+from ..integrations.records import has_records
+from ..storage._cas import now_ms
+from ._common import EXIT_INVALID, EXIT_USAGE, describe, fail, inert, inert_json, opened_storage
+
+__all__ = ["settle"]
+
+NOTHING_WRITTEN = "nothing written"
+
+
+class _NotSettled(Exception):
+    """The plan stopped without writing: ``message`` says why (exit 1)."""
+
+
+def _now_is(entry: LedgerEntry | None) -> str:
+    if entry is None:
+        return "gone"
+    if entry.unknown:
+        return f"executing (attempt {entry.attempt}, owner {entry.owner})"
+    if entry.state is ExecutionState.RELEASED:
+        return f"released (settled as not run by {entry.owner})"
+    return f"executed (outcome {entry.outcome}, by {entry.owner})"
+
+
+def plan_verdict(
+    session_id: str, tool_call_id: str, *, ran: bool, result: Any, operator: str, now: int
+) -> Plan[LedgerEntry]:
+    """Read the entry, settle it if its outcome is unknown, in one CAS over the version read."""
+    key = ledger_key(tool_call_id)
+    stored = LedgerEntry.from_stored((yield LoadRecord(session_id, key)))
+    if stored is None:
+        raise _NotSettled(
+            f"no execution is recorded for tool call {tool_call_id!r} in session {session_id!r}"
+        )
+    if not stored.unknown:
+        raise _NotSettled(
+            f"tool call {tool_call_id!r} has no unknown outcome to settle: it is "
+            f"{_now_is(stored)}; {NOTHING_WRITTEN}"
+        )
+    write = decide_settle(
+        stored, tool_call_id, ran=ran, result=result, now_ms=now, operator=operator
+    )
+    assert write is not None  # an executing entry always changes
+    applied = yield SaveRecord(session_id, key, write.to_json(), stored.version, False)
+    if applied:
+        return replace(write, version=stored.version + 1)
+    now_stored = LedgerEntry.from_stored((yield LoadRecord(session_id, key)))
+    raise _NotSettled(
+        f"tool call {tool_call_id!r} changed while settling: it is now {_now_is(now_stored)}; "
+        f"{NOTHING_WRITTEN}"
+    )
+
+
+def _result(text: str | None, ran: bool) -> Any:
+    if text is None:
+        return None
+    if not ran:
+        fail("--result goes with --ran (a call that did not run has no result)", EXIT_USAGE)
+    try:
+        # The bounds a stored record is read back with (ADR-0103), so the entry stays readable.
+        return stored_json(text, "--result value")
+    except ConfigError as exc:
+        fail(exc.message, EXIT_USAGE)
+
+
+@click.command("settle")
+@click.argument("url")
+@click.argument("session_id")
+@click.argument("tool_call_id")
+@click.option(
+    "--ran/--did-not-run",
+    "ran",
+    default=None,
+    help="The verdict: the tool's side effect happened (--ran), or it did not (--did-not-run: "
+    "released, so the next continuation may run the call once more).",
+)
+@click.option(
+    "--result",
+    "result_text",
+    metavar="JSON",
+    default=None,
+    help="With --ran: the tool's result as JSON, replayed to later claimants (default null).",
+)
+@click.option(
+    "--operator",
+    metavar="NAME",
+    default=None,
+    help="Who settles, recorded as the entry's owner (default: cli:HOST:PID).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the settled entry as JSON.")
+def settle(
+    url: str,
+    session_id: str,
+    tool_call_id: str,
+    ran: bool | None,
+    result_text: str | None,
+    operator: str | None,
+    as_json: bool,
+) -> None:
+    """Settle an execution whose outcome is unknown: TOOL_CALL_ID of SESSION_ID in URL.
+
+    Check the tool's side effect first, then record it: --ran [--result JSON] if it happened,
+    --did-not-run if it did not. Only an entry still executing (OUTCOME UNKNOWN in
+    'inspect --ledger') is settled, with one compare-and-set: if anything changed it
+    meanwhile, nothing is written and the error says what it is now (exit 1). Never creates
+    a store.
+
+    \b
+    Examples:
+      akchat-fsm settle sqlite:///sessions.db support-42 call-9 --ran --result '{"id": "r-1"}'
+      akchat-fsm settle sqlite:///sessions.db support-42 call-9 --did-not-run --operator alice
+    """
+    if ran is None:
+        fail("give the verdict: --ran [--result JSON] or --did-not-run", EXIT_USAGE)
+    result = _result(result_text, ran)
+    who = operator if operator is not None else f"cli:{default_owner()}"
+    with opened_storage(url, create=False) as storage:
+        if not has_records(storage):
+            fail(
+                f"{url} cannot hold tool-execution ledger entries (no RecordStorage capability)",
+                EXIT_USAGE,
+            )
+        plan = plan_verdict(
+            session_id, tool_call_id, ran=ran, result=result, operator=who, now=now_ms()
+        )
+        try:
+            entry = run_sync(plan, storage)
+        except _NotSettled as exc:
+            fail(str(exc), EXIT_INVALID)
+        except StorageError as exc:
+            fail(f"cannot settle {tool_call_id!r} in {url}: {describe(exc)}", EXIT_USAGE)
+    if as_json:
+        document = {
+            "sessionId": session_id,
+            "toolCallId": tool_call_id,
+            "settled": True,
+            "entry": {**json.loads(entry.to_json()), "unknown": entry.unknown},
+        }
+        click.echo(inert_json(json.dumps(document, ensure_ascii=False, separators=(",", ":"))))
+        return
+    verdict = (
+        "ran; its result is recorded and replayed to later claimants"
+        if ran
+        else "did not run; released, so the next continuation may run it once more"
+    )
+    click.echo(f"settled {inert(tool_call_id)} ({inert(entry.tool)}) by {inert(who)}: {verdict}")
