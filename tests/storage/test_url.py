@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 
@@ -68,3 +69,21 @@ def test_every_opened_adapter_satisfies_the_managed_protocols(tmp_path: object) 
         ast = open_async_storage(url)
         assert isinstance(ast, AsyncManagedSessionStorage)
         asyncio.run(ast.aclose())
+
+
+@pytest.mark.parametrize(
+    ("url", "extra"),
+    [
+        ("postgresql://127.0.0.1/test", "postgres"),
+        ("redis://127.0.0.1:6379/0", "redis"),
+    ],
+)
+def test_a_missing_driver_extra_is_a_config_error_naming_the_extra(
+    url: str, extra: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A module set to None in sys.modules cannot be imported: what a missing driver looks like.
+    monkeypatch.setitem(sys.modules, f"akchat_fsm.storage.{extra}", None)
+    for opener in (open_storage, open_async_storage):
+        with pytest.raises(ConfigError, match=rf"pip install 'akchat-fsm\[{extra}\]'") as refused:
+            opener(url)
+        assert isinstance(refused.value.__cause__, ImportError)

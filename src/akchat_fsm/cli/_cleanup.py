@@ -5,7 +5,8 @@ from the racing child processes it spawns. To remove them afterwards without kno
 kit's internals, the command hands the kit a picklable factory, :class:`NotingFactory`, whose
 adapters forward every call unchanged and note the session id of every ``save`` /
 ``save_record``; each adapter appends its ids to a journal file when it is closed (children
-too, as they close theirs). After the run the command deletes each id once (ADR-0096).
+too, as they close theirs). After the run the command deletes each id once (docs/cli.md,
+`check-storage`).
 """
 
 from __future__ import annotations
