@@ -42,7 +42,7 @@ WIDTH = 100
 OLD_JS = "akchat_fsm.wire._js"
 FIELD_TYPES = frozenset({"NonNegativeInt", "StrictStr"})
 OLD_CAS = "akchat_fsm.storage._cas"
-STORAGE_CHECKS = frozenset({"check_record_key", "check_session_id", "now_ms"})
+STORAGE_CHECKS = frozenset({"MAX_RECORD_CHARS", "check_record_key", "check_session_id", "now_ms"})
 PYDANTIC_META = "pydantic._internal._model_construction"
 SUMMARY = "docs/reference.md"
 

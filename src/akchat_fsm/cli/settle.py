@@ -29,7 +29,7 @@ from ..integrations.ledger import (
     ledger_key,
 )
 from ..integrations.records import has_records
-from ..storage._cas import now_ms
+from ..storage.checks import now_ms
 from ._common import EXIT_INVALID, EXIT_USAGE, describe, fail, inert, inert_json, opened_storage
 
 __all__ = ["settle"]

@@ -26,7 +26,7 @@ from itertools import accumulate
 from typing import Any, TypeAlias, TypeVar
 
 from ..errors import AkchatError, ConfigError, OutcomeUnknown, StorageUnavailable
-from ..storage._cas import MAX_RECORD_CHARS
+from ..storage.checks import MAX_RECORD_CHARS
 
 __all__ = [
     "MAX_RECORD_DEPTH",
