@@ -31,6 +31,8 @@ Catch the narrowest class that matches what you can do about it::
     │   │                          its outcome is unknown: never re-run by default; settle it
     │   ├── ExecutionClaimLost     (integrations.ledger) our execution claim was settled or
     │   │                          re-claimed while the body ran; its outcome not recorded
+    │   ├── SettleRefused          (integrations.ledger) an operator's verdict wrote nothing:
+    │   │                          the entry was not unknown when read, or changed after
     │   ├── RunInProgress          (integrations) another process holds the run's continuation
     │   ├── RunClaimLost           (integrations) our continuation claim was taken over
     │   └── RecordedToolFailure    (integrations.ledger) the body already ran and raised;

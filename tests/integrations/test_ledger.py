@@ -20,10 +20,12 @@ from akchat_fsm.integrations.ledger import (
     ExecutionState,
     ExecutionUnknown,
     LedgerEntry,
+    SettleRefused,
     ToolCallMismatch,
     ToolLedger,
     decide_claim,
     ledger_key,
+    plan_settle_unknown,
 )
 
 SID = "s-ledger"
@@ -272,3 +274,56 @@ def test_the_async_twin_runs_the_same_plans(records_backend: RecordsBackend) -> 
 
     asyncio.run(scenario())
     assert runs == ["x"]
+
+
+def test_settle_unknown_writes_only_over_an_unknown_entry(records_backend: RecordsBackend) -> None:
+    crash_inside_body(records_backend.sync(), "c1")
+    ledger = _ledger(records_backend)
+    settled = ledger.settle_unknown("c1", ran=True, result={"id": "r-1"}, operator="ops")
+    assert settled.outcome == "settled" and settled.owner == "ops"
+    assert ledger.get("c1") == settled
+    # A second verdict finds nothing unknown: it writes nothing and says what the entry is.
+    with pytest.raises(SettleRefused, match="no unknown outcome to settle: it is executed") as no:
+        ledger.settle_unknown("c1", ran=False, operator="other")
+    assert no.value.entry == settled
+    assert ledger.get("c1") == settled
+    with pytest.raises(SettleRefused, match="no execution is recorded") as none:
+        ledger.settle_unknown("never", ran=True)
+    assert none.value.entry is None
+
+
+def test_settle_unknown_loses_to_a_change_after_its_read(records_backend: RecordsBackend) -> None:
+    """Unlike ``settle``, a verdict never re-decides on an entry it did not read."""
+    crash_inside_body(records_backend.sync(), "c1")
+    storage = records_backend.sync()
+    plan = plan_settle_unknown(SID, "c1", ran=False, result=None, operator="ops", now_ms=1)
+    load = next(plan)  # the plan read the entry ...
+    read = storage.load_record(load.session_id, load.key)
+    save = plan.send(read)
+    # ... and before its write lands, another operator settles the call.
+    _ledger(records_backend, owner="p2").settle("c1", ran=True, result="first", operator="p2")
+    applied = storage.save_record(
+        save.session_id, save.key, save.text, save.expected_version, processing=save.processing
+    )
+    assert applied is False
+    reread = plan.send(applied)
+    with pytest.raises(SettleRefused, match="changed while settling: it is now executed") as lost:
+        plan.send(storage.load_record(reread.session_id, reread.key))
+    assert lost.value.entry is not None and lost.value.entry.result == "first"
+
+
+def test_the_async_ledger_settles_an_unknown_entry_once(records_backend: RecordsBackend) -> None:
+    crash_inside_body(records_backend.sync(), "c1")
+
+    async def scenario() -> list[object]:
+        storage = records_backend.async_()
+        ledgers = [AsyncToolLedger(storage, SID, owner=f"a{i}") for i in range(3)]
+        return await asyncio.gather(
+            *(ledger.settle_unknown("c1", ran=False) for ledger in ledgers),
+            return_exceptions=True,
+        )
+
+    results = asyncio.run(scenario())
+    won = [r for r in results if isinstance(r, LedgerEntry)]
+    assert len(won) == 1 and won[0].state is ExecutionState.RELEASED
+    assert all(isinstance(r, SettleRefused) for r in results if r not in won)

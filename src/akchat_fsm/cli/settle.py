@@ -5,8 +5,9 @@ what the tool body did (``inspect --ledger`` shows it as ``OUTCOME UNKNOWN``); t
 re-run it. After checking the tool's side effect, the operator records it: ``--ran`` (with the
 ``--result`` later claimants replay) or ``--did-not-run`` (released for one more run). The
 verdict is :func:`~akchat_fsm.integrations.ledger.decide_settle`'s, as for
-``ToolLedger.settle``; the command adds one rule for humans (ADR-0104): it writes only over the
-entry it read, which must still be unknown, with one compare-and-set. Anything that changed it
+``ToolLedger.settle``; the command calls ``ToolLedger.settle_unknown``, which adds one rule for
+humans (ADR-0104): it writes only over the entry it read, which must still be unknown, with one
+compare-and-set. Anything that changed it
 in between (another settle, the claimant finishing late) makes the command lose, write nothing
 and say what the entry is now, instead of silently re-deciding on it.
 """
@@ -14,70 +15,16 @@ and say what the entry is now, instead of silently re-deciding on it.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 
 import click
 
 from ..errors import ConfigError, StorageError
-from ..integrations._bridge_io import LoadRecord, Plan, SaveRecord, run_sync, stored_json
-from ..integrations.ledger import (
-    ExecutionState,
-    LedgerEntry,
-    decide_settle,
-    default_owner,
-    ledger_key,
-)
+from ..integrations.ledger import SettleRefused, ToolLedger, default_owner, result_from_json
 from ..integrations.records import has_records
-from ..storage.checks import now_ms
 from ._common import EXIT_INVALID, EXIT_USAGE, describe, fail, inert, inert_json, opened_storage
 
 __all__ = ["settle"]
-
-NOTHING_WRITTEN = "nothing written"
-
-
-class _NotSettled(Exception):
-    """The plan stopped without writing: ``message`` says why (exit 1)."""
-
-
-def _now_is(entry: LedgerEntry | None) -> str:
-    if entry is None:
-        return "gone"
-    if entry.unknown:
-        return f"executing (attempt {entry.attempt}, owner {entry.owner})"
-    if entry.state is ExecutionState.RELEASED:
-        return f"released (settled as not run by {entry.owner})"
-    return f"executed (outcome {entry.outcome}, by {entry.owner})"
-
-
-def plan_verdict(
-    session_id: str, tool_call_id: str, *, ran: bool, result: Any, operator: str, now: int
-) -> Plan[LedgerEntry]:
-    """Read the entry, settle it if its outcome is unknown, in one CAS over the version read."""
-    key = ledger_key(tool_call_id)
-    stored = LedgerEntry.from_stored((yield LoadRecord(session_id, key)))
-    if stored is None:
-        raise _NotSettled(
-            f"no execution is recorded for tool call {tool_call_id!r} in session {session_id!r}"
-        )
-    if not stored.unknown:
-        raise _NotSettled(
-            f"tool call {tool_call_id!r} has no unknown outcome to settle: it is "
-            f"{_now_is(stored)}; {NOTHING_WRITTEN}"
-        )
-    write = decide_settle(
-        stored, tool_call_id, ran=ran, result=result, now_ms=now, operator=operator
-    )
-    assert write is not None  # an executing entry always changes
-    applied = yield SaveRecord(session_id, key, write.to_json(), stored.version, False)
-    if applied:
-        return replace(write, version=stored.version + 1)
-    now_stored = LedgerEntry.from_stored((yield LoadRecord(session_id, key)))
-    raise _NotSettled(
-        f"tool call {tool_call_id!r} changed while settling: it is now {_now_is(now_stored)}; "
-        f"{NOTHING_WRITTEN}"
-    )
 
 
 def _result(text: str | None, ran: bool) -> Any:
@@ -87,7 +34,7 @@ def _result(text: str | None, ran: bool) -> Any:
         fail("--result goes with --ran (a call that did not run has no result)", EXIT_USAGE)
     try:
         # The bounds a stored record is read back with (ADR-0103), so the entry stays readable.
-        return stored_json(text, "--result value")
+        return result_from_json(text, "--result value")
     except ConfigError as exc:
         fail(exc.message, EXIT_USAGE)
 
@@ -149,12 +96,10 @@ def settle(
                 f"{url} cannot hold tool-execution ledger entries (no RecordStorage capability)",
                 EXIT_USAGE,
             )
-        plan = plan_verdict(
-            session_id, tool_call_id, ran=ran, result=result, operator=who, now=now_ms()
-        )
+        ledger = ToolLedger(storage, session_id, owner=who)
         try:
-            entry = run_sync(plan, storage)
-        except _NotSettled as exc:
+            entry = ledger.settle_unknown(tool_call_id, ran=ran, result=result)
+        except SettleRefused as exc:
             fail(str(exc), EXIT_INVALID)
         except StorageError as exc:
             fail(f"cannot settle {tool_call_id!r} in {url}: {describe(exc)}", EXIT_USAGE)

@@ -72,6 +72,7 @@ __all__ = [
     "ExecutionUnknown",
     "LedgerEntry",
     "RecordedToolFailure",
+    "SettleRefused",
     "ToolCallMismatch",
     "ToolLedger",
     "args_digest",
@@ -84,7 +85,9 @@ __all__ = [
     "plan_execute",
     "plan_get",
     "plan_settle",
+    "plan_settle_unknown",
     "recorded_failure",
+    "result_from_json",
 ]
 
 T = TypeVar("T")
@@ -525,6 +528,81 @@ def plan_settle(
     raise ExecutionClaimLost(f"Tool call {tool_call_id!r} kept changing; not settled.")
 
 
+NOTHING_WRITTEN = "nothing written"
+
+
+class SettleRefused(ConfirmationError):
+    """An operator's verdict wrote nothing: the entry was not an unknown execution when read,
+    or it changed before the write (another settle, the claimant finishing late).
+
+    ``entry`` is what is stored now (``None``: nothing is recorded for the call).
+    """
+
+    def __init__(self, message: str, entry: LedgerEntry | None = None) -> None:
+        super().__init__(message)
+        self.entry = entry
+
+
+def describe_entry(entry: LedgerEntry | None) -> str:
+    """One phrase for operators: what a ledger entry says about its call now."""
+    if entry is None:
+        return "gone"
+    if entry.unknown:
+        return f"executing (attempt {entry.attempt}, owner {entry.owner})"
+    if entry.state is ExecutionState.RELEASED:
+        return f"released (settled as not run by {entry.owner})"
+    return f"executed (outcome {entry.outcome}, by {entry.owner})"
+
+
+def result_from_json(text: str, what: str = "result") -> Any:
+    """A verdict's result given as JSON text, parsed with the bounds a stored record is read
+    back with (ADR-0103), so the entry it goes into stays readable; ``ConfigError`` if not."""
+    return stored_json(text, what)
+
+
+def plan_settle_unknown(
+    session_id: str,
+    tool_call_id: str,
+    *,
+    ran: bool,
+    result: Any,
+    operator: str,
+    now_ms: int,
+) -> Plan[LedgerEntry]:
+    """An operator's verdict, written only over the entry read, which must still be unknown.
+
+    Unlike :func:`plan_settle` (which re-decides on a conflict), one compare-and-set over the
+    version read: anything that changed the entry in between makes this write nothing and
+    raise :class:`SettleRefused` saying what the entry is now (ADR-0104). The verdict itself
+    is :func:`decide_settle`'s.
+    """
+    key = ledger_key(tool_call_id)
+    stored = yield from _load(session_id, key)
+    if stored is None:
+        raise SettleRefused(
+            f"no execution is recorded for tool call {tool_call_id!r} in session {session_id!r}"
+        )
+    if not stored.unknown:
+        raise SettleRefused(
+            f"tool call {tool_call_id!r} has no unknown outcome to settle: it is "
+            f"{describe_entry(stored)}; {NOTHING_WRITTEN}",
+            stored,
+        )
+    write = decide_settle(
+        stored, tool_call_id, ran=ran, result=result, now_ms=now_ms, operator=operator
+    )
+    assert write is not None  # an executing entry always changes
+    applied = yield SaveRecord(session_id, key, write.to_json(), stored.version, False)
+    if applied:
+        return replace(write, version=stored.version + 1)
+    now_stored = yield from _load(session_id, key)
+    raise SettleRefused(
+        f"tool call {tool_call_id!r} changed while settling: it is now "
+        f"{describe_entry(now_stored)}; {NOTHING_WRITTEN}",
+        now_stored,
+    )
+
+
 # --------------------------------------------------------------------------- the facades
 
 
@@ -568,6 +646,18 @@ class _LedgerBase:
             result=result,
             operator=operator or self.owner,
             clock=self._clock,
+        )
+
+    def _settle_unknown(
+        self, tool_call_id: str, ran: bool, result: Any, operator: str | None
+    ) -> Plan[LedgerEntry]:
+        return plan_settle_unknown(
+            self.session_id,
+            tool_call_id,
+            ran=ran,
+            result=result,
+            operator=operator or self.owner,
+            now_ms=self._clock(),
         )
 
 
@@ -616,6 +706,12 @@ class ToolLedger(_LedgerBase):
         """Settle an unknown execution: it ``ran`` (with ``result``), or it did not (released)."""
         return run_sync(self._settle(tool_call_id, ran, result, operator), self.storage)
 
+    def settle_unknown(
+        self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
+    ) -> LedgerEntry:
+        """Settle only if the outcome is still unknown, in one CAS; else :class:`SettleRefused`."""
+        return run_sync(self._settle_unknown(tool_call_id, ran, result, operator), self.storage)
+
 
 class AsyncToolLedger(_LedgerBase):
     """The asyncio twin of :class:`ToolLedger`: async or sync storage, async or sync body."""
@@ -646,3 +742,10 @@ class AsyncToolLedger(_LedgerBase):
         self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
     ) -> LedgerEntry:
         return await run_async(self._settle(tool_call_id, ran, result, operator), self.storage)
+
+    async def settle_unknown(
+        self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
+    ) -> LedgerEntry:
+        return await run_async(
+            self._settle_unknown(tool_call_id, ran, result, operator), self.storage
+        )
