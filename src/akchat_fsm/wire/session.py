@@ -412,7 +412,16 @@ class SessionSnapshot(_Wire):
         text = json.dumps(self._head(), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         # Each binding's text is computed once per binding instance (ADR-0116): a command
         # replaces one binding and carries the others over, so a save joins cached pieces.
-        bindings = ",".join([binding_text(binding) for binding in self.confirmations])
+        texts = _BINDING_TEXTS
+        parts: list[str] = []
+        for binding in self.confirmations:
+            # `binding_text`, inlined: a hit is the common case and a call per binding is
+            # most of what joining costs.
+            entry = texts.get(id(binding))
+            parts.append(
+                entry[1] if entry is not None and entry[0]() is binding else binding_text(binding)
+            )
+        bindings = ",".join(parts)
         # `confirmations` is the last wire key (pinned against the JS-exact encoder by tests).
         # Lone surrogates become `\\uXXXX` escapes, as JSON.stringify writes them (ADR-0080).
         return escape_surrogates(f'{text[:-1]},"confirmations":[{bindings}]}}')
