@@ -13,6 +13,7 @@ cannot vouch that the text has none (the decoder vouches via the validation cont
 from __future__ import annotations
 
 import json
+import weakref
 from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import (
@@ -410,7 +411,18 @@ class SessionSnapshot(_Wire):
         # for everything but the inputs. Each binding's text is assembled from its frozen input's
         # text, computed once per input: a save re-encodes every binding of the envelope.
         text = json.dumps(self._head(), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        bindings = ",".join(_binding_json(binding) for binding in self.confirmations)
+        # Each binding's text is computed once per binding instance (ADR-0116): a command
+        # replaces one binding and carries the others over, so a save joins cached pieces.
+        texts = _BINDING_TEXTS
+        parts: list[str] = []
+        for binding in self.confirmations:
+            # `binding_text`, inlined: a hit is the common case and a call per binding is
+            # most of what joining costs.
+            entry = texts.get(id(binding))
+            parts.append(
+                entry[1] if entry is not None and entry[0]() is binding else binding_text(binding)
+            )
+        bindings = ",".join(parts)
         # `confirmations` is the last wire key (pinned against the JS-exact encoder by tests).
         # Lone surrogates become `\\uXXXX` escapes, as JSON.stringify writes them (ADR-0080).
         return escape_surrogates(f'{text[:-1]},"confirmations":[{bindings}]}}')
@@ -458,6 +470,30 @@ def _binding_json(binding: ConfirmationBinding) -> str:
 
 
 _encode_str = json.encoder.encode_basestring
+
+#: ``id(binding) -> (weak reference to it, its canonical text)`` (ADR-0116). Keyed by identity,
+#: not by value: a frozen binding's text never changes, and a copy (``model_copy`` with or
+#: without ``update``, ``copy``, ``deepcopy``, unpickling) is another object, so it can never
+#: inherit a stale text. The weak reference both proves the entry is this object (an id is
+#: reused only after its object died) and removes the entry when the binding goes away.
+_BINDING_TEXTS: dict[int, tuple[weakref.ref[ConfirmationBinding], str]] = {}
+
+
+def _forget(key: int, ref: weakref.ref[ConfirmationBinding]) -> None:
+    entry = _BINDING_TEXTS.get(key)
+    if entry is not None and entry[0] is ref:
+        del _BINDING_TEXTS[key]
+
+
+def binding_text(binding: ConfirmationBinding) -> str:
+    """The canonical JSON text of ``binding`` (before surrogate escaping), cached per instance."""
+    key = id(binding)
+    entry = _BINDING_TEXTS.get(key)
+    if entry is not None and entry[0]() is binding:
+        return entry[1]
+    text = _binding_json(binding)
+    _BINDING_TEXTS[key] = (weakref.ref(binding, lambda ref: _forget(key, ref)), text)
+    return text
 
 
 def _encode(value: Any) -> str:
