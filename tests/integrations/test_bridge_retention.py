@@ -82,3 +82,26 @@ def test_a_decision_pruned_by_retention_is_not_proposed_again(
     assert done.run.output == f"c1={c1_said}; c2={{'refunded': 5}}"  # the reviewer's reason too
     again = _bridge(records_backend, agent).session.confirmations
     assert [b for b in again if b.tool_call_id == "c1"] == []  # never proposed a second time
+
+
+def test_a_released_continuation_keeps_its_decisions_beyond_retention(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent = build_agent([EMAIL], counts)
+    paused = _bridge(records_backend, agent).run("do it", run_id="r1")
+    counts.fail_next_answer = 1  # the model fails after the body ran: the run is released
+    with pytest.raises(ConnectionError):
+        _bridge(records_backend, agent).approve(paused.pending[0].token)
+
+    session = _bridge(records_backend, agent).session
+    host = session.confirmations_for(HostUpstream())
+    for i in range(KEEP_TERMINAL + 1):
+        host.reject(host.propose("refund", {"amount": i}).token)
+    assert "c1" not in {b.tool_call_id for b in session.confirmations}  # pruned by retention
+
+    done = _bridge(records_backend, agent).continue_run("r1")
+    assert done.status == "completed" and done.output == "c1=sent to a@example.com"
+    assert counts.bodies == ["send_email:a@example.com"]  # replayed from the ledger, not re-run
+    again = _bridge(records_backend, agent).session.confirmations
+    assert [b for b in again if b.tool_call_id == "c1"] == []  # never proposed a second time

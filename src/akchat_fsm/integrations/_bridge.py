@@ -301,7 +301,7 @@ def _readiness(ctx: BridgeContext, run: RunRecord, external: Mapping[str, Any]) 
         readiness = decide_readiness(run, bindings, {}, external, recorded)
     if not readiness.ready:
         # The run waits: keep what is decided beyond the envelope's retention (ADR-0013).
-        yield from _record_decisions(ctx, bindings, readiness.decisions, recorded)
+        yield from _record_decisions(ctx, readiness.decisions, recorded)
     if readiness.ready and any(not d.approved for d in readiness.decisions):
         denials = yield from _denials(ctx, run, bindings, recorded)
         readiness = decide_readiness(run, bindings, denials, external, recorded)
@@ -323,18 +323,15 @@ def _recorded_decisions(
 
 def _record_decisions(
     ctx: BridgeContext,
-    bindings: Sequence[ConfirmationBinding],
     decisions: Sequence[CallDecision],
     recorded: Mapping[str, ConfirmationStatus],
 ) -> Plan[None]:
-    """Create a decision record for each decided call of a waiting run (create-only: a
+    """Create a decision record for each decided call of a run that waits (create-only: a
     terminal status never changes, so an existing record is already right)."""
-    by_call = {b.tool_call_id: b for b in bindings}
     for decision in decisions:
-        binding = by_call.get(decision.tool_call_id)
-        if binding is None or decision.tool_call_id in recorded:
+        if decision.status is None or decision.tool_call_id in recorded:
             continue
-        text = decision_text(binding.status)
+        text = decision_text(decision.status)
         # A lost record only narrows what survives retention; the envelope still holds it, so
         # a failed write never fails the decision that was just made.
         with contextlib.suppress(StorageError):
@@ -406,7 +403,10 @@ def _resume(
         # Every body that ran is in the ledger, so the run may go back to paused: the next
         # continuation replays those bodies. If this save fails, reconcile recovers the claim.
         released = replace(run, state=RunState.PAUSED, claim=None, updated_ms=ctx.clock())
+        # Released, the run waits again: its decisions must outlive retention meanwhile.
         with contextlib.suppress(Exception):  # the runtime's error is what the caller needs
+            yield from _record_decisions(ctx, decisions, {})
+        with contextlib.suppress(Exception):
             yield from _save_run(ctx, released, run.version)
         raise
     settled = decide_settle_run(

@@ -234,6 +234,8 @@ class CallDecision:
     tool_call_id: str
     approved: bool
     message: str | None = None
+    #: The confirmation's terminal status the decision comes from (kept in decision records).
+    status: ConfirmationStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,12 +281,12 @@ def decide_readiness(
         if status is None:
             unproposed.append(call)
         elif status is ConfirmationStatus.APPROVED:
-            decisions.append(CallDecision(call.tool_call_id, True))
+            decisions.append(CallDecision(call.tool_call_id, True, None, status))
         elif status is ConfirmationStatus.REJECTED:
             reason = denials.get(call.tool_call_id) or REJECTED_MESSAGE
-            decisions.append(CallDecision(call.tool_call_id, False, reason))
+            decisions.append(CallDecision(call.tool_call_id, False, reason, status))
         elif status is ConfirmationStatus.EXPIRED:
-            decisions.append(CallDecision(call.tool_call_id, False, EXPIRED_MESSAGE))
+            decisions.append(CallDecision(call.tool_call_id, False, EXPIRED_MESSAGE, status))
         elif binding is not None:
             pending.append(binding)
     answered = {**run.external, **external}
