@@ -82,7 +82,8 @@ def bridge_for(storage: Any, log: Path, kill: str = "none", **options: Any) -> P
     return PydanticAIBridge(build_agent(log, kill), session, storage, **options)
 
 
-def main(argv: list[str]) -> None:
+def run(argv: list[str]) -> dict[str, Any]:
+    """Open the bridge, line up on ``GO``, perform the actions; what :func:`main` prints."""
     store, _session, log_name, kill, actions = argv[:5]
     go = Path(argv[5]) if len(argv) > 5 else None
     log = Path(log_name)
@@ -102,7 +103,11 @@ def main(argv: list[str]) -> None:
             results.append(decided.run.status if decided.run else "none")
         except AkchatError as exc:
             results.append(type(exc).__name__)
-    print(json.dumps({"results": results, "writes": storage.writes}))
+    return {"results": results, "writes": storage.writes}
+
+
+def main(argv: list[str]) -> None:
+    print(json.dumps(run(argv)))
 
 
 if __name__ == "__main__":

@@ -13,13 +13,10 @@
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
+import hosts
 import pytest
 from bridge_worker import bridge_for, read_log
 from process_helpers import StoreFactory, open_store
@@ -27,8 +24,6 @@ from process_helpers import StoreFactory, open_store
 from akchat_fsm.integrations._bridge_runs import REJECTED_MESSAGE, RunState
 from akchat_fsm.integrations.ledger import ExecutionState, ToolLedger
 
-HERE = Path(__file__).resolve().parent
-SRC = HERE.parents[1] / "src"
 ACTIONS = "reject:c2:too much,approve:c1"
 LOSER_ERRORS = {"AlreadyResolved", "ResolutionInProgress"}
 
@@ -42,24 +37,17 @@ def _pause(spec: str, log: Path) -> dict[str, str]:
     return tokens
 
 
-def _spawn(
-    spec: str, log: Path, kill: str, actions: str, go: Path | None = None
-) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(HERE)])}
-    args = [sys.executable, str(HERE / "bridge_worker.py"), spec, "proof", str(log), kill, actions]
+def _spawn(spec: str, log: Path, kill: str, actions: str, go: Path | None = None) -> hosts.Host:
+    args = [spec, "proof", str(log), kill, actions]
     if go is not None:
         args.append(str(go))
-    return subprocess.Popen(
-        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    return hosts.start("bridge_worker.run", args)
 
 
-def _finish(proc: subprocess.Popen[str]) -> tuple[int, dict[str, object] | None]:
-    out, err = proc.communicate(timeout=120)
-    if proc.returncode == 0:
-        return 0, json.loads(out.strip().splitlines()[-1])
-    assert proc.returncode == -signal.SIGKILL, err
-    return proc.returncode, None
+def _finish(host: hosts.Host) -> tuple[int, dict[str, object] | None]:
+    code, result = host.finish(timeout=120)
+    assert code in (0, -signal.SIGKILL), code
+    return code, result
 
 
 def _bodies(log: Path, call_id: str) -> int:

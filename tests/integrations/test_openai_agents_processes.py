@@ -15,45 +15,26 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+import hosts
 from oai_worker import describe, open_bridge, perform
 from process_helpers import StoreFactory, open_store
 
-import akchat_fsm
 from akchat_fsm.errors import AkchatError
 
-WORKER = Path(__file__).resolve().parent / "oai_worker.py"
-#: The akchat_fsm this test imported: the workers run the same code.
-SRC = Path(akchat_fsm.__file__).resolve().parents[1]
 CLEAN_OUTPUT = "done: found z; sent to a@x; sent to b@x"
 #: The recipient of each gated call, by the last digit of its call id (the batch order).
 TO = {"0": "a@x", "2": "b@x"}
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+def spawn(spec: dict[str, Any]) -> hosts.Host:
+    return hosts.start("oai_worker.main", spec)
 
 
-def spawn(spec: dict[str, Any]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), json.dumps(spec)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-    )
-
-
-def finish(proc: subprocess.Popen[str]) -> tuple[int, dict[str, Any] | None]:
-    out, err = proc.communicate(timeout=240)
-    if proc.returncode not in (0, -9):
-        raise AssertionError(f"worker failed ({proc.returncode}): {err[-2000:]}")
-    return proc.returncode, (json.loads(out.splitlines()[-1]) if proc.returncode == 0 else None)
+def finish(host: hosts.Host) -> tuple[int, dict[str, Any] | None]:
+    return host.finish(timeout=240)
 
 
 def call(base: dict[str, Any], **spec: Any) -> tuple[int, dict[str, Any] | None]:
