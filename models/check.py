@@ -19,12 +19,15 @@ Everything is built in a temporary directory; nothing is written into the reposi
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -316,19 +319,29 @@ class Runner:
         self.timeout_s = timeout_s
         self.depth = depth
         self._built: dict[tuple[str, ...], Path] = {}
+        self._naming = threading.Lock()
 
-    def _build(self, check: Check) -> Path:
+    @staticmethod
+    def key(check: Check) -> tuple[str, ...]:
+        """The ``spin -D`` flags of the ``pan`` a check runs on: checks with one key share
+        one build (and its trail file), so they run one after another."""
         spin_flags = check.config.flags()
         if check.bug:
             spin_flags.append(f"-D{check.bug}")
-        asserts = check.prop == ASSERTIONS
-        if asserts:
+        if check.prop == ASSERTIONS:
             spin_flags.append("-DASSERTS")
-        key = tuple(spin_flags)
-        if key in self._built:
-            return self._built[key]
-        build = self.workdir / f"build{len(self._built)}"
-        build.mkdir()
+        return tuple(spin_flags)
+
+    def _build(self, check: Check) -> Path:
+        key = self.key(check)
+        spin_flags = list(key)
+        asserts = check.prop == ASSERTIONS
+        with self._naming:
+            if key in self._built:
+                return self._built[key]
+            build = self.workdir / f"build{len(self._built)}"
+            build.mkdir()
+            self._built[key] = build
         for name in SOURCES:
             shutil.copy(MODELS / name, build / name)
         _run(["spin", *spin_flags, "-a", "resolution.pml"], build, self.timeout_s)
@@ -340,7 +353,6 @@ class Runner:
         else:
             gcc.append("-DNFAIR=4")  # weak fairness over more than 6 processes (-DINFLIGHT)
         _run([*gcc, "-o", "pan", "pan.c"], build, self.timeout_s)
-        self._built[key] = build
         return build
 
     def run(self, check: Check) -> Result:
@@ -420,6 +432,30 @@ def _print_table(results: list[Result]) -> None:
         print("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip())
 
 
+def _report(result: Result) -> Result:
+    verdict = "ok" if result.ok else f"FAIL ({result.why})"
+    print(f"  {result.check.config.name} {result.check.label}: {verdict}", file=sys.stderr)
+    if not result.ok:
+        print(result.output, file=sys.stderr)
+    return result
+
+
+def run_all(runner: Runner, checks: list[Check], jobs: int) -> list[Result]:
+    """Run ``checks`` on ``jobs`` threads (each drives its own ``pan`` processes), in the
+    checks' order: the checks of one build run one after another on one thread, builds in
+    parallel. Results come back in the order of ``checks``."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for index, check in enumerate(checks):
+        groups.setdefault(Runner.key(check), []).append(index)
+
+    def run_group(indices: list[int]) -> list[tuple[int, Result]]:
+        return [(i, _report(runner.run(checks[i]))) for i in indices]
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        done = [pair for part in pool.map(run_group, groups.values()) for pair in part]
+    return [result for _, result in sorted(done, key=lambda pair: pair[0])]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="SPIN checks of the resolution protocol")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="default")
@@ -431,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
         "--cc-opt", help="gcc optimisation flag for pan (default: -O0 for quick, else -O2)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the build dir (trails)")
+    parser.add_argument(
+        "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="checks run at once"
+    )
     args = parser.parse_args(argv)
     profile = "quick" if args.quick else args.profile
     for tool in ("spin", "gcc", "timeout"):
@@ -448,14 +487,7 @@ def main(argv: list[str] | None = None) -> int:
             # quick: compiling pan dominates (-O0 ~1 s, -O2 ~5 s) and the searches are tiny.
             cc_opt=args.cc_opt or ("-O0" if profile == "quick" else "-O2"),
         )
-        results = []
-        for check in PROFILES[profile]:
-            results.append(runner.run(check))
-            last = results[-1]
-            verdict = "ok" if last.ok else f"FAIL ({last.why})"
-            print(f"  {last.check.config.name} {last.check.label}: {verdict}", file=sys.stderr)
-            if not results[-1].ok:
-                print(results[-1].output, file=sys.stderr)
+        results = run_all(runner, PROFILES[profile], args.jobs)
         _print_table(results)
     finally:
         if args.keep:
