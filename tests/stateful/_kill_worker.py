@@ -105,12 +105,17 @@ def worker(
     log: str,
     seed: int,
     broken: bool = False,
+    app_name: str = "",
 ) -> None:
     """Forever: resume, then propose or resolve a random live confirmation (until killed).
 
     ``broken`` seeds the bug the test must catch: upstream is called *before* the claim (from
     a possibly stale read), then the library's resolution runs with a no-op upstream.
+    ``app_name`` names this process's PostgreSQL connections (libpq reads ``PGAPPNAME``), so
+    the parent can wait until the server has finished every statement a killed worker sent.
     """
+    if app_name:
+        os.environ["PGAPPNAME"] = app_name
     rng = random.Random(seed)
     storage = make_storage()
     real = LogUpstream(Path(log))
