@@ -508,9 +508,15 @@ def test_the_suite_bites_a_bridge_that_runs_bodies_without_the_ledger(
             phases=(Phase.explicit, Phase.generate),  # a failure is the point; skip shrinking
         )
     errors: list[BaseException] = [caught.value]
+    every = [caught.value]
     while any(isinstance(e, BaseExceptionGroup) for e in errors):
         errors = [x for e in errors for x in getattr(e, "exceptions", [e])]
+        every += errors
     assert any(re.search(r"ran [2-9]\d* times", str(e)) for e in errors), errors
+    # The failure carries the program that replays it (Hypothesis attaches it as notes):
+    # nothing between the machine and pytest may swallow it.
+    program = "\n".join(note for e in every for note in getattr(e, "__notes__", []))
+    assert "state = Protocol()" in program and "state.advance(" in program, program[:2000]
 
 
 @pytest.mark.redis
