@@ -8,9 +8,10 @@ steps, move the clock past expiry, and reconcile. The invariants are checked aft
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import pytest
@@ -442,7 +443,7 @@ class Pinned:
     def start_to(self, c: int, op: str, kind: type | tuple[type, ...], world: str = "") -> None:
         """Idle client ``c`` starts ``op`` (its first live token, for a resolution) and steps
         with no fault until its next effect is a ``kind``: it must get there."""
-        assert not self.m.clients[c].busy
+        assert not self.m.clients[c].busy, f"client {c} is still busy"
         self.step(c, op=op, world=world)
         while self.m.clients[c].busy and not isinstance(self.m.clients[c].run.next, kind):  # type: ignore[union-attr]
             self.step(c)
@@ -453,9 +454,17 @@ class Pinned:
             self.step(c)
 
     def run(self, c: int, op: str, world: str = "") -> None:
-        assert not self.m.clients[c].busy
+        assert not self.m.clients[c].busy, f"client {c} is still busy"
         self.step(c, op=op, world=world)
         self.finish(c)
+
+    @contextlib.contextmanager
+    def reaching(self, *points: str) -> Iterator[None]:
+        """The block must exercise each of ``points`` (coverage keys)."""
+        before = {point: self.m.coverage[point] for point in points}
+        yield
+        missed = [point for point in points if self.m.coverage[point] == before[point]]
+        assert not missed, f"the pinned program never reached {missed}"
 
 
 def pinned_program(machine: type[ResolutionProtocol]) -> None:
@@ -473,32 +482,42 @@ def pinned_program(machine: type[ResolutionProtocol]) -> None:
         # a live claim: a second client loses with ResolutionInProgress; the claimant's
         # upstream call succeeds
         p.start_to(0, "approve", CallApprove)
-        p.run(1, "approve")
-        p.finish(0)
+        with p.reaching("approve:ResolutionInProgress"):
+            p.run(1, "approve")
+        with p.reaching("effect:CallApprove", "approve:ok"):
+            p.finish(0)
         # a rejection whose upstream call fails before acting; recovery resumes it
         p.start_to(0, "reject", CallDeny)
-        p.step(0, "upstream")
+        with p.reaching("effect:CallDeny", "fault:upstream"):
+            p.step(0, "upstream")
         p.finish(0)
-        p.step(1, world="reconcile", op="persist")
+        with p.reaching("reconcile:resumed"):
+            p.step(1, world="reconcile", op="persist")
         p.finish(1)
         # a proposal bound; one whose binding save is refused (so upstream is told to deny)
-        p.run(2, "propose")
+        with p.reaching("proposal:bound"):
+            p.run(2, "propose")
         p.start_to(2, "propose", SaveSnapshot)
-        p.step(2, "unavailable")
-        p.finish(2)
+        with p.reaching("fault:unavailable", "proposal:denied"):
+            p.step(2, "unavailable")
+            p.finish(2)
         # an approval whose upstream call fails after acting; recovery completes it
         for _ in range(3):  # upstream creates every third call already handled (born rejected)
             if m.live_tokens():
                 break
             p.run(2, "propose")
         p.start_to(1, "approve", CallApprove)
-        p.step(1, "upstream-acted")
+        with p.reaching("fault:upstream-acted"):
+            p.step(1, "upstream-acted")
         p.finish(1)
-        p.step(0, world="reconcile", op="persist")
+        with p.reaching("reconcile:completed"):
+            p.step(0, world="reconcile", op="persist")
         p.finish(0)
-        # a client dies with a plan in flight; a save's outcome is unknown
+        # a client dies with a plan in flight; a save's outcome is unknown (how that ends is
+        # the subclass's: the floor checks it)
         p.start_to(0, "persist", SaveSnapshot)
-        p.step(0, "crash")
+        with p.reaching("crash-before:SaveSnapshot"):
+            p.step(0, "crash")
         p.run(0, "reload")  # the dead client resumes from storage
         p.start_to(0, "persist", SaveSnapshot)
         p.step(0, "unknown")

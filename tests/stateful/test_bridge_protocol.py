@@ -367,7 +367,7 @@ def _start_and_step_to(
     """Idle client ``c`` (after ``world``) starts ``op`` and performs its effects with no
     fault until the next one is ``wanted`` (it must get there: a plan that cannot is a
     finding)."""
-    assert not m.clients[c].busy
+    assert not m.clients[c].busy, f"client {c} is still busy"
     m.advance(c, op, 0, 0, world)  # draw 0: no fault, whatever the effect
     m.bridge_invariants()
     while m.clients[c].busy and not wanted(m.clients[c].run.next):  # type: ignore[union-attr]
@@ -376,12 +376,24 @@ def _start_and_step_to(
     assert m.clients[c].busy, f"client {c}'s {op} finished before reaching the wanted effect"
 
 
-def _step(m: BridgeProtocol, c: int, fault: str = "ok", world: str = "") -> None:
-    """Busy client ``c`` performs its next effect with ``fault`` (one that fits the effect)."""
+def _reached(coverage: Counter[str], point: str) -> int:
+    """How often ``point`` (a key, or a key prefix ending in ':') was exercised."""
+    return sum(
+        n
+        for key, n in coverage.items()
+        if key == point or (point.endswith(":") and key.startswith(point))
+    )
+
+
+def _step(m: BridgeProtocol, c: int, fault: str = "ok", world: str = "", hits: str = "") -> None:
+    """Busy client ``c`` performs its next effect with ``fault`` (one that fits the effect);
+    that step must exercise the floor point ``hits``, if named."""
     run = m.clients[c].run
-    assert run is not None and not run.done
+    assert run is not None and not run.done, f"client {c} is idle"
+    before = _reached(m.coverage, hits)
     m.advance(c, "continue", 0, fault_table(run.next).index(fault), world)
     m.bridge_invariants()
+    assert not hits or _reached(m.coverage, hits) > before, f"{fault} never reached {hits}"
 
 
 def _finish(m: BridgeProtocol, c: int) -> None:
@@ -389,12 +401,17 @@ def _finish(m: BridgeProtocol, c: int) -> None:
         _step(m, c)
 
 
-def _run(m: BridgeProtocol, c: int, op: str, world: str = "") -> None:
-    """Idle client ``c`` (after ``world``) runs ``op`` to its end, with no fault."""
-    assert not m.clients[c].busy
+def _run(m: BridgeProtocol, c: int, op: str, world: str = "", hits: tuple[str, ...] = ()) -> None:
+    """Idle client ``c`` (after ``world``) runs ``op`` to its end, with no fault; that must
+    exercise each floor point of ``hits``."""
+    assert not m.clients[c].busy, f"client {c} is still busy"
+    before = [_reached(m.coverage, point) for point in hits]
     m.advance(c, op, 0, 0, world)  # draw 0: no fault, whatever the effect
     m.bridge_invariants()
     _finish(m, c)
+    after = [_reached(m.coverage, point) for point in hits]
+    missed = [point for point, b, a in zip(hits, before, after, strict=True) if a == b]
+    assert not missed, f"{op} never reached {missed}"
 
 
 def pinned_program(machine: type[BridgeProtocol]) -> None:
@@ -409,22 +426,22 @@ def pinned_program(machine: type[BridgeProtocol]) -> None:
         m.bridge_invariants()
         # an approval dies after its write applied; a recovery finishes it
         _start_and_step_to(m, 2, "approve", _is_invoke("resolve"))
-        _step(m, 2, "w:crash-after")
+        _step(m, 2, "w:crash-after", hits="crash:in:resolve:")
         # approving the other call continues the run, which dies inside the first tool body
         # after its side effect; a recovery finds that execution unknown and settles it; a
         # client continues the run to its end
         _start_and_step_to(m, 0, "approve", _is_invoke("resume"), world="reconcile")
-        _step(m, 0, "body:crash-after")
-        _run(m, 1, "continue", world="reconcile")
+        _step(m, 0, "body:crash-after", hits="crash:in:resume:body:")
+        _run(m, 1, "continue", "reconcile", hits=("reconcile:execution_unknown", "continue:ok"))
         # a new run, whose first record save applies with an unknown outcome
         _start_and_step_to(m, 0, "start", lambda effect: isinstance(effect, SaveRecord))
-        _step(m, 0, "unknown")
+        _step(m, 0, "unknown", hits="thrown:OutcomeUnknown")
         _finish(m, 0)
         # one call approved; approving the other continues the run, which dies before its
         # ledger claim applies
-        _run(m, 0, "approve")
+        _run(m, 0, "approve", hits=("approve:ok",))
         _start_and_step_to(m, 1, "approve", _is_invoke("resume"))
-        _step(m, 1, "w:crash-before")
+        _step(m, 1, "w:crash-before", hits="crash:in:resume:w:")
     finally:
         m.teardown()
 
@@ -439,15 +456,7 @@ def run_bridge_protocol(make_storage: Callable[[], Any], **overrides: Any) -> Co
     run_state_machine_as_test(machine, settings=settings(settings(), **overrides))
     print("coverage:", dict(sorted(coverage.items())))  # shown with -s
     pinned_program(machine)
-    missing = [
-        what
-        for what in FLOOR
-        if not any(
-            n
-            for key, n in coverage.items()
-            if key == what or (what.endswith(":") and key.startswith(what))
-        )
-    ]
+    missing = [what for what in FLOOR if not _reached(coverage, what)]
     assert not missing, f"the run never exercised {missing}: {sorted(coverage.items())}"
     return coverage
 

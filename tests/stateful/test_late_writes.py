@@ -152,9 +152,12 @@ def pinned_late_program(machine: type[LateWritesProtocol]) -> None:
     try:
         m.create_session()
         m.protocol_invariants()
-        unknown_save(0, "lost")
-        unknown_save(0, "late")  # client 0 is current: its write lands
-        unknown_save(1, "late")  # client 1 still holds the first state: its write is refused
+        with p.reaching("fault:unknown-lost"):
+            unknown_save(0, "lost")
+        with p.reaching("fault:unknown-late", "late:landed"):
+            unknown_save(0, "late")  # client 0 is current: its write lands
+        with p.reaching("fault:unknown-late", "late:refused"):
+            unknown_save(1, "late")  # client 1 still holds the first state: it is refused
     finally:
         m.teardown()
 

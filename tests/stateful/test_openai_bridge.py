@@ -243,29 +243,36 @@ class OpenAIBridgeProtocol(RuleBasedStateMachine):
         assert [s.session_id for s in self.storage.list_processing()] == []
 
 
-def _then_check(m: OpenAIBridgeProtocol, *steps: Callable[[], object]) -> None:
-    for step in steps:
+def _then_check(m: OpenAIBridgeProtocol, *steps: tuple[Callable[[], object], str]) -> None:
+    """Each step, then the invariants; a step must exercise the floor points it names
+    (space-separated)."""
+    for step, points in steps:
+        before = {point: m.coverage[point] for point in points.split()}
         step()
         m.no_body_ran_twice()
         m.no_gated_body_ran_without_an_approval()
+        missed = [point for point, n in before.items() if m.coverage[point] == n]
+        assert not missed, f"the pinned step never reached {missed}"
 
 
 def pinned_programs(machine: type[OpenAIBridgeProtocol]) -> None:
     """Two fixed programs through the machine's own rules, invariants after every step, that
     drive every ``FLOOR`` point whatever the seed of the generated run (which reaches them
-    only by chance). Should the bridge make a point unreachable, the floor misses it."""
+    only by chance). Should the bridge make a point unreachable, a step says so."""
     m = machine()
     try:
         _then_check(
             m,
-            lambda: m.decide(0, True, "crash-before"),  # the approval's write never applies
-            lambda: m.decide(0, True, "unknown"),  # applies; the bridge settles the outcome
-            m.crash_the_next_body,
+            # the approval's write never applies; then it applies with an unknown outcome,
+            # which the bridge settles
+            (lambda: m.decide(0, True, "crash-before"), "fault:crash-before"),
+            (lambda: m.decide(0, True, "unknown"), "fault:unknown approve:ok"),
+            (m.crash_the_next_body, ""),
             # deciding the last call continues the run: the approved body dies after acting
-            lambda: m.decide(1, False, ""),
-            m.reconcile,  # finds that execution unknown; the operator settles it
-            lambda: m.continue_run(""),  # the second batch: one more gated call
-            lambda: m.expire(""),
+            (lambda: m.decide(1, False, ""), "body:crash-after"),
+            (m.reconcile, "recover:settled-unknown"),  # the operator settles it
+            (lambda: m.continue_run(""), ""),  # the second batch: one more gated call
+            (lambda: m.expire(""), "expire:ok"),
         )
     finally:
         m.teardown()
@@ -273,8 +280,8 @@ def pinned_programs(machine: type[OpenAIBridgeProtocol]) -> None:
     try:
         _then_check(
             m,
-            lambda: m.decide(0, True, "crash-after"),  # the claim applies, then the kill
-            lambda: m.decide(1, False, ""),
+            (lambda: m.decide(0, True, "crash-after"), "fault:crash-after"),
+            (lambda: m.decide(1, False, ""), "reject:ok"),
         )
     finally:
         m.teardown()
