@@ -159,8 +159,9 @@ def test_reply_timeout_on_a_write_is_outcome_unknown_and_did_apply(
     would get its answer (a conflict: it finds its own write) and ``save`` would say False.
     """
     proxy, url = _relay(redis_url)
-    # The timeout only ends the wait for the held reply; every other reply is a local hop.
-    c = _open(mode, url + query, prefix, socket_timeout=0.5)
+    # The timeout only ends the wait for the held reply; every other reply is a local hop,
+    # given a second so that a loaded machine's scheduling cannot time it out.
+    c = _open(mode, url + query, prefix, socket_timeout=1.0)
     try:
         assert c.save(snap(unique_id, 1), None)
         proxy.hold_next_reply()
