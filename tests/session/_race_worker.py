@@ -39,19 +39,32 @@ class ConflictCounting:
         return saved
 
 
+#: The first proposes of every worker start from one shared read (see ``worker``).
+LOCKSTEP = 4
+
+
 def worker(
     db: str, session_id: str, out: str, proposals: int, seed: int, start: Any = None
 ) -> None:
-    """``proposals`` proposes, each followed by an approve or reject of a random pending one."""
+    """``proposals`` proposes, each followed by an approve or reject of a random pending one.
+
+    With ``start`` (a barrier of every worker), the first ``LOCKSTEP`` proposes are in
+    lockstep: every worker reads the session, waits until all have read, then proposes, so
+    all but one of them lose the compare-and-set race by construction (whatever the timing:
+    nobody writes between the reads and the barrier). The rest run free.
+    """
     rng = random.Random(seed)
     storage = ConflictCounting(SQLiteStorage(db))
-    if start is not None:
-        start.wait()  # every worker starts at once, so they race from the first propose
     upstream = RecordingUpstream()
     errors: Counter[str] = Counter()
-    session = resume_chat_session(DEFINITION, session_id=session_id, storage=storage)
-    coordinator = session.confirmations_for(upstream, keep_terminal=KEEP_ALL)
-    for _ in range(proposals):
+    for n in range(proposals):
+        if n == 0 or (start is not None and n < LOCKSTEP):
+            if start is not None:
+                start.wait()  # nobody writes between this barrier and the next one
+            session = resume_chat_session(DEFINITION, session_id=session_id, storage=storage)
+            coordinator = session.confirmations_for(upstream, keep_terminal=KEEP_ALL)
+            if start is not None:
+                start.wait()  # everyone has read the same cursor: the proposes race
         try:
             coordinator.propose("email.send", {"n": rng.randrange(1000)})
         except AkchatError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,25 @@ class LogMemory:
         }
 
 
+class DiesAfterClaim:
+    """A real storage whose process SIGKILLs itself right after any save that applied with a
+    record ``approving`` / ``rejecting`` (its own claim, or a proposal written while another
+    worker's claim is open). So no claim is ever completed: each one is left between the claim
+    and the upstream call by construction, not by when a parent's kill happens to fall."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def save(self, snapshot: Any, expected_cursor: int | None) -> bool:
+        applied = bool(self.inner.save(snapshot, expected_cursor))
+        if applied and any(b.status.is_processing for b in snapshot.confirmations):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return applied
+
+
 class _AlreadyCalled:
     """The seeded bug's upstream: the call was made before the claim, so this one does nothing."""
 
@@ -105,14 +125,24 @@ def worker(
     log: str,
     seed: int,
     broken: bool = False,
+    app_name: str = "",
+    die_after_claim: bool = False,
 ) -> None:
     """Forever: resume, then propose or resolve a random live confirmation (until killed).
 
     ``broken`` seeds the bug the test must catch: upstream is called *before* the claim (from
     a possibly stale read), then the library's resolution runs with a no-op upstream.
+    ``app_name`` names this process's PostgreSQL connections (libpq reads ``PGAPPNAME``), so
+    the parent can wait until the server has finished every statement a killed worker sent.
+    ``die_after_claim``: the worker kills itself right after its first save that leaves a
+    claim open (see :class:`DiesAfterClaim`).
     """
+    if app_name:
+        os.environ["PGAPPNAME"] = app_name
     rng = random.Random(seed)
     storage = make_storage()
+    if die_after_claim:
+        storage = DiesAfterClaim(storage)
     real = LogUpstream(Path(log))
     upstream: Any = _AlreadyCalled(real) if broken else real
     while True:

@@ -4,13 +4,17 @@ Three worker processes propose and resolve confirmations of one session, on SQLi
 PostgreSQL; the parent SIGKILLs a random worker every few milliseconds and starts a new one.
 Afterwards, from storage and the upstream's append-only log alone: no tool call was executed
 twice, every final status matches a call that happened, and one reconciliation settles every
-processing record the kills left behind.
+processing record the kills left behind. A second round of workers that each die right
+after a claim is open makes sure reconcile has claims to resume, wherever the random kills
+fell.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import random
+import signal
 import time
 import uuid
 from collections import Counter
@@ -38,11 +42,15 @@ def run_with_kills(
     kills: int,
     seed: int,
     broken: bool = False,
+    die_after_claim: bool = False,
 ) -> Counter[str]:
     """Run workers under SIGKILL, check the guarantees, return what reconcile had to settle.
 
     A non-empty result means some kills landed mid-resolution: ``resumed`` between the claim
     save and the upstream call, ``completed`` between the upstream call and the terminal save.
+    ``die_after_claim``: no kills from here; each worker kills itself right after its first
+    save that leaves a claim open, so no claim is ever completed and reconcile has claims to
+    resume, by construction.
     """
     session_id = f"kill-{uuid.uuid4().hex[:16]}"
     log = tmp_path / "upstream.log"
@@ -51,17 +59,31 @@ def run_with_kills(
     resume_chat_session(DEFINITION, session_id=session_id, storage=storage).persist()
     context = multiprocessing.get_context("fork")
 
+    app_name = session_id  # the workers' PostgreSQL connections carry it
+
     def spawn() -> Any:
         process = context.Process(
             target=worker,
-            args=(make_storage, session_id, str(log), rng.randrange(2**32), broken),
+            args=(
+                make_storage,
+                session_id,
+                str(log),
+                rng.randrange(2**32),
+                broken,
+                app_name,
+                die_after_claim,
+            ),
         )
         process.start()
         return process
 
     workers = [spawn() for _ in range(WORKERS)]
     try:
+        for process in workers if die_after_claim else ():
+            process.join(120)  # a condition: the worker ends by its own kill
+            assert process.exitcode == -signal.SIGKILL, "a worker never claimed anything"
         for _ in range(kills):
+            # Only where the kills fall; every verdict below holds wherever they fall.
             time.sleep(rng.uniform(0.02, 0.12))
             victim = rng.randrange(WORKERS)
             workers[victim].kill()  # SIGKILL: no cleanup, no finally, mid-anything
@@ -71,11 +93,19 @@ def run_with_kills(
         for process in workers:
             process.kill()
             process.join()
+    # A dead process's last statement may still be running on a database server (it was
+    # sent before the kill) and commit after this point: a write still in flight is a live
+    # claimant, and reconcile must not run under one. Wait until the server is done with
+    # every connection the workers opened.
+    wait_for_the_dead = getattr(make_storage, "wait_for_the_dead", None)
+    if wait_for_the_dead is not None:
+        wait_for_the_dead(app_name)
 
     calls = read_log(log)
     per_call = Counter(call for _kind, call in calls)
-    assert calls, "the workers never resolved anything: the run proves nothing"
-    assert max(per_call.values()) == 1, f"executed twice: {per_call.most_common(3)}"
+    # (workers that die after their claim call nothing: reconcile makes their calls)
+    assert calls or die_after_claim, "the workers never resolved anything: the run proves nothing"
+    assert max(per_call.values(), default=0) <= 1, f"executed twice: {per_call.most_common(3)}"
 
     session = resume_chat_session(DEFINITION, session_id=session_id, storage=storage)
     acted = {call: kind for kind, call in calls}
@@ -93,6 +123,7 @@ def run_with_kills(
     after = resume_chat_session(DEFINITION, session_id=session_id, storage=storage)
     assert not [b for b in after.confirmations if b.status.is_processing]
     calls = read_log(log)
+    assert calls, "nothing was ever resolved: the run proves nothing"
     assert max(Counter(call for _kind, call in calls).values()) == 1
     acted = {call: kind for kind, call in calls}
     for binding in after.confirmations:
@@ -105,21 +136,20 @@ def run_with_kills(
 
 
 def _killed_mid_resolution(
-    make_storage: Callable[[], Any], tmp_path: Path, kills: int, seed: int, rounds: int = 5
+    make_storage: Callable[[], Any], tmp_path: Path, kills: int, seed: int
 ) -> None:
-    """Run rounds of kills until one lands mid-resolution (each round checks every guarantee).
+    """A round of kills at random times, then a round whose workers each die right after a
+    claim is open (``DiesAfterClaim``); each round checks every guarantee.
 
-    Kills fall at random times; a round whose kills all fell between resolutions proves nothing
-    about crashes, so it does not count — but every round's safety checks still must hold.
+    Where random kills fall depends on the machine's speed, so whether one lands
+    mid-resolution is luck; the second round lands there by construction, so reconcile
+    always has claims to resume, and a run that proves nothing about crashes cannot pass.
     """
-    settled: Counter[str] = Counter()
-    for n in range(rounds):
-        folder = tmp_path / f"round-{n}"
-        folder.mkdir()
-        settled = run_with_kills(make_storage, folder, kills, seed=seed + 1_000 * n)
-        if settled["resumed"] + settled["completed"] > 0:
-            return
-    raise AssertionError(f"no kill landed mid-resolution in {rounds} rounds: {settled}")
+    for name in ("random", "after-claim"):
+        (tmp_path / name).mkdir()
+    run_with_kills(make_storage, tmp_path / "random", kills, seed=seed)
+    settled = run_with_kills(make_storage, tmp_path / "after-claim", 0, seed, die_after_claim=True)
+    assert settled["resumed"] > 0, f"no claim left for reconcile to resume: {settled}"
 
 
 def _sqlite(tmp_path: Path) -> Callable[[], Any]:
@@ -129,19 +159,109 @@ def _sqlite(tmp_path: Path) -> Callable[[], Any]:
     return lambda: SQLiteStorage(path)
 
 
-def _postgres(pg_url: str, request: pytest.FixtureRequest) -> Callable[[], Any]:
+def wait_until_backends_gone(pg_url: str, app_name: str) -> None:
+    """Wait until no server backend of connections named ``app_name`` is left: each one has
+    finished (committed or rolled back) whatever its dead client had sent."""
     import psycopg
 
-    from akchat_fsm.storage.postgres import PostgresStorage
+    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        for _ in range(2000):
+            row = admin.execute(query, (app_name,)).fetchone()
+            if row is not None and row[0] == 0:
+                return
+            admin.execute("SELECT pg_sleep(0.005)")  # polling a condition, not timing it
+    pytest.fail(f"backends named {app_name!r} are still alive on the server")
+
+
+class _Postgres:
+    """The workers' storage factory, and the wait for the killed ones' last statements."""
+
+    def __init__(self, pg_url: str, table: str) -> None:
+        self.pg_url, self.table = pg_url, table
+
+    def __call__(self) -> Any:
+        from akchat_fsm.storage.postgres import PostgresStorage
+
+        return PostgresStorage(self.pg_url, table=self.table)
+
+    def wait_for_the_dead(self, app_name: str) -> None:
+        wait_until_backends_gone(self.pg_url, app_name)
+
+
+def _postgres(pg_url: str, request: pytest.FixtureRequest) -> Callable[[], Any]:
+    import psycopg
 
     table = f"kill_{uuid.uuid4().hex[:12]}"
 
     def drop() -> None:
         with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
 
     request.addfinalizer(drop)
-    return lambda: PostgresStorage(pg_url, table=table)
+    return _Postgres(pg_url, table)
+
+
+def _approve_once(
+    make_storage: Callable[[], Any], session_id: str, log: str, token: str, app_name: str
+) -> None:
+    os.environ["PGAPPNAME"] = app_name
+    session = resume_chat_session(DEFINITION, session_id=session_id, storage=make_storage())
+    session.confirmations_for(LogUpstream(Path(log))).approve(token)
+
+
+@pytest.mark.postgres
+def test_a_killed_workers_claim_can_commit_after_its_death_so_recovery_waits(
+    tmp_path: Path, pg_url: str, request: pytest.FixtureRequest
+) -> None:
+    """Why ``run_with_kills`` waits for the dead before it reconciles: a worker SIGKILLed while
+    its claim's UPDATE waits on the server (here: on a lock we hold) is gone, yet its
+    statement still runs and commits once the lock is free. Read before that, the record is
+    ``pending``; after the wait it is ``approving``, and only then does reconcile see it."""
+    import psycopg
+
+    make = _postgres(pg_url, request)
+    assert isinstance(make, _Postgres)
+    storage = make()
+    session_id = app_name = f"kill-{uuid.uuid4().hex[:16]}"
+    log = tmp_path / "upstream.log"
+    session = resume_chat_session(DEFINITION, session_id=session_id, storage=storage)
+    session.persist()
+    token = session.confirmations_for(LogUpstream(log)).propose("email.send", {}).token
+
+    def status() -> str:
+        fresh = resume_chat_session(DEFINITION, session_id=session_id, storage=storage)
+        return str(fresh.confirmations[0].status)
+
+    waiting = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE application_name = %s AND wait_event_type = 'Lock'"
+    )
+    with psycopg.connect(pg_url, autocommit=True) as admin, psycopg.connect(pg_url) as blocker:
+        blocker.execute(f"LOCK TABLE {make.table} IN EXCLUSIVE MODE")  # reads pass, writes wait
+        process = multiprocessing.get_context("fork").Process(
+            target=_approve_once, args=(make, session_id, str(log), token, app_name)
+        )
+        process.start()
+        for _ in range(2000):  # until its claim waits on our lock (a condition, not a time)
+            row = admin.execute(waiting, (app_name,)).fetchone()
+            if row is not None and row[0] == 1:
+                break
+            admin.execute("SELECT pg_sleep(0.005)")
+        else:
+            pytest.fail("the worker's claim never waited on the lock")
+        process.kill()
+        process.join()
+        assert status() == "pending"  # the worker is dead; its claim has not landed yet
+        blocker.rollback()  # the lock is free: the dead worker's UPDATE runs now
+    wait_until_backends_gone(pg_url, app_name)
+    assert status() == "approving"  # it landed after its writer died
+    (outcome,) = resume_chat_session(DEFINITION, session_id=session_id, storage=storage).reconcile(
+        LogMemory(log, [session.confirmations[0].tool_call_id]), upstream=LogUpstream(log)
+    )
+    assert (outcome.action, status()) == ("resumed", "approved")
+    assert read_log(log) == [("approve", session.confirmations[0].tool_call_id)]
+    storage.close()
 
 
 @pytest.mark.slow

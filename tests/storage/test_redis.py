@@ -141,13 +141,10 @@ def _pool_ports(adapter: Any) -> list[int]:
     return ports
 
 
-# Busy-waits inside the server for ARGV[1] ms: every other client's command queues behind it.
-_BUSY = """
-local t = redis.call('TIME')
-local stop = t[1] * 1000000 + t[2] + ARGV[1] * 1000
-repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
-return 1
-"""
+def _relay(redis_url: str) -> tuple[_Proxy, str]:
+    parts = urlsplit(redis_url)
+    proxy = _Proxy((parts.hostname or "127.0.0.1", parts.port or 6379))
+    return proxy, f"redis://127.0.0.1:{proxy.port}{parts.path}"
 
 
 @MODES
@@ -155,26 +152,29 @@ return 1
 def test_reply_timeout_on_a_write_is_outcome_unknown_and_did_apply(
     redis_url: str, prefix: str, admin: redis.Redis, unique_id: str, mode: str, query: str
 ) -> None:
-    """The server is busy for 0.4 s; our 0.1 s timeout fires; then our script runs anyway.
+    """The server runs our script, and the relay holds its reply until our timeout fires.
 
-    Even when the URL asks redis-py to retry on timeouts: a retried script would find its own
-    write and report a conflict.
+    The order is forced, not timed: the reply cannot arrive before we give up. Even when the
+    URL asks redis-py to retry on timeouts: only the first reply is held, so a retried script
+    would get its answer (a conflict: it finds its own write) and ``save`` would say False.
     """
-    c = _open(mode, redis_url + query, prefix, socket_timeout=0.1)
-    busy = threading.Thread(target=lambda: admin.eval(_BUSY, 0, 400))
+    proxy, url = _relay(redis_url)
+    # The timeout only ends the wait for the held reply; every other reply is a local hop,
+    # given a second so that a loaded machine's scheduling cannot time it out.
+    c = _open(mode, url + query, prefix, socket_timeout=1.0)
     try:
         assert c.save(snap(unique_id, 1), None)
-        busy.start()
-        time.sleep(0.05)  # let the busy script start first (ordering only, nothing timed)
+        proxy.hold_next_reply()
         with pytest.raises(OutcomeUnknown) as info:
             c.save(snap(unique_id, 2), 1)
         assert isinstance(info.value.__cause__, redis.TimeoutError)
-        busy.join(timeout=10)
+        assert proxy.held.wait(10)  # the reply we never got: the server did run the script
         # Settle by re-reading: the write did apply; a blind retry is a spurious conflict.
+        assert admin.hget(prefix + unique_id, "cursor") == b"2"
         assert json.loads(c.load(unique_id) or "")["cursor"] == 2
         assert c.save(snap(unique_id, 2), 1) is False
     finally:
-        busy.join(timeout=10)
+        proxy.shut()
         c.close()
 
 
@@ -305,8 +305,9 @@ def test_send_timeout_on_a_write_is_never_reported_as_nothing_applied(
         proxy.reading.set()  # whatever was sent now reaches the real server
         if mode == "sync":
             # The relay forwards everything it got, then the hang-up: an incomplete command.
-            for _ in range(40):
-                time.sleep(0.05)
+            # The server reads a connection's bytes before its hang-up, so once it has dropped
+            # the relay's connections, whatever they carried has run (or never will).
+            proxy.wait_until_the_server_dropped(admin)
             assert admin.hget(prefix + unique_id, "cursor") == b"1"
     finally:
         proxy.reading.set()
@@ -322,10 +323,36 @@ class _Proxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.sockets: list[socket.socket] = [self.listener]
+        #: The relay's own addresses as the server sees them (``CLIENT LIST``'s ``addr``).
+        self.upstream_addresses: list[str] = []
         #: Cleared: the relay stops reading what the client sends (a server that stopped reading).
         self.reading = threading.Event()
         self.reading.set()
+        #: Set once the server's reply armed by ``hold_next_reply`` has reached the relay (so the
+        #: server did run the command); that reply is never passed on.
+        self.held = threading.Event()
+        self._hold = threading.Lock()
+        self._armed = False
+        self._released = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def wait_until_the_server_dropped(self, admin: redis.Redis) -> None:
+        for _ in range(2000):
+            connected = {client["addr"] for client in admin.client_list()}
+            if not connected.intersection(self.upstream_addresses):
+                return
+            time.sleep(0.005)  # polling a condition: the verdict does not depend on it
+        pytest.fail(f"the server still has the relay's connections {self.upstream_addresses}")
+
+    def hold_next_reply(self) -> None:
+        """The next bytes any server connection sends back are kept from the client."""
+        with self._hold:
+            self._armed = True
+
+    def _take_hold(self) -> bool:
+        with self._hold:
+            armed, self._armed = self._armed, False
+        return armed
 
     def _accept(self) -> None:
         while True:
@@ -335,17 +362,22 @@ class _Proxy:
                 return
             upstream = socket.create_connection(self.target)
             self.sockets += [client, upstream]
+            host, port = upstream.getsockname()[:2]
+            self.upstream_addresses.append(f"{host}:{port}")
             for a, b, gate in ((client, upstream, self.reading), (upstream, client, None)):
                 threading.Thread(target=self._pipe, args=(a, b, gate), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket, gate: threading.Event | None) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, gate: threading.Event | None) -> None:
         try:
             while True:
                 if gate is not None:
                     gate.wait()
                 data = src.recv(65536)
                 if not data:
+                    break
+                if gate is None and self._take_hold():
+                    self.held.set()
+                    self._released.wait()  # until shut: the client never gets this reply
                     break
                 dst.sendall(data)
         except OSError:
@@ -356,6 +388,7 @@ class _Proxy:
                     s.shutdown(socket.SHUT_RDWR)
 
     def shut(self) -> None:
+        self._released.set()
         for s in self.sockets:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
@@ -393,33 +426,25 @@ def _pooled(adapter: Any) -> Any:
 def test_connection_dropped_while_waiting_for_the_reply_is_outcome_unknown(
     redis_url: str, prefix: str, admin: redis.Redis, unique_id: str, mode: str
 ) -> None:
-    """Our script is queued behind a busy one when the connection drops: never "nothing applied".
-
-    (``False`` or ``StorageUnavailable`` here would invite a blind retry of a write that may
-    have run.)
-    """
-    parts = urlsplit(redis_url)
-    proxy = _Proxy((parts.hostname or "127.0.0.1", parts.port or 6379))
-    c = _open(mode, f"redis://127.0.0.1:{proxy.port}{parts.path}", prefix)
-    admin.ping()
-    busy = threading.Thread(target=lambda: admin.eval(_BUSY, 0, 500))
+    """Our script ran, and the connection drops while we wait for its reply: never "nothing
+    applied" (``False`` or ``StorageUnavailable`` would invite a blind retry of a write that
+    did run). The order is forced: the relay holds the reply and drops the connection only
+    once the server has answered."""
+    proxy, url = _relay(redis_url)
+    c = _open(mode, url, prefix)
+    dropper = threading.Thread(target=lambda: proxy.held.wait(10) and proxy.shut())
     try:
         assert c.save(snap(unique_id, 1), None)
-        busy.start()
-        time.sleep(0.05)  # ordering only: the busy script runs first
-        dropper = threading.Timer(0.2, proxy.shut)  # ordering only: drop while we wait
+        proxy.hold_next_reply()
         dropper.start()
         with pytest.raises(OutcomeUnknown) as info:
             c.save(snap(unique_id, 2), 1)
         assert isinstance(info.value.__cause__, redis.ConnectionError)
-        dropper.join()
-        busy.join(timeout=10)
-        # Settle by re-reading (through the real server). Whether the script ran depends on
-        # whether the server read it before the reset: exactly what "unknown" means.
-        assert admin.hget(prefix + unique_id, "cursor") in (b"1", b"2")
+        assert proxy.held.is_set()
+        assert admin.hget(prefix + unique_id, "cursor") == b"2"  # settled by re-reading
     finally:
-        busy.join(timeout=10)
         proxy.shut()
+        dropper.join(timeout=10)
         c.close()
 
 

@@ -2,16 +2,22 @@
 
 Processes use the ``spawn`` start method and rebuild the adapter from a picklable factory
 (a storage URL for :func:`akchat_fsm.storage.url.open_storage`, or a module-level callable).
-On by default: a factory that cannot be sent, or whose store a spawned process does not see
-(asked of one process first), skips the check unless ``processes=True`` was asked for.
+On by default: a factory that cannot be sent, a program a spawned process cannot start from
+(its ``__main__`` is not a file it can re-run, or the factory lives in an unimportable
+``__main__``), or a store a spawned process does not see (asked of one process first) skips
+the check unless ``processes=True`` was asked for.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import multiprocessing
+import multiprocessing.process
+import os
 import pickle
 import queue as queue_module
+import sys
 import time
 from typing import Any
 
@@ -111,6 +117,67 @@ class _Died(Exception):
     pass
 
 
+#: How to get the process check to run, said with every reason it could not.
+HOW_TO_RACE = (
+    "to race processes, run the check from a script file or an importable module "
+    "(python -m ...), with a storage URL or a module-level factory of an importable module"
+)
+
+
+class _FindsMain(pickle.Pickler):
+    """Pickles into nothing, noting whether anything is pickled by reference to ``__main__``."""
+
+    def __init__(self) -> None:
+        super().__init__(io.BytesIO())
+        self.found = False
+
+    def reducer_override(self, obj: Any) -> Any:
+        if getattr(obj, "__module__", None) == "__main__":
+            self.found = True
+        return NotImplemented
+
+
+def _refers_to_main(factory: Any) -> bool:
+    finder = _FindsMain()
+    finder.dump(factory)
+    return finder.found
+
+
+def cannot_start_here(factory: Any) -> str | None:
+    """Why a spawned process could not rebuild ``factory`` from this program, or ``None``.
+
+    A spawned process starts by re-running the parent's ``__main__`` the way ``multiprocessing``
+    does: by module name (``python -m``), else from its file. A ``__main__`` read from stdin has
+    no file to re-run, so every spawned process dies before it runs anything; one with neither
+    (a notebook, ``python -c``, an interactive session) is not re-run, so only a factory that
+    names nothing in ``__main__`` can be rebuilt.
+    """
+    main = sys.modules.get("__main__")
+    if main is None:  # pragma: no cover - every interpreter has one
+        return None
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    rerun = False
+    if name is not None:
+        rerun = not (name == "__main__" or name.endswith(".__main__"))
+    else:
+        path = getattr(main, "__file__", None)
+        if path is not None:
+            start: str | None = getattr(multiprocessing.process, "ORIGINAL_DIR", None)
+            full = path if os.path.isabs(path) or start is None else os.path.join(start, path)
+            if not os.path.isfile(full):
+                return (
+                    f"this program's __main__ ({path!r}) is not a file a spawned process can "
+                    "re-run (a script piped to python -?), so no spawned process can start"
+                )
+            rerun = os.path.splitext(os.path.basename(full))[0] != "ipython"
+    if not rerun and _refers_to_main(factory):
+        return (
+            "the storage factory is defined in __main__, which a spawned process cannot "
+            "import (a notebook, python -c, an interactive session)"
+        )
+    return None
+
+
 def _not_available(ctx: KitContext, why: str) -> CheckSkipped | AssertionError:
     """Skip when processes were only on by default; fail when they were asked for."""
     if ctx.processes_requested:
@@ -132,6 +199,9 @@ def processes(ctx: KitContext) -> str:
             "pass a storage "
             "URL or a module-level callable to race processes",
         ) from exc
+    why = cannot_start_here(factory)
+    if why is not None:
+        raise _not_available(ctx, f"{why}; {HOW_TO_RACE}")
     storage = ctx.storage()
     p = ctx.profile
     k = p.process_racers
