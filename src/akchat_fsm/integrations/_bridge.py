@@ -60,14 +60,17 @@ from ._bridge_ports import (
 from ._bridge_runs import (
     RUN_PREFIX,
     CallDecision,
+    ContinueAction,
     PendingCall,
     Readiness,
     RunInProgress,
     RunRecord,
     RunState,
-    decide_continue,
+    decide_continuation,
     decide_readiness,
+    decide_release_run,
     decide_settle_run,
+    decide_start_run,
     decision_key,
     decision_status,
     decision_text,
@@ -230,9 +233,7 @@ def plan_start(
     result: RuntimeResult = yield Invoke("runtime", "start", args, kwargs)
     if result.calls is None:
         return RunOutcome(run_id, "completed", result.output, snapshot=result.snapshot)
-    run = RunRecord(
-        run_id, ctx.runtime, RunState.PAUSED, result.snapshot, result.calls, updated_ms=ctx.clock()
-    )
+    run = decide_start_run(run_id, ctx.runtime, result.snapshot, result.calls, ctx.clock())
     if not (yield from _save_run(ctx, run, None)):
         stored = yield from _load_run(ctx, run_id)
         if stored is None or stored.snapshot != run.snapshot:
@@ -341,25 +342,19 @@ def _record_decisions(
 def plan_continue(
     ctx: BridgeContext, run_id: str, external: Mapping[str, Any], *, recover: bool = False
 ) -> Plan[RunOutcome]:
-    """Continue ``run_id`` once every call is decided, from this process's CAS claim."""
+    """Continue ``run_id`` once every call is decided, from this process's CAS claim.
+
+    Each round makes one decision on the run as read (:func:`decide_continuation`): report it
+    completed or held elsewhere, resume our own claim, or read the run's decisions and save
+    our claim; a lost save re-reads and decides again.
+    """
     claim = secrets.token_hex(16)
     run = yield from _load_run(ctx, run_id)
+    # A hold is decided only on a re-read after our own save (the claim nonce is fresh), which
+    # the round that saved it computed these decisions for.
+    decisions: tuple[CallDecision, ...] = ()
     for _ in range(SAVE_ATTEMPTS):
-        if run is None or run.state is RunState.COMPLETED:
-            break  # decide_continue names the missing run / returns the recorded outcome
-        if run.state is RunState.CONTINUING and not recover:
-            return RunOutcome(run_id, "continuing", snapshot=run.snapshot, replayed=True)
-        readiness = yield from _readiness(ctx, run, external)
-        if not readiness.ready:
-            return RunOutcome(
-                run_id,
-                "waiting",
-                None,
-                readiness.pending,
-                readiness.awaiting_external,
-                run.snapshot,
-            )
-        action, write = decide_continue(
+        decision = decide_continuation(
             run,
             run_id=run_id,
             claim=claim,
@@ -368,26 +363,28 @@ def plan_continue(
             external=external,
             recover=recover,
         )
-        assert write is not None and action == "claim"
-        if (yield from _save_run(ctx, write, write.version)):
-            claimed = replace(write, version=write.version + 1)
-            return (yield from _resume(ctx, claimed, readiness.decisions))
+        found = decision.record
+        if decision.action is ContinueAction.COMPLETED:
+            return _completed(found)
+        if decision.action is ContinueAction.IN_PROGRESS:
+            return RunOutcome(run_id, "continuing", snapshot=found.snapshot, replayed=True)
+        if decision.action is ContinueAction.HOLD:
+            return (yield from _resume(ctx, found, decisions))
+        readiness = yield from _readiness(ctx, run or found, external)
+        if not readiness.ready:
+            return RunOutcome(
+                run_id,
+                "waiting",
+                None,
+                readiness.pending,
+                readiness.awaiting_external,
+                found.snapshot,
+            )
+        decisions = readiness.decisions
+        if (yield from _save_run(ctx, found, found.version)):
+            return (yield from _resume(ctx, replace(found, version=found.version + 1), decisions))
         run = yield from _load_run(ctx, run_id)  # lost the race, or an unknown outcome
-        if run is not None and run.claim == claim:
-            return (yield from _resume(ctx, run, readiness.decisions))
-    else:
-        raise RunInProgress(f"Run {run_id!r} kept changing; not continued.", record=run)
-    action, done = decide_continue(
-        run,
-        run_id=run_id,
-        claim=claim,
-        owner=ctx.owner,
-        now_ms=ctx.clock(),
-        external=external,
-        recover=recover,
-    )
-    assert done is not None
-    return _completed(done)
+    raise RunInProgress(f"Run {run_id!r} kept changing; not continued.", record=run)
 
 
 def _resume(
@@ -402,7 +399,7 @@ def _resume(
     except Exception:  # never on GeneratorExit or a kill: a dead process releases nothing
         # Every body that ran is in the ledger, so the run may go back to paused: the next
         # continuation replays those bodies. If this save fails, reconcile recovers the claim.
-        released = replace(run, state=RunState.PAUSED, claim=None, updated_ms=ctx.clock())
+        released = decide_release_run(run, run.claim or "", now_ms=ctx.clock())
         # Released, the run waits again: its decisions must outlive retention meanwhile.
         with contextlib.suppress(Exception):  # the runtime's error is what the caller needs
             yield from _record_decisions(ctx, decisions, {})
