@@ -22,6 +22,7 @@ the session's upstream and memory; :mod:`._bridge_runs`: the run record's decisi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import inspect
@@ -80,8 +81,9 @@ from ._bridge_runs import (
 from .ledger import (
     AsyncToolLedger,
     LedgerEntry,
+    ToolLedger,
     default_owner,
-    plan_entries,
+    plan_unknown,
 )
 
 __all__ = [
@@ -102,6 +104,7 @@ __all__ = [
     "RunState",
     "RuntimePort",
     "RuntimeResult",
+    "in_a_loop_message",
 ]
 
 T = TypeVar("T")
@@ -501,7 +504,7 @@ def plan_reconcile(ctx: BridgeContext) -> Plan[BridgeReport]:
             )
         except ExecutionUnknown:
             runs.append(RunOutcome(run.run_id, "waiting", snapshot=run.snapshot))
-    unknown = tuple(e for e in (yield from plan_entries(ctx.session_id)) if e.unknown)
+    unknown = yield from plan_unknown(ctx.session_id)
     return BridgeReport(tuple(confirmations), tuple(runs), unknown)
 
 
@@ -534,17 +537,20 @@ class _BridgeBase:
             )
         self.session = session
         self.storage = require_records(storage)
+        _check_same_storage(type(self).__name__, session, storage)
         self.session_id = check_session_id(session.session_id)
         self.ttl_ms = ttl_ms
         self.owner = owner or default_owner()
         self.idempotent_tools = frozenset(idempotent_tools)
-        self.ledger = AsyncToolLedger(storage, self.session_id, owner=self.owner, clock=clock)
+        # The guard runs bodies inside the runtime's event loop, so it always has the asyncio
+        # ledger; ``self.ledger`` is the operator's, of the bridge's own flavour.
+        guard_ledger = AsyncToolLedger(storage, self.session_id, owner=self.owner, clock=clock)
         self._ctx = BridgeContext(
             self.session_id,
             self.runtime_name,
             self.owner,
             clock,
-            self.ledger,
+            guard_ledger,
             self.idempotent_tools,
         )
 
@@ -558,13 +564,71 @@ class _BridgeBase:
         raise NotImplementedError
 
 
+def _check_same_storage(bridge: str, session: Any, storage: Any) -> None:
+    """A bridge keeps its run records and ledger beside the session's envelope: refuse a
+    storage other than the one the session was resumed with (checked before any I/O)."""
+    ports = getattr(session, "_ports", None)
+    own = getattr(ports, "storage", None)
+    if own is not None and own is not storage:
+        raise ConfigError(
+            f"{bridge} was given a storage other than its session's; the run records and the "
+            "tool-execution ledger must live beside the session's envelope.",
+            hint="Pass the storage object the session was resumed with.",
+        )
+
+
+def in_a_loop_message(bridge: str) -> str:
+    """What a sync bridge says when it is called from a running event loop."""
+    return (
+        f"{bridge} runs the agent on its own event loop and cannot be called from a "
+        f"running one; use Async{bridge} there."
+    )
+
+
+class _OutsideALoop:
+    """The sync bridges' runtime port, refusing to start or resume the agent inside a running
+    event loop with a :class:`ConfigError` naming the async twin (nothing has run yet),
+    instead of whatever the runtime's own loop handling raises there."""
+
+    def __init__(self, inner: Any, bridge: str) -> None:
+        self.inner = inner
+        self.bridge = bridge
+        self.runtime = getattr(inner, "runtime", None)
+
+    def _check(self) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        raise ConfigError(in_a_loop_message(self.bridge))
+
+    def start(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return self.inner.start(*args, **kwargs)
+
+    def resume(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return self.inner.resume(*args, **kwargs)
+
+
 class Bridge(_BridgeBase):
-    """The sync bridge: a :class:`ChatSession` over a sync record-capable storage."""
+    """The sync bridge: a :class:`ChatSession` over a sync record-capable storage.
+
+    ``ledger`` is a sync :class:`ToolLedger` on the bridge's storage, session and clock.
+    """
+
+    ledger: ToolLedger
+
+    def __init__(self, session: Any, storage: Any, **options: Any) -> None:
+        super().__init__(session, storage, **options)
+        self.ledger = ToolLedger(
+            self.storage, self.session_id, owner=self.owner, clock=self._ctx.clock
+        )
 
     def _run(self, plan: Plan[T]) -> T:
         ports = {
             "session": _SessionPort(self.session, self.storage, self.ttl_ms),
-            "runtime": self._runtime(),
+            "runtime": _OutsideALoop(self._runtime(), type(self).__name__),
         }
         return _run_sync(plan, self.storage, ports=ports)
 
@@ -608,22 +672,26 @@ class Bridge(_BridgeBase):
         return self._run(plan_run(self._ctx, run_id))
 
     def unknown_executions(self) -> tuple[LedgerEntry, ...]:
-        entries = _run_sync(plan_entries(self.session_id), self.storage)
-        return tuple(e for e in entries if e.unknown)
+        """Executions whose outcome is unknown (never re-run: settle them)."""
+        return self.ledger.unknown()
 
     def settle_execution(self, tool_call_id: str, *, ran: bool, result: Any = None) -> LedgerEntry:
         """An operator's verdict on an unknown execution (see :meth:`ToolLedger.settle`)."""
-        from .ledger import ToolLedger
-
-        return ToolLedger(self.storage, self.session_id, owner=self.owner).settle(
-            tool_call_id, ran=ran, result=result
-        )
+        return self.ledger.settle(tool_call_id, ran=ran, result=result)
 
 
 class AsyncBridge(_BridgeBase):
-    """The asyncio bridge: an :class:`AsyncChatSession` over an async record-capable storage."""
+    """The asyncio bridge: an :class:`AsyncChatSession` over an async record-capable storage.
+
+    ``ledger`` is an :class:`AsyncToolLedger` on the bridge's storage, session and clock.
+    """
 
     is_async = True
+    ledger: AsyncToolLedger
+
+    def __init__(self, session: Any, storage: Any, **options: Any) -> None:
+        super().__init__(session, storage, **options)
+        self.ledger = self._ctx.ledger
 
     async def _run(self, plan: Plan[T]) -> T:
         ports = {
@@ -669,7 +737,7 @@ class AsyncBridge(_BridgeBase):
         return await self._run(plan_run(self._ctx, run_id))
 
     async def unknown_executions(self) -> tuple[LedgerEntry, ...]:
-        return tuple(e for e in await self.ledger.entries() if e.unknown)
+        return await self.ledger.unknown()
 
     async def settle_execution(
         self, tool_call_id: str, *, ran: bool, result: Any = None

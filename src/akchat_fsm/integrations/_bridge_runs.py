@@ -28,13 +28,13 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from ..errors import ConfigError, ConfirmationError
+from ..errors import ConfigError
 from ..machines.run import RunEvent, RunState
 from ..machines.tables import MACHINES, RUN_TABLE, step
 from ..storage.checks import check_record_key
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
-from ._bridge_io import stored_json
+from ._bridge_io import BridgeError, stored_json
 
 __all__ = [
     "DENIAL_PREFIX",
@@ -82,11 +82,11 @@ def _stored_state(value: Any) -> RunState:
     return state
 
 
-class RunInProgress(ConfirmationError):
+class RunInProgress(BridgeError):
     """Another process holds this run's continuation; nothing ran here. ``record``: the run."""
 
 
-class RunClaimLost(ConfirmationError):
+class RunClaimLost(BridgeError):
     """This process's continuation claim was taken over (by a recovery) meanwhile; the run's
     new state was not saved by this process. ``record`` is the stored run."""
 

@@ -43,7 +43,6 @@ from typing import Any, TypeVar
 from ..errors import (
     AlreadyResolved,
     ConfigError,
-    ConfirmationError,
     OutcomeUnknown,
     StorageUnavailable,
 )
@@ -53,6 +52,7 @@ from ..storage.checks import check_record_key, check_session_id, now_ms
 from ._bridge_io import (
     ASYNC_BODY,
     BodyOutcome,
+    BridgeError,
     ListRecords,
     LoadRecord,
     Plan,
@@ -67,6 +67,7 @@ from ._bridge_io import (
 __all__ = [
     "LEDGER_PREFIX",
     "AsyncToolLedger",
+    "BridgeError",
     "ClaimAction",
     "ClaimDecision",
     "ClaimRequest",
@@ -90,6 +91,7 @@ __all__ = [
     "plan_get",
     "plan_settle",
     "plan_settle_unknown",
+    "plan_unknown",
     "recorded_failure",
     "result_from_json",
 ]
@@ -117,7 +119,7 @@ def _stored_state(value: Any) -> ExecutionState:
 # --------------------------------------------------------------------------- errors
 
 
-class ExecutionUnknown(ConfirmationError):
+class ExecutionUnknown(BridgeError):
     """The tool call was claimed for execution and its outcome is unknown; nothing ran here.
 
     Its claimant may still be running it, or died after (or before) the body acted. It is
@@ -126,7 +128,7 @@ class ExecutionUnknown(ConfirmationError):
     """
 
 
-class ExecutionClaimLost(ConfirmationError):
+class ExecutionClaimLost(BridgeError):
     """This process's execution claim was settled or re-claimed by another meanwhile.
 
     Raised after the body ran when its outcome could not be recorded as *this* claim's
@@ -138,7 +140,7 @@ class ToolCallMismatch(ConfigError):
     """The tool-call id is already recorded for another tool or other arguments."""
 
 
-class RecordedToolFailure(ConfirmationError):
+class RecordedToolFailure(BridgeError):
     """The tool body already ran once and raised; it is not run again. ``record`` is the
     ledger entry (its ``error`` says what was raised). Every bridge raises this one class
     (also importable from each runtime module)."""
@@ -449,6 +451,11 @@ def plan_entries(session_id: str) -> Plan[tuple[LedgerEntry, ...]]:
     return tuple(entries)
 
 
+def plan_unknown(session_id: str) -> Plan[tuple[LedgerEntry, ...]]:
+    """The session's entries claimed and never finished: executions whose outcome is unknown."""
+    return tuple(entry for entry in (yield from plan_entries(session_id)) if entry.unknown)
+
+
 def _save(session_id: str, key: str, entry: LedgerEntry, expected: int | None) -> Plan[bool]:
     """One CAS save; an unknown outcome counts as not applied (the caller re-reads to settle)."""
     try:
@@ -568,16 +575,22 @@ def plan_settle(
 NOTHING_WRITTEN = "nothing written"
 
 
-class SettleRefused(ConfirmationError):
+class SettleRefused(BridgeError):
     """An operator's verdict wrote nothing: the entry was not an unknown execution when read,
     or it changed before the write (another settle, the claimant finishing late).
 
-    ``entry`` is what is stored now (``None``: nothing is recorded for the call).
+    ``record`` is what is stored now (``None``: nothing is recorded for the call), like every
+    bridge error's; ``entry`` is the same object, under the name it had first.
     """
 
     def __init__(self, message: str, entry: LedgerEntry | None = None) -> None:
-        super().__init__(message)
-        self.entry = entry
+        super().__init__(message, record=entry)
+
+    @property
+    def entry(self) -> LedgerEntry | None:
+        """The stored entry (an alias of ``record``)."""
+        record: LedgerEntry | None = self.record
+        return record
 
 
 def describe_entry(entry: LedgerEntry | None) -> str:
@@ -698,10 +711,6 @@ class _LedgerBase:
         )
 
 
-def _unknown(entries: tuple[LedgerEntry, ...]) -> tuple[LedgerEntry, ...]:
-    return tuple(entry for entry in entries if entry.unknown)
-
-
 class ToolLedger(_LedgerBase):
     """The ledger of one session over a sync ``RecordStorage``.
 
@@ -735,7 +744,7 @@ class ToolLedger(_LedgerBase):
 
     def unknown(self) -> tuple[LedgerEntry, ...]:
         """Entries claimed and never finished (``execution_unknown`` for operators)."""
-        return _unknown(self.entries())
+        return run_sync(plan_unknown(self.session_id), self.storage)
 
     def settle(
         self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
@@ -773,7 +782,7 @@ class AsyncToolLedger(_LedgerBase):
         return await run_async(plan_entries(self.session_id), self.storage)
 
     async def unknown(self) -> tuple[LedgerEntry, ...]:
-        return _unknown(await self.entries())
+        return await run_async(plan_unknown(self.session_id), self.storage)
 
     async def settle(
         self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
