@@ -17,6 +17,7 @@
 /* The state ExecutionLifecycle moves to on event ev from state s, with the
  * guards `ours`, `idempotent` equal to ours, idem; EX_NONE
  * when the machine refuses the event. */
+#if !defined(BUG_RERUN_UNKNOWN)
 #define EX_NEXT(s, ev, ours, idem) \
   (((s) == EX_ABSENT && (ev) == EXEV_CLAIM) -> EX_EXECUTING : \
   (((s) == EX_EXECUTING && (ev) == EXEV_CLAIM && (ours)) -> EX_EXECUTING : \
@@ -28,6 +29,19 @@
   (((s) == EX_RELEASED && (ev) == EXEV_SETTLE_RAN) -> EX_EXECUTED : \
   (((s) == EX_RELEASED && (ev) == EXEV_RELEASE) -> EX_RELEASED : \
   EX_NONE)))))))))
+#elif defined(BUG_RERUN_UNKNOWN)
+/* Seeded bug: the table of models/gen_lifecycles.py RerunsUnknown. */
+#define EX_NEXT(s, ev, ours, idem) \
+  (((s) == EX_ABSENT && (ev) == EXEV_CLAIM) -> EX_EXECUTING : \
+  (((s) == EX_EXECUTING && (ev) == EXEV_CLAIM) -> EX_EXECUTING : \
+  (((s) == EX_EXECUTING && (ev) == EXEV_FINISH && (ours)) -> EX_EXECUTED : \
+  (((s) == EX_EXECUTING && (ev) == EXEV_SETTLE_RAN) -> EX_EXECUTED : \
+  (((s) == EX_EXECUTING && (ev) == EXEV_RELEASE) -> EX_RELEASED : \
+  (((s) == EX_RELEASED && (ev) == EXEV_CLAIM) -> EX_EXECUTING : \
+  (((s) == EX_RELEASED && (ev) == EXEV_SETTLE_RAN) -> EX_EXECUTED : \
+  (((s) == EX_RELEASED && (ev) == EXEV_RELEASE) -> EX_RELEASED : \
+  EX_NONE))))))))
+#endif
 
 /* RunLifecycle: states, events, final states, moves. */
 #define RUN_ABSENT 0

@@ -38,6 +38,7 @@
  *   -DBUG_NO_LEDGER_CLAIM  (with -DLEDGER) a tool body runs without its ledger claim: the
  *                          continuation only looks for a recorded result, then runs the body
  *   -DBUG_RERUN_UNKNOWN    (with -DLEDGER) an execution whose claimant is gone is run again
+ *                          (the generated mutant ledger table of gen_lifecycles.RerunsUnknown)
  *   -DBUG_RUN_APPROVING    (with -DLEDGER) a body runs once the approve claim is saved, before
  *                          the record is `approved` (the continuation does not wait)
  *   -DBUG_NO_RECLAIM       (with -DLEDGER) reconcile never re-claims a crashed continuation
@@ -431,12 +432,9 @@ inline execute(k) {
        :: unknowns < MAXUNKNOWN -> unknowns++; res = SAVE_UNKNOWN      /* not applied */
        fi
     :: EX_NEXT(ex_st[k], EXEV_CLAIM, 0, 0) == EX_NONE && EX_FINAL(ex_st[k]) -> res = LED_RECORDED
-#ifdef BUG_RERUN_UNKNOWN
-    :: ex_st[k] == EX_EXECUTING ->        /* takes the orphaned claim over and runs again */
-       ex_by[k] = me; ex_owner[k] = me; res = SAVE_OK
-#else
+    /* executing under another claim: outcome unknown, never re-run (BUG_RERUN_UNKNOWN is a
+     * generated mutant table whose claim moves here instead) */
     :: EX_NEXT(ex_st[k], EXEV_CLAIM, 0, 0) == EX_NONE && !EX_FINAL(ex_st[k]) -> res = LED_UNKNOWN
-#endif
     fi;
 #endif
     MAYBE_CRASH                           /* after the claim */

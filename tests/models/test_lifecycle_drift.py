@@ -109,8 +109,8 @@ def _with_execution(machine: type[StateMachine]) -> dict[str, Any]:
 
 
 def test_a_changed_machine_changes_the_generated_table() -> None:
-    mutant = gen.render(_with_execution(_RerunsUnknown))
-    assert mutant != gen.render()
+    mutant = gen.render(_with_execution(_RerunsUnknown), seeded={})
+    assert mutant != gen.render(seeded={})
     assert "((s) == EX_EXECUTING && (ev) == EXEV_CLAIM) -> EX_EXECUTING" in mutant
     assert "!(ours) && (idem)" not in mutant
 
@@ -138,3 +138,30 @@ def test_check_mode_reports_a_stale_file(tmp_path: Any, monkeypatch: pytest.Monk
     assert gen.main(["--check"]) == 1
     assert gen.main([]) == 0
     assert gen.main(["--check"]) == 0
+
+
+def test_the_seeded_mutant_differs_from_the_machine_in_exactly_the_unknown_claim_cell() -> None:
+    """BUG_RERUN_UNKNOWN is the real ledger machine with one cell changed: if the machine
+    changes anywhere else, this fails until the mutant is updated with it."""
+    real = dict(MACHINES["execution"].table)
+    name, machine = gen.SEEDED_MACHINES["BUG_RERUN_UNKNOWN"]
+    mutant = dict(gen.mutant_spec(name, machine).table)
+    changed = {cell for cell in real.keys() | mutant.keys() if real.get(cell) != mutant.get(cell)}
+    cell = (X.EXECUTING, "claim", (False, False))
+    assert changed == {cell}
+    assert (real.get(cell), mutant[cell]) == (None, X.EXECUTING)  # type: ignore[index]
+
+
+def test_the_seeded_table_is_compiled_only_under_its_flag_and_the_runner_checks_it() -> None:
+    text = gen.render()
+    lines = text.splitlines()
+    real_at = lines.index("#if !defined(BUG_RERUN_UNKNOWN)")
+    bug_at = lines.index("#elif defined(BUG_RERUN_UNKNOWN)")
+    unguarded = "  (((s) == EX_EXECUTING && (ev) == EXEV_CLAIM) -> EX_EXECUTING : \\"
+    assert unguarded in lines[bug_at:] and unguarded not in lines[real_at:bug_at]
+    assert gen.render(seeded={}).count("#define EX_NEXT(") == 1
+    check = load("check")
+    assert set(gen.SEEDED_MACHINES) <= set(check.LEDGER_BUGS)
+    assert check.LEDGER_BUGS["BUG_RERUN_UNKNOWN"] == "body_once"
+    model = (MODELS / "resolution.pml").read_text(encoding="utf-8")
+    assert "#ifdef BUG_RERUN_UNKNOWN" not in model  # no hand-written copy of the bug is left
