@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MODELS = Path(__file__).resolve().parent
-SOURCES = ("resolution.pml", "confirmation_table.pml")
+SOURCES = ("resolution.pml", "confirmation_table.pml", "lifecycle_tables.pml")
 SAFETY_CLAIMS = (
     "no_replay",
     "no_false_completion",

@@ -25,10 +25,12 @@ Catch the narrowest class that matches what you can do about it::
     │   │                          (raised as such when reconcile released our claim meanwhile)
     │   ├── AlreadyResolved        terminal already; nothing was called
     │   ├── ResolutionInProgress   another client holds the claim (approving/rejecting/expiring)
-    │   ├── UpstreamFailed         (akchat_fsm.session) upstream raised; the record stays
-    │   │                          processing, never falsely complete: reconcile it
-    │   ├── ExecutionUnknown       (akchat_fsm.integrations.ledger) a tool body was claimed and
-    │   │                          its outcome is unknown: never re-run by default; settle it
+    │   └── UpstreamFailed         (akchat_fsm.session) upstream raised; the record stays
+    │                              processing, never falsely complete: reconcile it
+    ├── BridgeError                (akchat_fsm.integrations) a bridge or ledger call did not
+    │   │                          do it; .record is the ledger entry or run record stored
+    │   ├── ExecutionUnknown       (integrations.ledger) a tool body was claimed and its
+    │   │                          outcome is unknown: never re-run by default; settle it
     │   ├── ExecutionClaimLost     (integrations.ledger) our execution claim was settled or
     │   │                          re-claimed while the body ran; its outcome not recorded
     │   ├── SettleRefused          (integrations.ledger) an operator's verdict wrote nothing:

@@ -327,3 +327,119 @@ def test_the_async_ledger_settles_an_unknown_entry_once(records_backend: Records
     won = [r for r in results if isinstance(r, LedgerEntry)]
     assert len(won) == 1 and won[0].state is ExecutionState.RELEASED
     assert all(isinstance(r, SettleRefused) for r in results if r not in won)
+
+
+# --------------------------------------------------------------------------- bridge seams
+
+
+def _pai_bridge(storage: Any, **options: Any) -> Any:
+    from pai_agents import Call, Counts, build_agent
+
+    from akchat_fsm import ChatDefinition, resume_chat_session
+    from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
+
+    session = resume_chat_session(ChatDefinition("seams"), session_id=SID, storage=storage)
+    agent = build_agent([Call("send", ARGS, "c1")], Counts())
+    return PydanticAIBridge(agent, session, storage, **options)
+
+
+def _async_pai_bridge(storage: Any, **options: Any) -> Any:
+    from pai_agents import Call, Counts, build_agent
+
+    from akchat_fsm import ChatDefinition, resume_chat_session_async
+    from akchat_fsm.integrations.pydantic_ai import AsyncPydanticAIBridge
+
+    async def open_() -> Any:
+        return await resume_chat_session_async(
+            ChatDefinition("seams"), session_id=SID, storage=storage
+        )
+
+    agent = build_agent([Call("send", ARGS, "c1")], Counts())
+    return AsyncPydanticAIBridge(agent, asyncio.run(open_()), storage, **options)
+
+
+def test_a_sync_bridge_ledger_is_sync_and_settles_for_real() -> None:
+    """``BridgeReport`` tells operators to call ``bridge.ledger.settle``: on a sync bridge it
+    must settle, not hand back a coroutine that settles nothing."""
+    from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
+
+    storage = MemoryStorage()
+    crash_inside_body(storage, "c9", session_id=SID)
+    bridge = _pai_bridge(storage)
+    assert isinstance(bridge.ledger, ToolLedger)
+    settled = bridge.ledger.settle("c9", ran=False)
+    assert isinstance(settled, LedgerEntry) and settled.state is ExecutionState.RELEASED
+    assert bridge.unknown_executions() == ()
+    assert isinstance(
+        _async_pai_bridge(AsyncMemoryStorage(MemoryStorage())).ledger, AsyncToolLedger
+    )
+
+
+def test_both_bridges_stamp_an_operators_verdict_with_the_injected_clock() -> None:
+    from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
+
+    storage = MemoryStorage()
+    crash_inside_body(storage, "c9", session_id=SID)
+    bridge = _pai_bridge(storage, clock=lambda: 4242)
+    assert [e.tool_call_id for e in bridge.unknown_executions()] == ["c9"]
+    assert bridge.settle_execution("c9", ran=True, result=1).finished_ms == 4242
+    shared = MemoryStorage()
+    crash_inside_body(shared, "c9", session_id=SID)
+    twin = _async_pai_bridge(AsyncMemoryStorage(shared), clock=lambda: 4343)
+    assert [e.tool_call_id for e in asyncio.run(twin.unknown_executions())] == ["c9"]
+    assert asyncio.run(twin.settle_execution("c9", ran=True, result=1)).finished_ms == 4343
+
+
+def test_a_bridge_refuses_a_storage_other_than_its_sessions() -> None:
+    from pai_agents import Call, Counts, build_agent
+
+    from akchat_fsm import ChatDefinition, resume_chat_session
+    from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
+    from akchat_fsm.storage.memory import MemoryStorage
+
+    counts = Counts()
+    session = resume_chat_session(ChatDefinition("seams"), session_id=SID, storage=MemoryStorage())
+    with pytest.raises(ConfigError, match="storage other than its session's"):
+        PydanticAIBridge(build_agent([Call("send", ARGS, "c1")], counts), session, MemoryStorage())
+    assert counts.requests == 0
+
+
+def test_a_sync_bridge_in_a_running_loop_is_a_config_error_naming_its_twin() -> None:
+    from akchat_fsm.storage.memory import MemoryStorage
+
+    bridge = _pai_bridge(MemoryStorage())
+
+    async def inside() -> None:
+        bridge.run("do it", run_id="r1")
+
+    with pytest.raises(ConfigError, match="use AsyncPydanticAIBridge there"):
+        asyncio.run(inside())
+    assert bridge.run_record("r1") is None  # nothing ran, nothing was saved
+
+
+def test_every_bridge_error_carries_its_record_and_is_not_a_confirmation_error() -> None:
+    """A ``ConfirmationError`` handler reads ``err.record.status`` (docs/getting-started.md);
+    a bridge error's record is a run record or ledger entry, so it is a ``BridgeError``."""
+    from akchat_fsm import AkchatError
+    from akchat_fsm.errors import ConfirmationError
+    from akchat_fsm.integrations import (
+        BridgeError,
+        ExecutionClaimLost,
+        RecordedToolFailure,
+        RunClaimLost,
+        RunInProgress,
+    )
+    from akchat_fsm.integrations import ExecutionUnknown as Unknown
+    from akchat_fsm.integrations import SettleRefused as Refused
+    from akchat_fsm.integrations._bridge_runs import decide_settle_run
+
+    entry = LedgerEntry("c1", "send", "d", ExecutionState.EXECUTING, 1, "n", "o", 1)
+    refused = Refused("changed", entry)
+    assert refused.record is entry and refused.entry is entry
+    for cls in (Unknown, ExecutionClaimLost, RecordedToolFailure, RunInProgress, RunClaimLost):
+        assert issubclass(cls, BridgeError) and issubclass(cls, AkchatError)
+        assert not issubclass(cls, ConfirmationError)
+    assert issubclass(Refused, BridgeError) and not issubclass(Refused, ConfirmationError)
+    with pytest.raises(BridgeError) as lost:
+        decide_settle_run(None, "n", snapshot="", calls=None, output=None, now_ms=1)
+    assert isinstance(lost.value, RunClaimLost) and lost.value.record is None

@@ -77,7 +77,7 @@ def test_every_bridge_hands_out_a_guard_on_its_own_ledger(
     assert guard.idempotent_tools == frozenset({"lookup"})
     assert asyncio.run(guard.execute("c1", "send", {}, lambda: "sent")).value == "sent"
     # the bridge's own ledger holds what its guard ran
-    stored = asyncio.run(bridge.ledger.get("c1"))
+    stored = bridge.ledger.get("c1")  # a sync bridge has the sync ledger
     assert stored is not None and stored.state is ExecutionState.EXECUTED
     assert bridge.execution_guard().approved == frozenset()
 

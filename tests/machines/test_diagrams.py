@@ -28,6 +28,20 @@ def test_check_mode_reports_drift(tmp_path: Path) -> None:
     assert main(["--check", "--docs", str(tmp_path)]) == 1
 
 
+def _enabled(label: str, holds: dict[str, bool]) -> bool:
+    """Whether an edge's guard label (``""``, ``g``, ``!g``, joined by ``&``) holds."""
+    literals = [part.strip() for part in label.split("&")] if label else []
+    return all(holds[lit.removeprefix("!")] is not lit.startswith("!") for lit in literals)
+
+
+def test_two_guard_labels_are_the_declared_conjunctions() -> None:
+    drawn = list(edges(MACHINES["execution"]))
+    assert ("executing", "claim", "!ours & idempotent", "executing") in drawn
+    assert ("executing", "claim", "ours", "executing") in drawn
+    assert ("executing", "finish", "ours", "executed") in drawn
+    assert ("absent", "claim", "", "executing") in drawn
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("name", sorted(MACHINES))
 def test_every_table_cell_is_drawn(name: str, fmt: str) -> None:
@@ -37,9 +51,17 @@ def test_every_table_cell_is_drawn(name: str, fmt: str) -> None:
     drawn = list(edges(spec))
     # Every legal (state, event, guard) cell is covered by exactly one drawn edge.
     for (state, event, value), target in spec.table.items():
-        labels = {"", spec.guard if value else f"!{spec.guard}"}
-        matches = [e for e in drawn if e[:2] == (state, event) and e[2] in labels]
+        holds = spec.assignment(value)
+        matches = [e for e in drawn if e[:2] == (state, event) and _enabled(e[2], holds)]
         assert [m[3] for m in matches] == [target]
+    for state in spec.states:  # and no edge is drawn for an illegal cell
+        for event in spec.events:
+            for value in spec.guard_values:
+                if (state, event, value) not in spec.table:
+                    holds = spec.assignment(value)
+                    assert not [
+                        e for e in drawn if e[:2] == (state, event) and _enabled(e[2], holds)
+                    ]
     for source, event, guard, target in drawn:
         label = f"{event} [{guard}]" if guard else event
         expected = (

@@ -22,6 +22,7 @@ the session's upstream and memory; :mod:`._bridge_runs`: the run record's decisi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import inspect
@@ -60,14 +61,17 @@ from ._bridge_ports import (
 from ._bridge_runs import (
     RUN_PREFIX,
     CallDecision,
+    ContinueAction,
     PendingCall,
     Readiness,
     RunInProgress,
     RunRecord,
     RunState,
-    decide_continue,
+    decide_continuation,
     decide_readiness,
+    decide_release_run,
     decide_settle_run,
+    decide_start_run,
     decision_key,
     decision_status,
     decision_text,
@@ -77,8 +81,9 @@ from ._bridge_runs import (
 from .ledger import (
     AsyncToolLedger,
     LedgerEntry,
+    ToolLedger,
     default_owner,
-    plan_entries,
+    plan_unknown,
 )
 
 __all__ = [
@@ -99,6 +104,7 @@ __all__ = [
     "RunState",
     "RuntimePort",
     "RuntimeResult",
+    "in_a_loop_message",
 ]
 
 T = TypeVar("T")
@@ -230,9 +236,7 @@ def plan_start(
     result: RuntimeResult = yield Invoke("runtime", "start", args, kwargs)
     if result.calls is None:
         return RunOutcome(run_id, "completed", result.output, snapshot=result.snapshot)
-    run = RunRecord(
-        run_id, ctx.runtime, RunState.PAUSED, result.snapshot, result.calls, updated_ms=ctx.clock()
-    )
+    run = decide_start_run(run_id, ctx.runtime, result.snapshot, result.calls, ctx.clock())
     if not (yield from _save_run(ctx, run, None)):
         stored = yield from _load_run(ctx, run_id)
         if stored is None or stored.snapshot != run.snapshot:
@@ -341,25 +345,19 @@ def _record_decisions(
 def plan_continue(
     ctx: BridgeContext, run_id: str, external: Mapping[str, Any], *, recover: bool = False
 ) -> Plan[RunOutcome]:
-    """Continue ``run_id`` once every call is decided, from this process's CAS claim."""
+    """Continue ``run_id`` once every call is decided, from this process's CAS claim.
+
+    Each round makes one decision on the run as read (:func:`decide_continuation`): report it
+    completed or held elsewhere, resume our own claim, or read the run's decisions and save
+    our claim; a lost save re-reads and decides again.
+    """
     claim = secrets.token_hex(16)
     run = yield from _load_run(ctx, run_id)
+    # A hold is decided only on a re-read after our own save (the claim nonce is fresh), which
+    # the round that saved it computed these decisions for.
+    decisions: tuple[CallDecision, ...] = ()
     for _ in range(SAVE_ATTEMPTS):
-        if run is None or run.state is RunState.COMPLETED:
-            break  # decide_continue names the missing run / returns the recorded outcome
-        if run.state is RunState.CONTINUING and not recover:
-            return RunOutcome(run_id, "continuing", snapshot=run.snapshot, replayed=True)
-        readiness = yield from _readiness(ctx, run, external)
-        if not readiness.ready:
-            return RunOutcome(
-                run_id,
-                "waiting",
-                None,
-                readiness.pending,
-                readiness.awaiting_external,
-                run.snapshot,
-            )
-        action, write = decide_continue(
+        decision = decide_continuation(
             run,
             run_id=run_id,
             claim=claim,
@@ -368,26 +366,28 @@ def plan_continue(
             external=external,
             recover=recover,
         )
-        assert write is not None and action == "claim"
-        if (yield from _save_run(ctx, write, write.version)):
-            claimed = replace(write, version=write.version + 1)
-            return (yield from _resume(ctx, claimed, readiness.decisions))
+        found = decision.record
+        if decision.action is ContinueAction.COMPLETED:
+            return _completed(found)
+        if decision.action is ContinueAction.IN_PROGRESS:
+            return RunOutcome(run_id, "continuing", snapshot=found.snapshot, replayed=True)
+        if decision.action is ContinueAction.HOLD:
+            return (yield from _resume(ctx, found, decisions))
+        readiness = yield from _readiness(ctx, run or found, external)
+        if not readiness.ready:
+            return RunOutcome(
+                run_id,
+                "waiting",
+                None,
+                readiness.pending,
+                readiness.awaiting_external,
+                found.snapshot,
+            )
+        decisions = readiness.decisions
+        if (yield from _save_run(ctx, found, found.version)):
+            return (yield from _resume(ctx, replace(found, version=found.version + 1), decisions))
         run = yield from _load_run(ctx, run_id)  # lost the race, or an unknown outcome
-        if run is not None and run.claim == claim:
-            return (yield from _resume(ctx, run, readiness.decisions))
-    else:
-        raise RunInProgress(f"Run {run_id!r} kept changing; not continued.", record=run)
-    action, done = decide_continue(
-        run,
-        run_id=run_id,
-        claim=claim,
-        owner=ctx.owner,
-        now_ms=ctx.clock(),
-        external=external,
-        recover=recover,
-    )
-    assert done is not None
-    return _completed(done)
+    raise RunInProgress(f"Run {run_id!r} kept changing; not continued.", record=run)
 
 
 def _resume(
@@ -402,7 +402,7 @@ def _resume(
     except Exception:  # never on GeneratorExit or a kill: a dead process releases nothing
         # Every body that ran is in the ledger, so the run may go back to paused: the next
         # continuation replays those bodies. If this save fails, reconcile recovers the claim.
-        released = replace(run, state=RunState.PAUSED, claim=None, updated_ms=ctx.clock())
+        released = decide_release_run(run, run.claim or "", now_ms=ctx.clock())
         # Released, the run waits again: its decisions must outlive retention meanwhile.
         with contextlib.suppress(Exception):  # the runtime's error is what the caller needs
             yield from _record_decisions(ctx, decisions, {})
@@ -504,7 +504,7 @@ def plan_reconcile(ctx: BridgeContext) -> Plan[BridgeReport]:
             )
         except ExecutionUnknown:
             runs.append(RunOutcome(run.run_id, "waiting", snapshot=run.snapshot))
-    unknown = tuple(e for e in (yield from plan_entries(ctx.session_id)) if e.unknown)
+    unknown = yield from plan_unknown(ctx.session_id)
     return BridgeReport(tuple(confirmations), tuple(runs), unknown)
 
 
@@ -537,17 +537,20 @@ class _BridgeBase:
             )
         self.session = session
         self.storage = require_records(storage)
+        _check_same_storage(type(self).__name__, session, storage)
         self.session_id = check_session_id(session.session_id)
         self.ttl_ms = ttl_ms
         self.owner = owner or default_owner()
         self.idempotent_tools = frozenset(idempotent_tools)
-        self.ledger = AsyncToolLedger(storage, self.session_id, owner=self.owner, clock=clock)
+        # The guard runs bodies inside the runtime's event loop, so it always has the asyncio
+        # ledger; ``self.ledger`` is the operator's, of the bridge's own flavour.
+        guard_ledger = AsyncToolLedger(storage, self.session_id, owner=self.owner, clock=clock)
         self._ctx = BridgeContext(
             self.session_id,
             self.runtime_name,
             self.owner,
             clock,
-            self.ledger,
+            guard_ledger,
             self.idempotent_tools,
         )
 
@@ -561,13 +564,71 @@ class _BridgeBase:
         raise NotImplementedError
 
 
+def _check_same_storage(bridge: str, session: Any, storage: Any) -> None:
+    """A bridge keeps its run records and ledger beside the session's envelope: refuse a
+    storage other than the one the session was resumed with (checked before any I/O)."""
+    ports = getattr(session, "_ports", None)
+    own = getattr(ports, "storage", None)
+    if own is not None and own is not storage:
+        raise ConfigError(
+            f"{bridge} was given a storage other than its session's; the run records and the "
+            "tool-execution ledger must live beside the session's envelope.",
+            hint="Pass the storage object the session was resumed with.",
+        )
+
+
+def in_a_loop_message(bridge: str) -> str:
+    """What a sync bridge says when it is called from a running event loop."""
+    return (
+        f"{bridge} runs the agent on its own event loop and cannot be called from a "
+        f"running one; use Async{bridge} there."
+    )
+
+
+class _OutsideALoop:
+    """The sync bridges' runtime port, refusing to start or resume the agent inside a running
+    event loop with a :class:`ConfigError` naming the async twin (nothing has run yet),
+    instead of whatever the runtime's own loop handling raises there."""
+
+    def __init__(self, inner: Any, bridge: str) -> None:
+        self.inner = inner
+        self.bridge = bridge
+        self.runtime = getattr(inner, "runtime", None)
+
+    def _check(self) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        raise ConfigError(in_a_loop_message(self.bridge))
+
+    def start(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return self.inner.start(*args, **kwargs)
+
+    def resume(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return self.inner.resume(*args, **kwargs)
+
+
 class Bridge(_BridgeBase):
-    """The sync bridge: a :class:`ChatSession` over a sync record-capable storage."""
+    """The sync bridge: a :class:`ChatSession` over a sync record-capable storage.
+
+    ``ledger`` is a sync :class:`ToolLedger` on the bridge's storage, session and clock.
+    """
+
+    ledger: ToolLedger
+
+    def __init__(self, session: Any, storage: Any, **options: Any) -> None:
+        super().__init__(session, storage, **options)
+        self.ledger = ToolLedger(
+            self.storage, self.session_id, owner=self.owner, clock=self._ctx.clock
+        )
 
     def _run(self, plan: Plan[T]) -> T:
         ports = {
             "session": _SessionPort(self.session, self.storage, self.ttl_ms),
-            "runtime": self._runtime(),
+            "runtime": _OutsideALoop(self._runtime(), type(self).__name__),
         }
         return _run_sync(plan, self.storage, ports=ports)
 
@@ -611,22 +672,26 @@ class Bridge(_BridgeBase):
         return self._run(plan_run(self._ctx, run_id))
 
     def unknown_executions(self) -> tuple[LedgerEntry, ...]:
-        entries = _run_sync(plan_entries(self.session_id), self.storage)
-        return tuple(e for e in entries if e.unknown)
+        """Executions whose outcome is unknown (never re-run: settle them)."""
+        return self.ledger.unknown()
 
     def settle_execution(self, tool_call_id: str, *, ran: bool, result: Any = None) -> LedgerEntry:
         """An operator's verdict on an unknown execution (see :meth:`ToolLedger.settle`)."""
-        from .ledger import ToolLedger
-
-        return ToolLedger(self.storage, self.session_id, owner=self.owner).settle(
-            tool_call_id, ran=ran, result=result
-        )
+        return self.ledger.settle(tool_call_id, ran=ran, result=result)
 
 
 class AsyncBridge(_BridgeBase):
-    """The asyncio bridge: an :class:`AsyncChatSession` over an async record-capable storage."""
+    """The asyncio bridge: an :class:`AsyncChatSession` over an async record-capable storage.
+
+    ``ledger`` is an :class:`AsyncToolLedger` on the bridge's storage, session and clock.
+    """
 
     is_async = True
+    ledger: AsyncToolLedger
+
+    def __init__(self, session: Any, storage: Any, **options: Any) -> None:
+        super().__init__(session, storage, **options)
+        self.ledger = self._ctx.ledger
 
     async def _run(self, plan: Plan[T]) -> T:
         ports = {
@@ -672,7 +737,7 @@ class AsyncBridge(_BridgeBase):
         return await self._run(plan_run(self._ctx, run_id))
 
     async def unknown_executions(self) -> tuple[LedgerEntry, ...]:
-        return tuple(e for e in await self.ledger.entries() if e.unknown)
+        return await self.ledger.unknown()
 
     async def settle_execution(
         self, tool_call_id: str, *, ran: bool, result: Any = None

@@ -31,6 +31,7 @@ from ..storage.checks import MAX_RECORD_CHARS
 __all__ = [
     "MAX_RECORD_DEPTH",
     "BodyOutcome",
+    "BridgeError",
     "Effect",
     "Invoke",
     "ListRecords",
@@ -43,6 +44,21 @@ __all__ = [
     "run_sync",
     "stored_json",
 ]
+
+
+class BridgeError(AkchatError):
+    """A bridge or ledger call did not do what was asked (a run held or taken over elsewhere,
+    an execution whose outcome is unknown, a body that already raised, a refused verdict).
+
+    ``record`` is the run record or ledger entry as stored (``None`` when there is none):
+    never a confirmation record, which is why these are not ``ConfirmationError`` s (whose
+    ``record.status`` handlers read). Each subclass says what to do (docs/errors.md).
+    """
+
+    def __init__(self, message: str, *, record: Any = None) -> None:
+        super().__init__(message)
+        self.record = record
+
 
 T = TypeVar("T")
 

@@ -15,7 +15,9 @@ state          meaning                                                          
 
 The runtime's state is read and written only through this record's compare-and-set, so two
 processes never continue one paused state: the one whose claim applied runs it, the other
-gets :class:`RunInProgress` (or, once completed, the recorded outcome).
+gets :class:`RunInProgress` (or, once completed, the recorded outcome). Every decision about
+the record is a lookup in the table derived from
+:class:`~akchat_fsm.machines.run.RunLifecycle` (``RUN_TABLE``, ADR-0120).
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from ..errors import ConfigError, ConfirmationError
+from ..errors import ConfigError
+from ..machines.run import RunEvent, RunState
+from ..machines.tables import MACHINES, RUN_TABLE, step
 from ..storage.checks import check_record_key
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
-from ._bridge_io import stored_json
+from ._bridge_io import BridgeError, stored_json
 
 __all__ = [
     "DENIAL_PREFIX",
@@ -38,15 +42,20 @@ __all__ = [
     "REJECTED_MESSAGE",
     "RUN_PREFIX",
     "CallDecision",
+    "ContinueAction",
+    "ContinueDecision",
     "PendingCall",
     "Readiness",
     "RunClaimLost",
     "RunInProgress",
     "RunRecord",
     "RunState",
+    "decide_continuation",
     "decide_continue",
     "decide_readiness",
+    "decide_release_run",
     "decide_settle_run",
+    "decide_start_run",
     "decision_key",
     "denial_key",
     "run_key",
@@ -61,17 +70,23 @@ REJECTED_MESSAGE = "A reviewer rejected this tool call; it was not run."
 EXPIRED_MESSAGE = "The approval request for this tool call expired; it was not run."
 
 
-class RunState(StrEnum):
-    PAUSED = "paused"
-    CONTINUING = "continuing"
-    COMPLETED = "completed"
+#: The final states of a run record (``completed``): read off the machine, not restated.
+_FINAL = MACHINES["run"].finals
 
 
-class RunInProgress(ConfirmationError):
+def _stored_state(value: Any) -> RunState:
+    """A stored run's state; ``absent`` names no record, so no record may hold it."""
+    state = RunState(value)
+    if state is RunState.ABSENT:
+        raise ValueError("a stored run record cannot be absent")
+    return state
+
+
+class RunInProgress(BridgeError):
     """Another process holds this run's continuation; nothing ran here. ``record``: the run."""
 
 
-class RunClaimLost(ConfirmationError):
+class RunClaimLost(BridgeError):
     """This process's continuation claim was taken over (by a recovery) meanwhile; the run's
     new state was not saved by this process. ``record`` is the stored run."""
 
@@ -200,7 +215,7 @@ class RunRecord:
             return cls(
                 run_id=str(raw["runId"]),
                 runtime=str(raw["runtime"]),
-                state=RunState(raw["state"]),
+                state=_stored_state(raw["state"]),
                 snapshot=str(raw["snapshot"]),
                 calls=tuple(PendingCall.from_wire(c) for c in raw["calls"]),
                 batch=int(raw["batch"]),
@@ -294,6 +309,91 @@ def decide_readiness(
     return Readiness(tuple(decisions), tuple(unproposed), tuple(pending), awaiting)
 
 
+class ContinueAction(StrEnum):
+    """What a continuation decision says (a ``StrEnum``: each member equals its old string)."""
+
+    #: Save ``record`` (our continuation claim) with the stored version, then resume.
+    CLAIM = "claim"
+    #: ``record`` is already our claim (its save applied): resume it, writing nothing.
+    HOLD = "hold"
+    #: ``record`` is completed: report its recorded outcome.
+    COMPLETED = "completed"
+    #: Another process holds ``record``'s continuation: nothing runs here.
+    IN_PROGRESS = "in_progress"
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueDecision:
+    """One continuation decision and the record it is about (the claim to save for ``claim``)."""
+
+    action: ContinueAction
+    record: RunRecord
+
+
+def _cell(
+    run: RunRecord | None, event: RunEvent, claim: str, recover: bool
+) -> tuple[RunState, bool, RunState | None]:
+    """(state, ours, target) of ``event`` on ``run`` in the machine's table."""
+    state = RunState.ABSENT if run is None else run.state
+    ours = run is not None and run.claim == claim
+    return state, ours, RUN_TABLE.get((state, event, (ours, recover)))
+
+
+def decide_start_run(
+    run_id: str, runtime: str, snapshot: str, calls: tuple[PendingCall, ...], now_ms: int
+) -> RunRecord:
+    """The record a run that paused at its start is created with (the table's ``start``)."""
+    state = step("run", RUN_TABLE, RunState.ABSENT, RunEvent.START, (False, False))
+    return RunRecord(run_id, runtime, state, snapshot, calls, updated_ms=now_ms)
+
+
+def decide_continuation(
+    run: RunRecord | None,
+    *,
+    run_id: str,
+    claim: str,
+    owner: str,
+    now_ms: int,
+    external: Mapping[str, Any],
+    recover: bool,
+) -> ContinueDecision:
+    """May this process continue the run? The table's ``claim`` cell decides: no move from a
+    final state is the recorded outcome (``completed``), no move otherwise is another
+    process's continuation (``in_progress``), a self-loop under ``ours`` is our own claim found
+    again (``hold``), any other move is the claim to save (``claim``).
+
+    ``recover=True`` takes over a ``continuing`` claim (reconcile, once the host judges its
+    claimant gone); the bodies it already ran replay from the ledger. Raises
+    :class:`ConfigError` when there is no run.
+    """
+    state, ours, target = _cell(run, RunEvent.CLAIM, claim, recover)
+    if run is None:
+        raise ConfigError(f"No paused run {run_id!r} in this session.")
+    if target is None:
+        if state in _FINAL:
+            return ContinueDecision(ContinueAction.COMPLETED, run)
+        return ContinueDecision(ContinueAction.IN_PROGRESS, run)
+    if ours and target is state:
+        return ContinueDecision(ContinueAction.HOLD, run)
+    answered = {**run.external, **external}
+    write = replace(
+        run,
+        state=target,
+        attempt=run.attempt + 1,
+        claim=claim,
+        owner=owner,
+        # Decided before readiness is read: an unanswered call is left out (a run that is not
+        # ready is not claimed, so that write is never saved).
+        external={
+            c.tool_call_id: answered[c.tool_call_id]
+            for c in run.externals
+            if c.tool_call_id in answered
+        },
+        updated_ms=now_ms,
+    )
+    return ContinueDecision(ContinueAction.CLAIM, write)
+
+
 def decide_continue(
     run: RunRecord | None,
     *,
@@ -303,36 +403,33 @@ def decide_continue(
     now_ms: int,
     external: Mapping[str, Any],
     recover: bool,
-) -> tuple[str, RunRecord | None]:
-    """May this process continue the run? ``("claim", write)``, ``("hold", run)`` (our claim
-    already applied), or ``("completed", run)``. Raises :class:`RunInProgress` for a loser.
-
-    ``recover=True`` takes over a ``continuing`` claim (reconcile, once the host judges its
-    claimant gone); the bodies it already ran replay from the ledger.
-    """
-    if run is None:
-        raise ConfigError(f"No paused run {run_id!r} in this session.")
-    if run.state is RunState.COMPLETED:
-        return "completed", run
-    if run.state is RunState.CONTINUING:
-        if run.claim == claim:
-            return "hold", run
-        if not recover:
-            raise RunInProgress(
-                f"Run {run_id!r} is being continued by {run.owner} (attempt {run.attempt}).",
-                record=run,
-            )
-    answered = {**run.external, **external}
-    write = replace(
+) -> tuple[ContinueAction, RunRecord | None]:
+    """:func:`decide_continuation` as ``(action, record)``: ``("claim", write)``, ``("hold",
+    run)`` (our claim already applied), or ``("completed", run)``. Raises
+    :class:`RunInProgress` for a loser."""
+    decision = decide_continuation(
         run,
-        state=RunState.CONTINUING,
-        attempt=run.attempt + 1,
+        run_id=run_id,
         claim=claim,
         owner=owner,
-        external={c.tool_call_id: answered[c.tool_call_id] for c in run.externals},
-        updated_ms=now_ms,
+        now_ms=now_ms,
+        external=external,
+        recover=recover,
     )
-    return "claim", write
+    if decision.action is ContinueAction.IN_PROGRESS:
+        raise RunInProgress(
+            f"Run {run_id!r} is being continued by {decision.record.owner} "
+            f"(attempt {decision.record.attempt}).",
+            record=decision.record,
+        )
+    return decision.action, decision.record
+
+
+def _claim_lost(run: RunRecord | None) -> RunClaimLost:
+    return RunClaimLost(
+        "This continuation's claim was taken over meanwhile; its result was not saved.",
+        record=run,
+    )
 
 
 def decide_settle_run(
@@ -345,17 +442,16 @@ def decide_settle_run(
     now_ms: int,
 ) -> RunRecord:
     """The run's next record after our continuation: ``paused`` again (``calls``: the next
-    batch) or ``completed`` (``calls is None``). Raises :class:`RunClaimLost` unless the stored
-    run is still our ``continuing`` claim."""
-    if run is None or run.state is not RunState.CONTINUING or run.claim != claim:
-        raise RunClaimLost(
-            "This continuation's claim was taken over meanwhile; its result was not saved.",
-            record=run,
-        )
+    batch; the table's ``pause``) or ``completed`` (``calls is None``; ``complete``). Raises
+    :class:`RunClaimLost` unless the stored run is still our ``continuing`` claim."""
+    event = RunEvent.COMPLETE if calls is None else RunEvent.PAUSE
+    _, _, target = _cell(run, event, claim, False)
+    if target is None or run is None:
+        raise _claim_lost(run)
     if calls is None:
         return replace(
             run,
-            state=RunState.COMPLETED,
+            state=target,
             snapshot=snapshot,
             output=output,
             external={},
@@ -363,7 +459,7 @@ def decide_settle_run(
         )
     return replace(
         run,
-        state=RunState.PAUSED,
+        state=target,
         snapshot=snapshot,
         calls=calls,
         batch=run.batch + 1,
@@ -371,3 +467,13 @@ def decide_settle_run(
         external={},
         updated_ms=now_ms,
     )
+
+
+def decide_release_run(run: RunRecord, claim: str, *, now_ms: int) -> RunRecord:
+    """Our continuation's resume raised: the run goes back to waiting (the table's
+    ``release``); every body that ran is in the ledger, so the next continuation replays
+    them. Raises :class:`RunClaimLost` unless ``run`` is our ``continuing`` claim."""
+    _, _, target = _cell(run, RunEvent.RELEASE, claim, False)
+    if target is None:
+        raise _claim_lost(run)
+    return replace(run, state=target, claim=None, updated_ms=now_ms)

@@ -15,9 +15,10 @@ state           meaning                                                      nex
 ==============  ===========================================================  ===================
 
 Every decision is a pure function of (stored entry, request): :func:`decide_claim`,
-:func:`decide_finish`, :func:`decide_settle`. The plans order the I/O around them and the two
-drivers of :mod:`._bridge_io` perform it, so :class:`ToolLedger` and :class:`AsyncToolLedger`
-differ only in the driver.
+:func:`decide_finish`, :func:`decide_settle`, each a lookup in the table derived from
+:class:`~akchat_fsm.machines.execution.ExecutionLifecycle` (``EXECUTION_TABLE``, ADR-0120). The
+plans order the I/O around them and the two drivers of :mod:`._bridge_io` perform it, so
+:class:`ToolLedger` and :class:`AsyncToolLedger` differ only in the driver.
 
 The body runs only in the process whose claim save applied (a create, or for a tool the host
 declares idempotent a re-claim with ``attempt + 1``). A repeat finds ``executed`` and gets the
@@ -42,14 +43,16 @@ from typing import Any, TypeVar
 from ..errors import (
     AlreadyResolved,
     ConfigError,
-    ConfirmationError,
     OutcomeUnknown,
     StorageUnavailable,
 )
+from ..machines.execution import ExecutionEvent, ExecutionState
+from ..machines.tables import EXECUTION_TABLE, MACHINES
 from ..storage.checks import check_record_key, check_session_id, now_ms
 from ._bridge_io import (
     ASYNC_BODY,
     BodyOutcome,
+    BridgeError,
     ListRecords,
     LoadRecord,
     Plan,
@@ -64,6 +67,8 @@ from ._bridge_io import (
 __all__ = [
     "LEDGER_PREFIX",
     "AsyncToolLedger",
+    "BridgeError",
+    "ClaimAction",
     "ClaimDecision",
     "ClaimRequest",
     "Execution",
@@ -86,6 +91,7 @@ __all__ = [
     "plan_get",
     "plan_settle",
     "plan_settle_unknown",
+    "plan_unknown",
     "recorded_failure",
     "result_from_json",
 ]
@@ -98,16 +104,22 @@ CLAIM_ATTEMPTS = 5
 FINISH_ATTEMPTS = 8
 
 
-class ExecutionState(StrEnum):
-    EXECUTING = "executing"
-    EXECUTED = "executed"
-    RELEASED = "released"
+#: The final states of the entry (``executed``): read off the machine, not restated.
+_FINAL = MACHINES["execution"].finals
+
+
+def _stored_state(value: Any) -> ExecutionState:
+    """A stored entry's state; ``absent`` names no record, so no record may hold it."""
+    state = ExecutionState(value)
+    if state is ExecutionState.ABSENT:
+        raise ValueError("a stored ledger record cannot be absent")
+    return state
 
 
 # --------------------------------------------------------------------------- errors
 
 
-class ExecutionUnknown(ConfirmationError):
+class ExecutionUnknown(BridgeError):
     """The tool call was claimed for execution and its outcome is unknown; nothing ran here.
 
     Its claimant may still be running it, or died after (or before) the body acted. It is
@@ -116,7 +128,7 @@ class ExecutionUnknown(ConfirmationError):
     """
 
 
-class ExecutionClaimLost(ConfirmationError):
+class ExecutionClaimLost(BridgeError):
     """This process's execution claim was settled or re-claimed by another meanwhile.
 
     Raised after the body ran when its outcome could not be recorded as *this* claim's
@@ -128,7 +140,7 @@ class ToolCallMismatch(ConfigError):
     """The tool-call id is already recorded for another tool or other arguments."""
 
 
-class RecordedToolFailure(ConfirmationError):
+class RecordedToolFailure(BridgeError):
     """The tool body already ran once and raised; it is not run again. ``record`` is the
     ledger entry (its ``error`` says what was raised). Every bridge raises this one class
     (also importable from each runtime module)."""
@@ -224,7 +236,7 @@ class LedgerEntry:
                 tool_call_id=str(raw["toolCallId"]),
                 tool=str(raw["tool"]),
                 args_digest=str(raw["argsDigest"]),
-                state=ExecutionState(raw["state"]),
+                state=_stored_state(raw["state"]),
                 attempt=int(raw["attempt"]),
                 claim=str(raw["claim"]),
                 owner=str(raw["owner"]),
@@ -274,12 +286,23 @@ class ClaimRequest:
     idempotent: bool = False
 
 
+class ClaimAction(StrEnum):
+    """What a claim decision says (a ``StrEnum``: each member equals its old string)."""
+
+    #: Run the body: save ``write`` with ``expected``, or nothing when we already hold it.
+    RUN = "run"
+    #: The body already finished: replay ``entry``'s recorded outcome.
+    REPLAY = "replay"
+    #: ``entry`` is executing under another claim: its outcome is unknown, nothing runs.
+    UNKNOWN = "unknown"
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimDecision:
     """``run`` (save ``write`` with ``expected``, or nothing when we already hold the claim),
     ``replay`` (the body already finished: ``entry``), or ``unknown`` (``entry`` is executing)."""
 
-    action: str
+    action: ClaimAction
     entry: LedgerEntry | None = None
     write: LedgerEntry | None = None
     expected: int | None = None
@@ -294,31 +317,43 @@ def _check_same_call(stored: LedgerEntry, request: ClaimRequest) -> None:
         )
 
 
+def _cell(
+    stored: LedgerEntry | None, event: ExecutionEvent, claim: str | None, idempotent: bool
+) -> tuple[ExecutionState, bool, ExecutionState | None]:
+    """(state, ours, target) of ``event`` on ``stored`` in the machine's table."""
+    state = ExecutionState.ABSENT if stored is None else stored.state
+    ours = stored is not None and claim is not None and stored.claim == claim
+    return state, ours, EXECUTION_TABLE.get((state, event, (ours, idempotent)))
+
+
 def decide_claim(stored: LedgerEntry | None, request: ClaimRequest) -> ClaimDecision:
-    """May ``request`` run the body now? A pure function of the stored entry and the request."""
+    """May ``request`` run the body now? A pure function of the stored entry and the request.
 
-    def claimed(attempt: int) -> LedgerEntry:
-        return LedgerEntry(
-            tool_call_id=request.tool_call_id,
-            tool=request.tool,
-            args_digest=request.args_digest,
-            state=ExecutionState.EXECUTING,
-            attempt=attempt,
-            claim=request.claim,
-            owner=request.owner,
-            started_ms=request.now_ms,
-        )
-
-    if stored is None:
-        return ClaimDecision("run", write=claimed(1), expected=None)
-    _check_same_call(stored, request)
-    if stored.state is ExecutionState.EXECUTED:
-        return ClaimDecision("replay", entry=stored)
-    if stored.state is ExecutionState.EXECUTING and stored.claim == request.claim:
-        return ClaimDecision("run", entry=stored)  # our own claim (an unknown save applied)
-    if stored.state is ExecutionState.RELEASED or request.idempotent:
-        return ClaimDecision("run", write=claimed(stored.attempt + 1), expected=stored.version)
-    return ClaimDecision("unknown", entry=stored)
+    The table's ``claim`` cell decides: no move from a final state replays it, no move
+    otherwise is an unknown outcome, a self-loop under ``ours`` is our own claim found again
+    (its save applied), and any other move is a claim to save.
+    """
+    if stored is not None:
+        _check_same_call(stored, request)
+    state, ours, target = _cell(stored, ExecutionEvent.CLAIM, request.claim, request.idempotent)
+    if target is None:
+        action = ClaimAction.REPLAY if state in _FINAL else ClaimAction.UNKNOWN
+        return ClaimDecision(action, entry=stored)
+    if ours and target is state:
+        return ClaimDecision(ClaimAction.RUN, entry=stored)
+    write = LedgerEntry(
+        tool_call_id=request.tool_call_id,
+        tool=request.tool,
+        args_digest=request.args_digest,
+        state=target,
+        attempt=1 if stored is None else stored.attempt + 1,
+        claim=request.claim,
+        owner=request.owner,
+        started_ms=request.now_ms,
+    )
+    return ClaimDecision(
+        ClaimAction.RUN, write=write, expected=None if stored is None else stored.version
+    )
 
 
 def decide_finish(
@@ -327,20 +362,21 @@ def decide_finish(
     """The ``executed`` entry to save for our claim, or ``None`` when it is already recorded.
 
     ``result`` is the body's value already encoded as JSON. Raises :class:`ExecutionClaimLost`
-    when the stored entry is no longer our claim.
+    when the stored entry is no longer our claim (the table's ``finish`` needs ``ours``).
     """
-    if stored is None or stored.claim != claim or stored.state is ExecutionState.RELEASED:
+    state, ours, target = _cell(stored, ExecutionEvent.FINISH, claim, False)
+    if target is None or stored is None:
+        if ours and state in _FINAL:
+            return None  # our claim's outcome is already recorded
         raise ExecutionClaimLost(
             "The tool body ran, but its execution claim was settled or re-claimed meanwhile; "
             "its outcome was not recorded.",
             record=stored,
         )
-    if stored.state is ExecutionState.EXECUTED:
-        return None
     error = outcome.error
     return replace(
         stored,
-        state=ExecutionState.EXECUTED,
+        state=target,
         finished_ms=now_ms,
         outcome="returned" if error is None else "raised",
         result=result if error is None else None,
@@ -360,23 +396,26 @@ def decide_settle(
 ) -> LedgerEntry | None:
     """An operator's verdict on an unknown execution: it ran (``result``), or it did not.
 
-    Returns the entry to save, or ``None`` when nothing changes. ``ran=False`` releases the
-    call so the next continuation may run it; only an ``executing`` (or released) entry can
-    be settled.
+    Returns the entry to save, or ``None`` when nothing changes (a release of a released
+    entry: the table's self-loop). ``ran=False`` releases the call so the next continuation
+    may run it; only an ``executing`` (or released) entry can be settled. An operator holds
+    no claim, so the verdict is looked up with both guards off.
     """
+    event = ExecutionEvent.SETTLE_RAN if ran else ExecutionEvent.RELEASE
+    state, _, target = _cell(stored, event, None, False)
     if stored is None:
         raise ConfigError(f"No execution is recorded for tool call {tool_call_id!r}.")
-    if stored.state is ExecutionState.EXECUTED:
+    if target is None:
         raise AlreadyResolved(
             f"Tool call {tool_call_id!r} already has a recorded outcome.", record=stored
         )
+    if target is state:
+        return None
     if not ran:
-        if stored.state is ExecutionState.RELEASED:
-            return None
-        return replace(stored, state=ExecutionState.RELEASED, owner=operator, finished_ms=now_ms)
+        return replace(stored, state=target, owner=operator, finished_ms=now_ms)
     return replace(
         stored,
-        state=ExecutionState.EXECUTED,
+        state=target,
         owner=operator,
         finished_ms=now_ms,
         outcome="settled",
@@ -412,6 +451,11 @@ def plan_entries(session_id: str) -> Plan[tuple[LedgerEntry, ...]]:
     return tuple(entries)
 
 
+def plan_unknown(session_id: str) -> Plan[tuple[LedgerEntry, ...]]:
+    """The session's entries claimed and never finished: executions whose outcome is unknown."""
+    return tuple(entry for entry in (yield from plan_entries(session_id)) if entry.unknown)
+
+
 def _save(session_id: str, key: str, entry: LedgerEntry, expected: int | None) -> Plan[bool]:
     """One CAS save; an unknown outcome counts as not applied (the caller re-reads to settle)."""
     try:
@@ -440,10 +484,10 @@ def plan_execute(
     stored: LedgerEntry | None = None
     for _ in range(CLAIM_ATTEMPTS):
         decision = decide_claim(stored, request)
-        if decision.action == "replay":
+        if decision.action is ClaimAction.REPLAY:
             assert decision.entry is not None
             return Execution(decision.entry, ran=False, value=decision.entry.result)
-        if decision.action == "unknown":
+        if decision.action is ClaimAction.UNKNOWN:
             entry = decision.entry
             assert entry is not None
             raise ExecutionUnknown(
@@ -531,16 +575,22 @@ def plan_settle(
 NOTHING_WRITTEN = "nothing written"
 
 
-class SettleRefused(ConfirmationError):
+class SettleRefused(BridgeError):
     """An operator's verdict wrote nothing: the entry was not an unknown execution when read,
     or it changed before the write (another settle, the claimant finishing late).
 
-    ``entry`` is what is stored now (``None``: nothing is recorded for the call).
+    ``record`` is what is stored now (``None``: nothing is recorded for the call), like every
+    bridge error's; ``entry`` is the same object, under the name it had first.
     """
 
     def __init__(self, message: str, entry: LedgerEntry | None = None) -> None:
-        super().__init__(message)
-        self.entry = entry
+        super().__init__(message, record=entry)
+
+    @property
+    def entry(self) -> LedgerEntry | None:
+        """The stored entry (an alias of ``record``)."""
+        record: LedgerEntry | None = self.record
+        return record
 
 
 def describe_entry(entry: LedgerEntry | None) -> str:
@@ -661,10 +711,6 @@ class _LedgerBase:
         )
 
 
-def _unknown(entries: tuple[LedgerEntry, ...]) -> tuple[LedgerEntry, ...]:
-    return tuple(entry for entry in entries if entry.unknown)
-
-
 class ToolLedger(_LedgerBase):
     """The ledger of one session over a sync ``RecordStorage``.
 
@@ -698,7 +744,7 @@ class ToolLedger(_LedgerBase):
 
     def unknown(self) -> tuple[LedgerEntry, ...]:
         """Entries claimed and never finished (``execution_unknown`` for operators)."""
-        return _unknown(self.entries())
+        return run_sync(plan_unknown(self.session_id), self.storage)
 
     def settle(
         self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
@@ -736,7 +782,7 @@ class AsyncToolLedger(_LedgerBase):
         return await run_async(plan_entries(self.session_id), self.storage)
 
     async def unknown(self) -> tuple[LedgerEntry, ...]:
-        return _unknown(await self.entries())
+        return await run_async(plan_unknown(self.session_id), self.storage)
 
     async def settle(
         self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None

@@ -38,6 +38,7 @@ from ._bridge import (
     RunOutcome,
     RunRecord,
     RuntimeResult,
+    in_a_loop_message,
 )
 from ._bridge_io import stored_json
 from .ledger import RecordedToolFailure, recorded_failure
@@ -61,10 +62,7 @@ UNGUARDABLE_HANDOFF = (
     "A Handoff object hides its target agent, so its tools cannot be guarded by the ledger; "
     "hand off to the Agent itself."
 )
-IN_A_LOOP = (
-    "OpenAIAgentsBridge runs the agent on its own event loop and cannot be called from a "
-    "running one; use AsyncOpenAIAgentsBridge there."
-)
+IN_A_LOOP = in_a_loop_message("OpenAIAgentsBridge")
 UNDECIDED = "The saved run state interrupts on call {call_id!r}, which has no decision."
 
 
@@ -209,21 +207,12 @@ class _SyncRuntime:
     def __init__(self, inner: OpenAIRuntime) -> None:
         self.inner = inner
 
+    # The sync bridge refuses a running event loop before calling these (``_OutsideALoop``).
     def start(self, input: Any, **kwargs: Any) -> RuntimeResult:
-        return asyncio.run(self.inner.start(input, **_outside_a_loop(kwargs)))
+        return asyncio.run(self.inner.start(input, **kwargs))
 
     def resume(self, *args: Any) -> RuntimeResult:
-        return asyncio.run(self.inner.resume(*_outside_a_loop(args)))
-
-
-def _outside_a_loop(args: T) -> T:
-    """The sync bridge runs the SDK on its own loop, which a running loop forbids: say which
-    bridge to use instead of asyncio's bare ``RuntimeError`` (nothing has run yet)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return args
-    raise ConfigError(IN_A_LOOP)
+        return asyncio.run(self.inner.resume(*args))
 
 
 class OpenAIAgentsBridge(Bridge):

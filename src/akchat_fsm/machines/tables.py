@@ -6,13 +6,17 @@ transitions of the state are tried in declaration order, exactly as the engine t
 the first whose guard holds gives the target. The classes stay the one source of truth; the
 bridge test (``tests/machines``) executes every cell on a real machine and compares.
 
-Each machine has exactly one boolean guard read from its model (``expired``, ``stored``,
-``busy``); a transition may be conditioned on it (``cond=``) or on its negation (``unless=``)
-and on nothing else. Any other guard makes the import fail loudly (see ADR-0010).
+Each machine names its boolean guards, read from its model: one for the confirmation, cursor
+and lease machines (``expired``, ``stored``, ``busy``; their cells are keyed by the guard's
+value), several for the ledger entry and the run record (``ours`` and ``idempotent`` /
+``recover``; their cells are keyed by the tuple of values in the declared order, ADR-0120). A
+transition may be conditioned on a named guard (``cond=``) or on its negation (``unless=``) and
+on nothing else. Any other guard makes the import fail loudly (see ADR-0010).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -26,20 +30,29 @@ from ..errors import IllegalTransition
 from ..wire.enums import ConfirmationStatus
 from .confirmation import ConfirmationEvent, ConfirmationLifecycle, ConfirmationModel
 from .cursor import CursorEvent, CursorModel, CursorPhase, SessionCursorLifecycle
+from .execution import ExecutionEvent, ExecutionLifecycle, ExecutionModel, ExecutionState
 from .lease import LeaseModel, TurnLeaseEvent, TurnLeaseLifecycle, TurnLeaseState
+from .run import RunEvent, RunLifecycle, RunModel, RunState
 
 __all__ = [
     "CONFIRMATION_FACTS",
     "CONFIRMATION_TABLE",
     "CURSOR_TABLE",
+    "EXECUTION_GUARDS",
+    "EXECUTION_TABLE",
     "LEASE_TABLE",
     "MACHINES",
+    "RUN_GUARDS",
+    "RUN_TABLE",
     "ConfirmationFacts",
     "ConfirmationTable",
     "MachineSpec",
     "confirmation_facts",
+    "derive_guarded_table",
     "derive_table",
     "executed_table",
+    "guard_assignment",
+    "guard_values",
     "step",
 ]
 
@@ -59,6 +72,54 @@ def _guard_holds(spec: str, guard: str, value: bool) -> bool:
     raise DefinitionError(f"unsupported guard {spec!r}: only {guard!r} or its negation")
 
 
+def _guards_hold(spec: str, values: Mapping[str, bool]) -> bool:
+    name = spec.removeprefix("!")
+    if name not in values:
+        raise DefinitionError(
+            f"unsupported guard {spec!r}: only {', '.join(map(repr, values))} or their negations"
+        )
+    return values[name] if spec == name else not values[name]
+
+
+def guard_values(guards: str | tuple[str, ...]) -> tuple[Any, ...]:
+    """Every guard key of a machine with ``guards``: ``False, True`` for one named guard, else
+    every tuple of values in the declared order (``(False, False), (False, True), ...``)."""
+    if isinstance(guards, str):
+        return (False, True)
+    return tuple(itertools.product((False, True), repeat=len(guards)))
+
+
+def guard_assignment(guards: str | tuple[str, ...], value: Any) -> dict[str, bool]:
+    """The guard key ``value`` as ``{guard name: value}``."""
+    if isinstance(guards, str):
+        return {guards: bool(value)}
+    return dict(zip(guards, value, strict=True))
+
+
+def _derive(
+    machine: type[StateMachine], states: type[S], events: type[E], guards: str | tuple[str, ...]
+) -> dict[tuple[S, E, Any], S]:
+    table: dict[tuple[S, E, Any], S] = {}
+    for state in machine.states_map.values():
+        source = states(state.value)
+        for event in events:
+            for value in guard_values(guards):
+                holds = guard_assignment(guards, value)
+                for transition in state.transitions:  # declaration order, as the engine tries
+                    if event.value not in {e.id for e in transition.events}:
+                        continue
+                    if list(transition.validators):
+                        raise DefinitionError("validators are not expressible in a table")
+                    if isinstance(guards, str):
+                        ok = all(_guard_holds(str(c), guards, value) for c in transition.cond)
+                    else:
+                        ok = all(_guards_hold(str(c), holds) for c in transition.cond)
+                    if ok:
+                        table[(source, event, value)] = states(transition.target.value)
+                        break
+    return table
+
+
 def derive_table(
     machine: type[StateMachine], states: type[S], events: type[E], guard: str
 ) -> Mapping[tuple[S, E, bool], S]:
@@ -66,36 +127,36 @@ def derive_table(
 
     Cells that are absent are illegal moves. The result is read-only.
     """
-    table: dict[tuple[S, E, bool], S] = {}
-    for state in machine.states_map.values():
-        source = states(state.value)
-        for event in events:
-            for value in (False, True):
-                for transition in state.transitions:  # declaration order, as the engine tries
-                    if event.value not in {e.id for e in transition.events}:
-                        continue
-                    if list(transition.validators):
-                        raise DefinitionError("validators are not expressible in a table")
-                    if all(_guard_holds(str(c), guard, value) for c in transition.cond):
-                        table[(source, event, value)] = states(transition.target.value)
-                        break
-    return MappingProxyType(table)
+    return MappingProxyType(_derive(machine, states, events, guard))
+
+
+def derive_guarded_table(
+    machine: type[StateMachine], states: type[S], events: type[E], guards: tuple[str, ...]
+) -> Mapping[tuple[S, E, tuple[bool, ...]], S]:
+    """:func:`derive_table` for a machine with several named guards: each cell is keyed by the
+    tuple of the guards' values, in the order ``guards`` names them. Read-only."""
+    if len(set(guards)) != len(guards) or len(guards) < 2:
+        raise DefinitionError(f"name two or more distinct guards, not {guards!r}")
+    return MappingProxyType(_derive(machine, states, events, guards))
 
 
 def executed_table(
     machine: type[StateMachine],
     states: type[S],
     events: type[E],
-    make_model: Callable[[S, bool], Any],
-) -> dict[tuple[S, E, bool], S]:
+    make_model: Callable[[S, Any], Any],
+    guards: str | tuple[str, ...] = "guard",
+) -> dict[tuple[S, E, Any], S]:
     """The same table obtained by *running* the machine from every restored state.
 
-    Slow (one machine per cell); for the bridge test and tools, never for hot paths.
+    ``make_model(state, guard key)`` restores the box; ``guards`` says which keys exist (one
+    name: ``False, True``; a tuple of names: every tuple of values). Slow (one machine per
+    cell); for the bridge test and tools, never for hot paths.
     """
-    out: dict[tuple[S, E, bool], S] = {}
+    out: dict[tuple[S, E, Any], S] = {}
     for state in states:
         for event in events:
-            for value in (False, True):
+            for value in guard_values(guards):
                 model = make_model(state, value)
                 try:
                     machine(model=model).send(event.value)
@@ -107,15 +168,33 @@ def executed_table(
 
 @dataclass(frozen=True)
 class MachineSpec(Generic[S, E]):
-    """Everything tools need about one machine: class, vocabularies, guard and table."""
+    """Everything tools need about one machine: class, vocabularies, guard(s) and table.
+
+    ``guard`` is the one guard's name (cells keyed by its value) or a tuple of names (cells
+    keyed by the tuple of their values, in that order).
+    """
 
     name: str
     machine: type[StateMachine]
     states: type[S]
     events: type[E]
-    guard: str
-    table: Mapping[tuple[S, E, bool], S]
-    make_model: Callable[[S, bool], Any]
+    guard: str | tuple[str, ...]
+    table: Mapping[tuple[S, E, Any], S]
+    make_model: Callable[[S, Any], Any]
+
+    @property
+    def guards(self) -> tuple[str, ...]:
+        """The guard names, in key order."""
+        return (self.guard,) if isinstance(self.guard, str) else self.guard
+
+    @property
+    def guard_values(self) -> tuple[Any, ...]:
+        """Every guard key a cell may have."""
+        return guard_values(self.guard)
+
+    def assignment(self, value: Any) -> dict[str, bool]:
+        """The guard key ``value`` as ``{guard name: value}``."""
+        return guard_assignment(self.guard, value)
 
     @property
     def initial(self) -> S:
@@ -134,6 +213,17 @@ CURSOR_TABLE: Mapping[tuple[CursorPhase, CursorEvent, bool], CursorPhase]
 CURSOR_TABLE = derive_table(SessionCursorLifecycle, CursorPhase, CursorEvent, "stored")
 LEASE_TABLE: Mapping[tuple[TurnLeaseState, TurnLeaseEvent, bool], TurnLeaseState]
 LEASE_TABLE = derive_table(TurnLeaseLifecycle, TurnLeaseState, TurnLeaseEvent, "busy")
+#: The ledger entry's guards, in key order: (the stored claim is the caller's, the tool is
+#: declared idempotent).
+EXECUTION_GUARDS = ("ours", "idempotent")
+EXECUTION_TABLE: Mapping[tuple[ExecutionState, ExecutionEvent, tuple[bool, ...]], ExecutionState]
+EXECUTION_TABLE = derive_guarded_table(
+    ExecutionLifecycle, ExecutionState, ExecutionEvent, EXECUTION_GUARDS
+)
+#: The run record's guards, in key order: (the stored claim is the caller's, a recovery).
+RUN_GUARDS = ("ours", "recover")
+RUN_TABLE: Mapping[tuple[RunState, RunEvent, tuple[bool, ...]], RunState]
+RUN_TABLE = derive_guarded_table(RunLifecycle, RunState, RunEvent, RUN_GUARDS)
 
 ConfirmationTable = Mapping[tuple[ConfirmationStatus, ConfirmationEvent, bool], ConfirmationStatus]
 
@@ -242,6 +332,24 @@ MACHINES: Mapping[str, MachineSpec[Any, Any]] = MappingProxyType(
             CURSOR_TABLE,
             lambda s, g: CursorModel(s, stored=g),
         ),
+        "execution": MachineSpec(
+            "execution",
+            ExecutionLifecycle,
+            ExecutionState,
+            ExecutionEvent,
+            EXECUTION_GUARDS,
+            EXECUTION_TABLE,
+            lambda s, g: ExecutionModel(s, ours=g[0], idempotent=g[1]),
+        ),
+        "run": MachineSpec(
+            "run",
+            RunLifecycle,
+            RunState,
+            RunEvent,
+            RUN_GUARDS,
+            RUN_TABLE,
+            lambda s, g: RunModel(s, ours=g[0], recover=g[1]),
+        ),
         "turn_lease": MachineSpec(
             "turn_lease",
             TurnLeaseLifecycle,
@@ -255,7 +363,10 @@ MACHINES: Mapping[str, MachineSpec[Any, Any]] = MappingProxyType(
 )
 
 
-def step(machine: str, table: Mapping[tuple[S, E, bool], S], state: S, event: E, guard: bool) -> S:
+G = TypeVar("G")
+
+
+def step(machine: str, table: Mapping[tuple[S, E, G], S], state: S, event: E, guard: G) -> S:
     """The target of (state, event, guard) in ``table``; raises :class:`IllegalTransition`."""
     target = table.get((state, event, guard))
     if target is None:
