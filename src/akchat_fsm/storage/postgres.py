@@ -82,6 +82,17 @@ ENCODING_STATES = frozenset({"22P05", "22021"})
 #: Database encodings that store every JSON text: UTF-8, and ``SQL_ASCII`` (raw bytes, which
 #: psycopg writes as UTF-8 and ``loaded_text`` decodes strictly, ADR-0083).
 SERVER_ENCODINGS = frozenset({"UTF8", "SQL_ASCII"})
+#: A reply saying the statement does not fit the table (class 42: undefined column or table,
+#: datatype mismatch, undefined operator, insufficient privilege) or that a row cannot be
+#: written without a value we never send (23502, a NOT NULL column of someone else's): the
+#: table is not the shape this adapter expects, so the same call fails again.
+SCHEMA_STATE_CLASS = "42"
+SCHEMA_STATES = frozenset({"23502"})
+SCHEMA_HINT = (
+    "Point table= at a table akchat-fsm created (or a new name), or give it the expected "
+    "columns: session_id text PRIMARY KEY, cursor bigint NOT NULL, body text NOT NULL, "
+    "updated_at timestamptz NOT NULL DEFAULT now() (see docs/adapters.md)."
+)
 ENCODING_HINT = (
     "Store sessions in a database created with ENCODING 'UTF8'; repair or delete a row whose "
     "text cannot be read."
@@ -105,6 +116,8 @@ def map_pg_error(
         return StorageUnavailable(f"PostgreSQL unreachable: {exc}")
     if state in ENCODING_STATES and not broken:
         return ConfigError(f"PostgreSQL cannot convert the text: {exc}", hint=ENCODING_HINT)
+    if is_schema_state(state) and not broken:
+        return ConfigError(f"PostgreSQL table does not fit akchat-fsm: {exc}", hint=SCHEMA_HINT)
     if write and state in CONFLICT_STATES:
         return None
     if write and (
@@ -116,6 +129,66 @@ def map_pg_error(
     ):
         return OutcomeUnknown(f"PostgreSQL write may have applied: {exc}")
     return StorageUnavailable(f"PostgreSQL: {exc}")
+
+
+def is_schema_state(state: str | None) -> bool:
+    """Whether SQLSTATE ``state`` says the table's shape is wrong (never transient)."""
+    return state is not None and (state.startswith(SCHEMA_STATE_CLASS) or state in SCHEMA_STATES)
+
+
+#: The columns this adapter reads and writes, with the types ``format_type`` may name for
+#: each; ``processing`` and ``written_ms`` are added to a 0.1.0 sessions table on connect.
+_TEXT = ("text", "character varying")
+_EXPECTED_COLUMNS: dict[str, dict[str, tuple[str, ...]]] = {
+    "sessions": {
+        "session_id": _TEXT,
+        "cursor": ("bigint",),
+        "body": _TEXT,
+        "updated_at": ("timestamp with time zone", "timestamp without time zone"),
+    },
+    "records": {
+        "session_id": _TEXT,
+        "key": _TEXT,
+        "version": ("bigint",),
+        "body": _TEXT,
+        "processing": ("boolean",),
+        "written_ms": ("bigint",),
+    },
+}
+_ADDED_ON_UPGRADE = {"processing": ("boolean",), "written_ms": ("bigint",)}
+
+
+def schema_problem(
+    table: str, kind: str, columns: dict[str, str], *, upgradable: bool
+) -> ConfigError | None:
+    """A ``ConfigError`` naming the first column of ``table`` that does not fit, else ``None``.
+
+    ``columns`` maps each column of the existing table to its ``format_type``; an empty map
+    means the table does not exist (it is created). ``upgradable``: the upgrade columns may
+    be missing (a 0.1.0 sessions table), but if present they must have their types.
+    """
+    if not columns:
+        return None
+    expected = dict(_EXPECTED_COLUMNS[kind])
+    optional = set(_ADDED_ON_UPGRADE) if upgradable else set()
+    if kind == "sessions":
+        expected.update(_ADDED_ON_UPGRADE)
+    for name, types in expected.items():
+        found = columns.get(name)
+        if found is None:
+            if name in optional:
+                continue
+            return ConfigError(
+                f"PostgreSQL table {table!r} has no column {name!r} (expected {types[0]}): "
+                "it is not an akchat-fsm table.",
+                hint=SCHEMA_HINT,
+            )
+        if not found.startswith(types):
+            return ConfigError(
+                f"PostgreSQL table {table!r} column {name!r} is {found}, expected {types[0]}.",
+                hint=SCHEMA_HINT,
+            )
+    return None
 
 
 def map_codec_error(exc: UnicodeError) -> ConfigError:
@@ -146,6 +219,14 @@ def encoding_setup(server_encoding: str | None, client_encoding: str) -> list[st
     if client_encoding in ("utf-8", "ascii"):
         return []
     return ["SET client_encoding = 'UTF8'"]
+
+
+def connect_error(exc: psycopg.Error) -> StorageUnavailable | ConfigError:
+    """A failure while connecting or preparing the table: retryable unless it is the table's
+    shape (the catalog or the DDL said class 42), which fails the same way every time."""
+    if is_schema_state(getattr(exc, "sqlstate", None)):
+        return ConfigError(f"PostgreSQL table does not fit akchat-fsm: {exc}", hint=SCHEMA_HINT)
+    return StorageUnavailable(f"PostgreSQL unreachable: {exc}")
 
 
 def must_resend(exc: BaseException, *, write: bool, attempt: int) -> bool:
@@ -203,6 +284,11 @@ class _Plan:
             self.setup.append(f"SET statement_timeout = {statement_timeout_ms}")
         self.records = r = derived_identifier(t, "__records")
         self.create = _schema(t, r)
+        self.columns = (
+            "SELECT a.attrelid = to_regclass(%s), a.attname, format_type(a.atttypid, a.atttypmod)"
+            " FROM pg_attribute a WHERE a.attrelid IN (to_regclass(%s), to_regclass(%s))"
+            " AND a.attnum > 0 AND NOT a.attisdropped"
+        )
         self.select = f"SELECT body, cursor FROM {t} WHERE session_id = %s"
         self.insert = (
             f"INSERT INTO {t} (session_id, cursor, body, processing, written_ms)"
@@ -239,6 +325,20 @@ class _Plan:
             " WHERE %s::bigint IS NULL OR last < %s::bigint"
             ' ORDER BY last, session_id COLLATE "C" LIMIT %s'
         )
+
+    def columns_params(self) -> tuple[str, str, str]:
+        return self.table, self.table, self.records
+
+    def shape_problem(self, rows: list[tuple[Any, ...]]) -> ConfigError | None:
+        """What is wrong with the existing tables (``rows`` from ``columns``), or ``None``."""
+        found: dict[bool, dict[str, str]] = {True: {}, False: {}}
+        for is_sessions, name, kind in rows:
+            found[bool(is_sessions)][column_text(name, "A column name")] = column_text(
+                kind, "A column type"
+            )
+        return schema_problem(
+            self.table, "sessions", found[True], upgradable=True
+        ) or schema_problem(self.records, "records", found[False], upgradable=False)
 
     def save_statement(self, snapshot: Any, expected_cursor: Any) -> tuple[str, tuple[Any, ...]]:
         p = prepare_save(snapshot, expected_cursor)
@@ -398,6 +498,12 @@ class PostgresStorage(Closing):
         conn: psycopg.Connection[Any] | None = None
         try:
             conn = psycopg.connect(self._plan.conninfo, **self._plan.connect_kwargs)
+            # The shape first: the upgrade's DDL and backfill assume our column types.
+            problem = self._plan.shape_problem(
+                conn.execute(self._plan.columns, self._plan.columns_params()).fetchall()
+            )
+            if problem is not None:
+                raise problem
             # The table first: a short statement_timeout must not apply to the DDL.
             with contextlib.suppress(*_CREATE_RACE):
                 conn.execute(self._plan.create)
@@ -408,7 +514,7 @@ class PostgresStorage(Closing):
         except psycopg.Error as exc:
             if conn is not None:
                 conn.close()
-            raise StorageUnavailable(f"PostgreSQL unreachable: {exc}") from exc
+            raise connect_error(exc) from exc
         except BaseException:
             if conn is not None:
                 conn.close()
@@ -548,6 +654,10 @@ class AsyncPostgresStorage(AsyncClosing):
             conn = await psycopg.AsyncConnection.connect(
                 self._plan.conninfo, **self._plan.connect_kwargs
             )
+            columns = await conn.execute(self._plan.columns, self._plan.columns_params())
+            problem = self._plan.shape_problem(await columns.fetchall())
+            if problem is not None:
+                raise problem
             with contextlib.suppress(*_CREATE_RACE):
                 await conn.execute(self._plan.create)
             info = conn.info
@@ -557,7 +667,7 @@ class AsyncPostgresStorage(AsyncClosing):
         except psycopg.Error as exc:
             if conn is not None:
                 await conn.close()
-            raise StorageUnavailable(f"PostgreSQL unreachable: {exc}") from exc
+            raise connect_error(exc) from exc
         except BaseException:
             if conn is not None:
                 await conn.close()
