@@ -71,7 +71,7 @@ def _one(
         memory = load_memory(memory_file)
     except AkchatError as exc:
         fail(f"{memory_file}: {describe(exc)}", EXIT_INVALID)
-    with opened_storage(url, create=False) as storage:
+    with opened_storage(url, create=False, read_only=not apply_) as storage:
         snapshot = load_or_fail(storage, session_id, url).snapshot
         plans = plan_for(snapshot, tool_statuses(memory), release_untouched)
         if not apply_ or not plans:

@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import select
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -56,6 +56,7 @@ from ._cas import (
     record_prefix_matches_nothing,
 )
 from ._closing import AsyncClosing, Closing
+from ._read_only import read_only_refusal
 from .port import ProcessingSession, StoredRecord
 
 __all__ = ["AsyncPostgresStorage", "PostgresStorage", "map_pg_error"]
@@ -252,6 +253,13 @@ def _idle_and_quiet(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
         return True
 
 
+class Layout(NamedTuple):
+    """What a connection found: a records table, and the index columns on the sessions one."""
+
+    records: bool
+    indexed: bool
+
+
 class _Plan:
     """Everything but the I/O: validated options, SQL text, connection setup."""
 
@@ -262,6 +270,7 @@ class _Plan:
         isolation: str,
         statement_timeout_ms: int | None,
         connect_timeout: float,
+        read_only: bool = False,
     ) -> None:
         if not isinstance(conninfo, str):
             raise ConfigError("conninfo must be a libpq connection string or URL.")
@@ -280,6 +289,10 @@ class _Plan:
             "connect_timeout": max(1, round(connect_timeout)),
         }
         self.setup = [f"SET default_transaction_isolation = '{ISOLATIONS[isolation]}'"]
+        self.read_only = bool(read_only)
+        if self.read_only:
+            # Belt and braces: the server refuses any write this session might send.
+            self.setup.append("SET default_transaction_read_only = on")
         if statement_timeout_ms is not None:
             self.setup.append(f"SET statement_timeout = {statement_timeout_ms}")
         self.records = r = derived_identifier(t, "__records")
@@ -329,16 +342,46 @@ class _Plan:
     def columns_params(self) -> tuple[str, str, str]:
         return self.table, self.table, self.records
 
-    def shape_problem(self, rows: list[tuple[Any, ...]]) -> ConfigError | None:
-        """What is wrong with the existing tables (``rows`` from ``columns``), or ``None``."""
+    def layout(self, rows: list[tuple[Any, ...]]) -> Layout:
+        """The existing tables' columns (``rows`` from ``columns``), checked before any change.
+
+        ``ConfigError`` names the first column that does not fit; a read-only plan also
+        refuses a missing sessions table (it never creates one).
+        """
         found: dict[bool, dict[str, str]] = {True: {}, False: {}}
         for is_sessions, name, kind in rows:
             found[bool(is_sessions)][column_text(name, "A column name")] = column_text(
                 kind, "A column type"
             )
-        return schema_problem(
+        problem = schema_problem(
             self.table, "sessions", found[True], upgradable=True
         ) or schema_problem(self.records, "records", found[False], upgradable=False)
+        if problem is None and self.read_only and not found[True]:
+            problem = ConfigError(
+                f"PostgreSQL has no table {self.table!r} (a read-only adapter never creates one).",
+                hint=SCHEMA_HINT,
+            )
+        if problem is not None:
+            raise problem
+        return Layout(bool(found[False]), set(_ADDED_ON_UPGRADE) <= set(found[True]))
+
+    def refuse_if_read_only(self, what: str) -> None:
+        if self.read_only:
+            raise read_only_refusal("PostgreSQL storage", what)
+
+    def answer_without_records(self, layout: Layout) -> bool:
+        """A read of the records table that has the empty answer: a read-only adapter found
+        no records table (a 0.1.0 store), so there are none."""
+        return self.read_only and not layout.records
+
+    def check_index(self, layout: Layout) -> None:
+        """A read-only adapter cannot add the processing index to a 0.1.0 table."""
+        if self.read_only and not (layout.records and layout.indexed):
+            raise ConfigError(
+                f"PostgreSQL table {self.table!r} predates the processing index (0.1.0) and a "
+                "read-only adapter does not upgrade it.",
+                hint="Open it once without read_only (any host, or a writing verb).",
+            )
 
     def save_statement(self, snapshot: Any, expected_cursor: Any) -> tuple[str, tuple[Any, ...]]:
         p = prepare_save(snapshot, expected_cursor)
@@ -480,9 +523,14 @@ class PostgresStorage(Closing):
         isolation: str = "read_committed",
         statement_timeout_ms: int | None = None,
         connect_timeout: float = 10.0,
+        read_only: bool = False,
     ) -> None:
-        self._plan = _Plan(conninfo, table, isolation, statement_timeout_ms, connect_timeout)
+        self._plan = _Plan(
+            conninfo, table, isolation, statement_timeout_ms, connect_timeout, read_only
+        )
         self.table = self._plan.table
+        self.read_only = self._plan.read_only
+        self._layout = Layout(records=False, indexed=False)
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
         self._closed = False
@@ -499,14 +547,14 @@ class PostgresStorage(Closing):
         try:
             conn = psycopg.connect(self._plan.conninfo, **self._plan.connect_kwargs)
             # The shape first: the upgrade's DDL and backfill assume our column types.
-            problem = self._plan.shape_problem(
+            layout = self._plan.layout(
                 conn.execute(self._plan.columns, self._plan.columns_params()).fetchall()
             )
-            if problem is not None:
-                raise problem
-            # The table first: a short statement_timeout must not apply to the DDL.
-            with contextlib.suppress(*_CREATE_RACE):
-                conn.execute(self._plan.create)
+            if not self._plan.read_only:
+                # The table first: a short statement_timeout must not apply to the DDL.
+                with contextlib.suppress(*_CREATE_RACE):
+                    conn.execute(self._plan.create)
+                layout = Layout(records=True, indexed=True)
             info = conn.info
             setup = encoding_setup(info.parameter_status("server_encoding"), info.encoding)
             for statement in self._plan.setup + setup:
@@ -519,16 +567,32 @@ class PostgresStorage(Closing):
             if conn is not None:
                 conn.close()
             raise
-        self._conn = conn
+        self._conn, self._layout = conn, layout
         return conn
 
-    def _run(self, sql: str, params: tuple[Any, ...], *, write: bool, every: bool = False) -> Any:
+    def _run(
+        self,
+        sql: str,
+        params: tuple[Any, ...],
+        *,
+        write: bool,
+        every: bool = False,
+        records: bool = False,
+        index: bool = False,
+    ) -> Any:
         """Execute one statement; the first row, or ``None`` (no row, or a conflict).
 
-        ``every``: the list of all rows instead (a read).
+        ``every``: the list of all rows instead (a read). ``records``/``index``: the read
+        needs the records table / the processing index, which a read-only adapter may lack.
         """
+        if write:
+            self._plan.refuse_if_read_only("a write")
         with self._lock:
             conn = self._connection()
+            if index:
+                self._plan.check_index(self._layout)
+            if records and self._plan.answer_without_records(self._layout):
+                return [] if every else None
             for attempt in range(WRITE_ATTEMPTS):
                 try:
                     cur = conn.execute(sql, params)
@@ -569,7 +633,10 @@ class PostgresStorage(Closing):
     def load_record(self, session_id: str, key: str) -> StoredRecord | None:
         """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
         row = self._run(
-            self._plan.select_record, self._plan.record_key(session_id, key), write=False
+            self._plan.select_record,
+            self._plan.record_key(session_id, key),
+            write=False,
+            records=True,
         )
         return None if row is None else stored_record(row)
 
@@ -591,7 +658,11 @@ class PostgresStorage(Closing):
     def list_records(self, session_id: str, prefix: str = "") -> list[str]:
         """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
         statement = self._plan.list_records_statement(session_id, prefix)
-        rows = [] if statement is None else self._run(*statement, write=False, every=True)
+        rows = (
+            []
+            if statement is None
+            else self._run(*statement, write=False, every=True, records=True)
+        )
         return listed_keys(rows)
 
     def delete_record(self, session_id: str, key: str) -> None:
@@ -603,7 +674,7 @@ class PostgresStorage(Closing):
     ) -> list[ProcessingSession]:
         """Sessions holding processing work, oldest last write first (see the port)."""
         statement = self._plan.list_processing_statement(written_before_ms, limit)
-        rows = self._run(*statement, write=False, every=True)
+        rows = self._run(*statement, write=False, every=True, index=True)
         return listed_sessions(rows)
 
     def open_connections(self) -> int:
@@ -634,9 +705,14 @@ class AsyncPostgresStorage(AsyncClosing):
         isolation: str = "read_committed",
         statement_timeout_ms: int | None = None,
         connect_timeout: float = 10.0,
+        read_only: bool = False,
     ) -> None:
-        self._plan = _Plan(conninfo, table, isolation, statement_timeout_ms, connect_timeout)
+        self._plan = _Plan(
+            conninfo, table, isolation, statement_timeout_ms, connect_timeout, read_only
+        )
         self.table = self._plan.table
+        self.read_only = self._plan.read_only
+        self._layout = Layout(records=False, indexed=False)
         self._lock = asyncio.Lock()
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._closed = False
@@ -655,11 +731,11 @@ class AsyncPostgresStorage(AsyncClosing):
                 self._plan.conninfo, **self._plan.connect_kwargs
             )
             columns = await conn.execute(self._plan.columns, self._plan.columns_params())
-            problem = self._plan.shape_problem(await columns.fetchall())
-            if problem is not None:
-                raise problem
-            with contextlib.suppress(*_CREATE_RACE):
-                await conn.execute(self._plan.create)
+            layout = self._plan.layout(await columns.fetchall())
+            if not self._plan.read_only:
+                with contextlib.suppress(*_CREATE_RACE):
+                    await conn.execute(self._plan.create)
+                layout = Layout(records=True, indexed=True)
             info = conn.info
             setup = encoding_setup(info.parameter_status("server_encoding"), info.encoding)
             for statement in self._plan.setup + setup:
@@ -672,14 +748,27 @@ class AsyncPostgresStorage(AsyncClosing):
             if conn is not None:
                 await conn.close()
             raise
-        self._conn = conn
+        self._conn, self._layout = conn, layout
         return conn
 
     async def _run(
-        self, sql: str, params: tuple[Any, ...], *, write: bool, every: bool = False
+        self,
+        sql: str,
+        params: tuple[Any, ...],
+        *,
+        write: bool,
+        every: bool = False,
+        records: bool = False,
+        index: bool = False,
     ) -> Any:
+        if write:
+            self._plan.refuse_if_read_only("a write")
         async with self._lock:
             conn = await self._connection()
+            if index:
+                self._plan.check_index(self._layout)
+            if records and self._plan.answer_without_records(self._layout):
+                return [] if every else None
             for attempt in range(WRITE_ATTEMPTS):
                 try:
                     cur = await conn.execute(sql, params)
@@ -720,7 +809,7 @@ class AsyncPostgresStorage(AsyncClosing):
     async def load_record(self, session_id: str, key: str) -> StoredRecord | None:
         """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
         params = self._plan.record_key(session_id, key)
-        row = await self._run(self._plan.select_record, params, write=False)
+        row = await self._run(self._plan.select_record, params, write=False, records=True)
         return None if row is None else stored_record(row)
 
     async def save_record(
@@ -741,7 +830,11 @@ class AsyncPostgresStorage(AsyncClosing):
     async def list_records(self, session_id: str, prefix: str = "") -> list[str]:
         """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
         statement = self._plan.list_records_statement(session_id, prefix)
-        rows = [] if statement is None else await self._run(*statement, write=False, every=True)
+        rows = (
+            []
+            if statement is None
+            else await self._run(*statement, write=False, every=True, records=True)
+        )
         return listed_keys(rows)
 
     async def delete_record(self, session_id: str, key: str) -> None:
@@ -754,7 +847,7 @@ class AsyncPostgresStorage(AsyncClosing):
     ) -> list[ProcessingSession]:
         """Sessions holding processing work, oldest last write first (see the port)."""
         statement = self._plan.list_processing_statement(written_before_ms, limit)
-        rows = await self._run(*statement, write=False, every=True)
+        rows = await self._run(*statement, write=False, every=True, index=True)
         return listed_sessions(rows)
 
     def open_connections(self) -> int:
