@@ -85,6 +85,24 @@ def test_a_sqlite_table_without_a_cursor_is_reported_and_left_byte_for_byte(
         assert _sqlite_state(db) == before, argv
 
 
+def test_the_writing_verbs_refuse_a_table_of_the_wrong_shape_before_touching_it(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "w.db"
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute(NO_CURSOR.format(t="akchat_sessions"))
+        conn.commit()
+    before = _sqlite_state(db)
+    url, memory = f"sqlite:///{db}", _memory(tmp_path)
+    for argv in (
+        ["reconcile", url, "s1", "--memory", str(memory), "--apply"],
+        ["reconcile", url, "--all", "--older-than", "0", "--memory-dir", str(tmp_path), "--apply"],
+        ["settle", url, "s1", "c1", "--ran"],
+    ):
+        assert "has no column 'cursor'" in _exit_line(argv, 2), argv
+        assert _sqlite_state(db) == before, argv
+
+
 def test_a_sqlite_0_1_0_table_is_read_not_upgraded(tmp_path: Path) -> None:
     current = tmp_path / "current.db"
     record = stuck_session(f"sqlite:///{current}", "s1")

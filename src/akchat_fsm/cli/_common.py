@@ -142,23 +142,23 @@ def opened_storage(
     """``open_storage(url)``, closed afterwards; a bad URL or an unreachable store exits 2.
 
     ``create=False`` (verbs that write into an existing store): a store that does not exist
-    exits 2 and is not created (see :mod:`._existing`). ``read_only=True`` (``inspect``, a
-    dry run): also that, and the adapter is opened read-only, so nothing in the store changes
-    whatever it finds; it is read once here, so a table of the wrong shape exits 2 too.
+    exits 2 and is not created (see :mod:`._existing`), and it is read once here, so a table
+    of the wrong shape exits 2 too. ``read_only=True`` (``inspect``, a dry run): also that,
+    and the adapter is opened read-only, so nothing in the store changes whatever it finds.
     """
     try:
         storage = open_storage(url, read_only=read_only)
     except (ConfigError, StorageError) as exc:
         fail(f"cannot open storage {url!r}: {describe(exc)}", EXIT_USAGE)
-    create = create and not read_only
-    if not create:
+    existing = read_only or not create  # a store the verb reads or writes, never makes
+    if existing:
         try:
             check_exists(url, storage)
         except (MissingStore, StorageError) as exc:
             with suppress(Exception):
                 storage.close()
             fail(f"no store at {url}: {describe(exc)}", EXIT_USAGE)
-    if read_only:
+    if existing:
         try:
             storage.load(_PROBE_ID)  # connects and checks the table's shape, reading only
         except (ConfigError, StorageError) as exc:
