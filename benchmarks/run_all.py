@@ -148,14 +148,15 @@ def linearizability_rows(out: str) -> list[Row]:
         rows.append(Row("5,000-op history, 20% unknown: peak MB", float(rss[1]), "<= 500"))
     if ratio:
         rows.append(Row("that history / a sequential one (checker)", float(ratio[1]), "info"))
-    # Issue 27's shapes, default budget: a row only when decided ("unknown" is no row, and
-    # the verbose output shows it).
+    # Issue 27's shapes, default budget: steps against a sequential history, and a shape
+    # that got no verdict says so in its name.
     for name, ops, verdict, steps_ratio in re.findall(
         r"^shape ([\w-]+) (\d+): (\w+).*?steps ratio ([\d.]+)x", out, flags=re.M
     ):
-        if verdict == "ok":
-            label = f"{name} {int(ops):,}-op, default budget: steps / sequential"
-            rows.append(Row(label, float(steps_ratio), "info"))
+        label = f"{name} {int(ops):,}-op, default budget: steps / sequential"
+        if verdict != "ok":
+            label += f" ({verdict.upper()})"
+        rows.append(Row(label, float(steps_ratio), "info"))
     return rows
 
 
