@@ -13,6 +13,13 @@ history of the same length (no overlap, no unknown outcome: one step per operati
 Then the same history with one read changed near operation ``--illegal-at``: proving a history
 illegal searches everything before the failure point, so this grows with that position.
 
+Then the shapes of issue 27, each with ``check_history``'s *default* budget (2,000,000 steps,
+400 MB): 10,000 operations from 8 clients in lockstep (the kit's workers; 0.2.0 ran out of
+memory after 1.9 million steps), 5,000 free-running ones, and 5,000 whose applied unknown
+writes land up to 300 events late (where the eager order alone never ends); ``--full-shapes``
+adds 20,000 in lockstep. Each is reported in search steps and as a ratio of steps and of
+seconds against the sequential baseline of the same length, measured in the same run.
+
     python benchmarks/bench_linearizability.py [--ops 5000] [--seeds 3] [--illegal-at 300]
 """
 
@@ -31,7 +38,15 @@ from akchat_fsm.testing.linearizability import (
     Operation,
     check_history,
     simulated_cas_history,
+    simulated_lockstep_history,
 )
+
+#: The shapes of issue 27: (name, generator, operations), checked with the default budget.
+SHAPES: list[tuple[str, str, int]] = [
+    ("lockstep", "lockstep", 10_000),
+    ("free-running", "free", 5_000),
+    ("late-landing", "late", 5_000),
+]
 
 
 def _sequential(ops: int) -> list[Operation]:
@@ -49,9 +64,32 @@ def _sequential(ops: int) -> list[Operation]:
     return out
 
 
+def _shape(kind: str, seed: int, ops: int) -> list[Operation]:
+    if kind == "lockstep":
+        return simulated_lockstep_history(seed, ops)
+    return simulated_cas_history(seed, ops, late=300 if kind == "late" else 0)
+
+
 def _child(args: argparse.Namespace) -> None:
     if args.child == "sequential":
         ops = _sequential(args.ops)
+    elif args.child in ("lockstep", "free", "late"):
+        ops = _shape(args.child, args.seed, args.ops)
+        started = time.perf_counter()
+        result = check_history(ops, CasRegisterModel())  # the default budget
+        print(
+            json.dumps(
+                {
+                    "verdict": result.verdict,
+                    "budget": result.budget,
+                    "seconds": time.perf_counter() - started,
+                    "steps": result.steps,
+                    "memo_mb": result.memo_bytes / 1e6,
+                    "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                }
+            )
+        )
+        return
     else:
         ops = simulated_cas_history(args.seed, args.ops, unknown=args.unknown, deletes=args.deletes)
     if args.child == "illegal":
@@ -83,7 +121,9 @@ def _child(args: argparse.Namespace) -> None:
     )
 
 
-def _measure(args: argparse.Namespace, kind: str, seed: int) -> dict[str, Any]:
+def _measure(
+    args: argparse.Namespace, kind: str, seed: int, ops: int | None = None
+) -> dict[str, Any]:
     command = [
         sys.executable,
         __file__,
@@ -92,7 +132,7 @@ def _measure(args: argparse.Namespace, kind: str, seed: int) -> dict[str, Any]:
         "--seed",
         str(seed),
         "--ops",
-        str(args.ops),
+        str(args.ops if ops is None else ops),
         "--unknown",
         str(args.unknown),
         "--deletes",
@@ -111,7 +151,12 @@ def main() -> None:
     parser.add_argument("--deletes", type=float, default=0.1)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--illegal-at", type=int, default=300)
-    parser.add_argument("--child", choices=["history", "sequential", "illegal"], help="internal")
+    parser.add_argument("--full-shapes", action="store_true", help="also 20,000 in lockstep")
+    parser.add_argument(
+        "--child",
+        choices=["history", "sequential", "illegal", "lockstep", "free", "late"],
+        help="internal",
+    )
     parser.add_argument("--seed", type=int, default=1, help="internal")
     args = parser.parse_args()
     if args.child:
@@ -146,6 +191,18 @@ def main() -> None:
         f"illegal (a ghost read at op >= {args.illegal_at}): {bad['verdict']} in "
         f"{bad['seconds']:.2f} s, {bad['steps']} steps, peak RSS {bad['rss_mb']:.0f} MB"
     )
+    shapes = SHAPES + ([("lockstep", "lockstep", 20_000)] if args.full_shapes else [])
+    print("issue 27 shapes, default budget (2,000,000 steps, 400 MB), seed 1:")
+    for name, kind, ops in shapes:
+        run = _measure(args, kind, 1, ops)
+        base = _measure(args, "sequential", 0, ops)
+        budget = f" ({run['budget']})" if run["budget"] else ""
+        print(
+            f"shape {name} {ops}: {run['verdict']}{budget}, {run['steps']} steps, "
+            f"{run['memo_mb']:.0f} MB memo, peak RSS {run['rss_mb']:.0f} MB; "
+            f"steps ratio {run['steps'] / base['steps']:.1f}x, "
+            f"seconds ratio {run['seconds'] / base['seconds']:.1f}x (vs sequential, same run)"
+        )
 
 
 if __name__ == "__main__":

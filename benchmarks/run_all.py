@@ -148,6 +148,15 @@ def linearizability_rows(out: str) -> list[Row]:
         rows.append(Row("5,000-op history, 20% unknown: peak MB", float(rss[1]), "<= 500"))
     if ratio:
         rows.append(Row("that history / a sequential one (checker)", float(ratio[1]), "info"))
+    # Issue 27's shapes, default budget: steps against a sequential history, and a shape
+    # that got no verdict says so in its name.
+    for name, ops, verdict, steps_ratio in re.findall(
+        r"^shape ([\w-]+) (\d+): (\w+).*?steps ratio ([\d.]+)x", out, flags=re.M
+    ):
+        label = f"{name} {int(ops):,}-op, default budget: steps / sequential"
+        if verdict != "ok":
+            label += f" ({verdict.upper()})"
+        rows.append(Row(label, float(steps_ratio), "info"))
     return rows
 
 
@@ -193,7 +202,12 @@ def main() -> None:
             resolution_rows,
         ),
         "bench_linearizability.py": (
-            run("bench_linearizability.py", "--seeds", "2"),
+            run(
+                "bench_linearizability.py",
+                "--seeds",
+                "2",
+                *(["--full-shapes"] if args.full else []),
+            ),
             linearizability_rows,
         ),
         "bench_bridge.py": (run("bench_bridge.py", "--calls", "200"), bridge_rows),

@@ -178,10 +178,10 @@ def test_a_settle_that_loses_the_race_writes_nothing_and_says_so(
     wrappers: list[_SettlesInBetween] = []
     real_open = cli_common.open_storage
 
-    def open_with_competitor(target: str) -> Any:
+    def open_with_competitor(target: str, **options: Any) -> Any:
         if wrappers:  # the competitor's own command: a plain adapter
-            return real_open(target)
-        wrappers.append(_SettlesInBetween(real_open(target), url, theirs))
+            return real_open(target, **options)
+        wrappers.append(_SettlesInBetween(real_open(target, **options), url, theirs))
         return wrappers[0]
 
     monkeypatch.setattr(cli_common, "open_storage", open_with_competitor)

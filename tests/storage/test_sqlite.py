@@ -127,7 +127,7 @@ def test_sqlite_url_paths(url: str, path: str, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(url_mod, "SQLiteStorage", lambda **kw: seen.update(kw) or "opened")
     opened: object = url_mod.open_storage(url + "?table=t1&busy_timeout=0.5")
     assert opened == "opened"
-    assert seen == {"path": path, "table": "t1", "busy_timeout": 0.5}
+    assert seen == {"path": path, "table": "t1", "busy_timeout": 0.5, "read_only": False}
 
 
 def test_url_opens_working_adapters(tmp_path: Path, unique_id: str) -> None:

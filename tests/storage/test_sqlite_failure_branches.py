@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from storage_harness import snap
 
-from akchat_fsm.errors import StorageUnavailable
+from akchat_fsm.errors import ConfigError, StorageUnavailable
 from akchat_fsm.storage.sqlite import SQLiteStorage
 
 
@@ -19,7 +19,9 @@ def _side(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None)
 
 
-def test_reads_of_a_dropped_table_are_storage_unavailable(tmp_path: Path, unique_id: str) -> None:
+def test_reads_of_a_dropped_table_are_config_errors(tmp_path: Path, unique_id: str) -> None:
+    # The table's shape is wrong, not the store's reachability: the same call fails again,
+    # so it is never retryable (issue 27; PostgreSQL's 42P01 maps the same way).
     path = tmp_path / "dropped.db"
     with SQLiteStorage(path) as storage:
         assert storage.save(snap(unique_id, 1), None)
@@ -28,14 +30,16 @@ def test_reads_of_a_dropped_table_are_storage_unavailable(tmp_path: Path, unique
         side.execute("DROP TABLE akchat_sessions")
         side.execute("DROP TABLE akchat_sessions__records")
         side.close()
-        with pytest.raises(StorageUnavailable) as envelope:
+        with pytest.raises(ConfigError, match="no such table") as envelope:
             storage.load(unique_id)
         assert isinstance(envelope.value.__cause__, sqlite3.OperationalError)
-        with pytest.raises(StorageUnavailable) as record:
+        with pytest.raises(ConfigError, match="no such table") as record:
             storage.load_record(unique_id, "k")
         assert isinstance(record.value.__cause__, sqlite3.OperationalError)
-        with pytest.raises(StorageUnavailable):
+        with pytest.raises(ConfigError, match="no such table"):
             storage.list_processing()
+        with pytest.raises(ConfigError, match="no such table"):
+            storage.save(snap(unique_id, 2), 1)
 
 
 def test_an_upgrade_that_fails_midway_changes_nothing_and_is_retried(

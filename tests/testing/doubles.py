@@ -552,3 +552,53 @@ class ReturnsUnvalidatedSnapshots(DictStorage):
         snapshot = SessionSnapshot.model_validate(stored)
         fields = {name: getattr(snapshot, name) for name in type(snapshot).model_fields}
         return SessionSnapshot.model_construct(**{**fields, "protocol": "x"})
+
+
+# --------------------------------------------------------------------------- issue 27
+
+
+class LaggingReplica(DictStorage):
+    """Writes go to the primary (a correct CAS); reads come from a replica that has applied
+    every write but the last ``LAG`` (deterministic: no clock, no sleep). Instances share one
+    store and its replica, so nothing is private: the reads are stale."""
+
+    LAG = 2
+
+    def __init__(self, store: Store | None = None) -> None:
+        super().__init__(store)
+        store = store or Store()
+        self._log: list[tuple[str, dict[str, Any] | None]] = store.__dict__.setdefault("log", [])
+
+    def load(self, session_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            applied = self._log[: max(0, len(self._log) - self.LAG)]
+            for key, wire in reversed(applied):
+                if key == session_id:
+                    return copy.deepcopy(wire)
+            return None
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        with self._lock:
+            if not self._matches(snapshot.session_id, expected_cursor):
+                return False
+            wire = snapshot.to_wire()
+            self._data[snapshot.session_id] = wire
+            self._log.append((snapshot.session_id, copy.deepcopy(wire)))
+            return True
+
+    def delete(self, session_id: str) -> None:
+        with self._lock:
+            self._data.pop(session_id, None)
+            self._log.append((session_id, None))
+
+
+class UntypedConflict(DictStorage):
+    """A correct CAS, except that a conflict raises a plain ``ValueError`` instead of
+    returning ``False`` (a driver's "version mismatch" let through)."""
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        with self._lock:
+            if not self._matches(snapshot.session_id, expected_cursor):
+                raise ValueError(f"version mismatch on {snapshot.session_id}")
+            self._data[snapshot.session_id] = snapshot.to_wire()
+            return True

@@ -46,6 +46,9 @@ __all__ = [
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 
+#: The session id a read-only verb loads once to check its store before using it.
+_PROBE_ID = "akchat-fsm-read-only-probe"
+
 #: Columns when stdout is not a terminal (stable files and diffs).
 DEFAULT_WIDTH = 100
 
@@ -133,23 +136,35 @@ def read_source(source: str) -> bytes:
 
 
 @contextmanager
-def opened_storage(url: str, *, create: bool = True) -> Iterator[ManagedSessionStorage]:
+def opened_storage(
+    url: str, *, create: bool = True, read_only: bool = False
+) -> Iterator[ManagedSessionStorage]:
     """``open_storage(url)``, closed afterwards; a bad URL or an unreachable store exits 2.
 
-    ``create=False`` (read-only verbs): a store that does not exist exits 2 and is not
-    created (see :mod:`._existing`).
+    ``create=False`` (verbs that write into an existing store): a store that does not exist
+    exits 2 and is not created (see :mod:`._existing`), and it is read once here, so a table
+    of the wrong shape exits 2 too. ``read_only=True`` (``inspect``, a dry run): also that,
+    and the adapter is opened read-only, so nothing in the store changes whatever it finds.
     """
     try:
-        storage = open_storage(url)
+        storage = open_storage(url, read_only=read_only)
     except (ConfigError, StorageError) as exc:
         fail(f"cannot open storage {url!r}: {describe(exc)}", EXIT_USAGE)
-    if not create:
+    existing = read_only or not create  # a store the verb reads or writes, never makes
+    if existing:
         try:
             check_exists(url, storage)
         except (MissingStore, StorageError) as exc:
             with suppress(Exception):
                 storage.close()
             fail(f"no store at {url}: {describe(exc)}", EXIT_USAGE)
+    if existing:
+        try:
+            storage.load(_PROBE_ID)  # connects and checks the table's shape, reading only
+        except (ConfigError, StorageError) as exc:
+            with suppress(Exception):
+                storage.close()
+            fail(f"cannot read storage {url!r}: {describe(exc)}", EXIT_USAGE)
     try:
         yield storage
     finally:

@@ -31,6 +31,7 @@ __all__ = [
     "Plan",
     "applied_table",
     "load_memory",
+    "memory_from_bytes",
     "outcome_row",
     "plan_for",
     "plan_row",
@@ -58,11 +59,18 @@ class Plan:
 
 def load_memory(source: str) -> MemoryRecord:
     """A chat-memory record file (``-``: stdin), bounded like every input, validated as
-    upstream validates it. Raises typed errors (``InvalidInput`` and subclasses)."""
+    upstream validates it. Raises typed errors (``InvalidInput`` and subclasses), so one
+    session's unreadable file is that session's failure in a sweep; a verb reading one file
+    calls :func:`read_source` itself, which exits as docs/cli.md says (2: unreadable)."""
     try:
         data = read_source(source)
     except click.ClickException as exc:  # too large or unreadable: typed for the sweep
         raise InvalidInput(exc.message) from exc
+    return memory_from_bytes(data)
+
+
+def memory_from_bytes(data: bytes) -> MemoryRecord:
+    """The chat-memory record in ``data``, validated as upstream validates it."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

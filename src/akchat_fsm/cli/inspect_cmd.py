@@ -92,7 +92,7 @@ def inspect(
             fail("--ledger reads a store: inspect URL SESSION_ID --ledger", EXIT_USAGE)
         decoded: Decoded = decode_or_fail(read_source(source), source)
     else:
-        with opened_storage(source, create=False) as storage:
+        with opened_storage(source, read_only=True) as storage:
             decoded = load_or_fail(storage, session_id, source)
             records = _records_or_fail(storage, session_id, source)
     if ledger_only:

@@ -41,11 +41,12 @@ from ._common import (
     inert_json,
     opened_storage,
     print_renderable,
+    read_source,
 )
 from ._envelope import load_or_fail
 from ._reconcile_plan import (
     applied_table,
-    load_memory,
+    memory_from_bytes,
     outcome_row,
     plan_for,
     plan_row,
@@ -67,11 +68,12 @@ def _one(
     as_json: bool,
     width: int | None,
 ) -> None:
+    data = read_source(memory_file)  # unreadable: exit 2; too large: exit 1 (docs/cli.md)
     try:
-        memory = load_memory(memory_file)
+        memory = memory_from_bytes(data)
     except AkchatError as exc:
         fail(f"{memory_file}: {describe(exc)}", EXIT_INVALID)
-    with opened_storage(url, create=False) as storage:
+    with opened_storage(url, create=False, read_only=not apply_) as storage:
         snapshot = load_or_fail(storage, session_id, url).snapshot
         plans = plan_for(snapshot, tool_statuses(memory), release_untouched)
         if not apply_ or not plans:
@@ -132,7 +134,7 @@ def _echo_json(
 @click.option(
     "--memory-dir",
     metavar="DIR",
-    type=click.Path(file_okay=False),
+    type=click.Path(file_okay=False, exists=True, readable=True),
     help="With --all: DIR/<session id>.json holds each session's chat-memory record.",
 )
 @click.option(

@@ -302,7 +302,7 @@ def reconcile_all_command(
     width: int | None,
 ) -> None:
     """The ``--all`` form of ``reconcile`` (arguments already checked by the command)."""
-    with opened_storage(url, create=False) as storage:
+    with opened_storage(url, create=False, read_only=not apply_) as storage:
         if not isinstance(storage, ProcessingIndex):
             fail(NO_INDEX.format(kind=type(storage).__name__), EXIT_USAGE)
         with _progress_bar() as tick:
@@ -313,7 +313,10 @@ def reconcile_all_command(
                 )
             else:
                 cutoff = default_clock() - older_than_ms
-                listed = storage.list_processing(written_before_ms=cutoff, limit=limit)
+                try:
+                    listed = storage.list_processing(written_before_ms=cutoff, limit=limit)
+                except ConfigError as exc:  # a 0.1.0 table a dry run must not upgrade
+                    fail(f"cannot read storage {url!r}: {describe(exc)}", EXIT_USAGE)
                 entries = _dry_run(storage, listed, memory_dir, release_untouched, tick)
     if as_json:
         document = {

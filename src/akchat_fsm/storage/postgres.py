@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import select
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -56,6 +56,7 @@ from ._cas import (
     record_prefix_matches_nothing,
 )
 from ._closing import AsyncClosing, Closing
+from ._read_only import read_only_refusal
 from .port import ProcessingSession, StoredRecord
 
 __all__ = ["AsyncPostgresStorage", "PostgresStorage", "map_pg_error"]
@@ -82,6 +83,17 @@ ENCODING_STATES = frozenset({"22P05", "22021"})
 #: Database encodings that store every JSON text: UTF-8, and ``SQL_ASCII`` (raw bytes, which
 #: psycopg writes as UTF-8 and ``loaded_text`` decodes strictly, ADR-0083).
 SERVER_ENCODINGS = frozenset({"UTF8", "SQL_ASCII"})
+#: A reply saying the statement does not fit the table (class 42: undefined column or table,
+#: datatype mismatch, undefined operator, insufficient privilege) or that a row cannot be
+#: written without a value we never send (23502, a NOT NULL column of someone else's): the
+#: table is not the shape this adapter expects, so the same call fails again.
+SCHEMA_STATE_CLASS = "42"
+SCHEMA_STATES = frozenset({"23502"})
+SCHEMA_HINT = (
+    "Point table= at a table akchat-fsm created (or a new name), or give it the expected "
+    "columns: session_id text PRIMARY KEY, cursor bigint NOT NULL, body text NOT NULL, "
+    "updated_at timestamptz NOT NULL DEFAULT now() (see docs/adapters.md)."
+)
 ENCODING_HINT = (
     "Store sessions in a database created with ENCODING 'UTF8'; repair or delete a row whose "
     "text cannot be read."
@@ -105,6 +117,8 @@ def map_pg_error(
         return StorageUnavailable(f"PostgreSQL unreachable: {exc}")
     if state in ENCODING_STATES and not broken:
         return ConfigError(f"PostgreSQL cannot convert the text: {exc}", hint=ENCODING_HINT)
+    if is_schema_state(state) and not broken:
+        return ConfigError(f"PostgreSQL table does not fit akchat-fsm: {exc}", hint=SCHEMA_HINT)
     if write and state in CONFLICT_STATES:
         return None
     if write and (
@@ -116,6 +130,66 @@ def map_pg_error(
     ):
         return OutcomeUnknown(f"PostgreSQL write may have applied: {exc}")
     return StorageUnavailable(f"PostgreSQL: {exc}")
+
+
+def is_schema_state(state: str | None) -> bool:
+    """Whether SQLSTATE ``state`` says the table's shape is wrong (never transient)."""
+    return state is not None and (state.startswith(SCHEMA_STATE_CLASS) or state in SCHEMA_STATES)
+
+
+#: The columns this adapter reads and writes, with the types ``format_type`` may name for
+#: each; ``processing`` and ``written_ms`` are added to a 0.1.0 sessions table on connect.
+_TEXT = ("text", "character varying")
+_EXPECTED_COLUMNS: dict[str, dict[str, tuple[str, ...]]] = {
+    "sessions": {
+        "session_id": _TEXT,
+        "cursor": ("bigint",),
+        "body": _TEXT,
+        "updated_at": ("timestamp with time zone", "timestamp without time zone"),
+    },
+    "records": {
+        "session_id": _TEXT,
+        "key": _TEXT,
+        "version": ("bigint",),
+        "body": _TEXT,
+        "processing": ("boolean",),
+        "written_ms": ("bigint",),
+    },
+}
+_ADDED_ON_UPGRADE = {"processing": ("boolean",), "written_ms": ("bigint",)}
+
+
+def schema_problem(
+    table: str, kind: str, columns: dict[str, str], *, upgradable: bool
+) -> ConfigError | None:
+    """A ``ConfigError`` naming the first column of ``table`` that does not fit, else ``None``.
+
+    ``columns`` maps each column of the existing table to its ``format_type``; an empty map
+    means the table does not exist (it is created). ``upgradable``: the upgrade columns may
+    be missing (a 0.1.0 sessions table), but if present they must have their types.
+    """
+    if not columns:
+        return None
+    expected = dict(_EXPECTED_COLUMNS[kind])
+    optional = set(_ADDED_ON_UPGRADE) if upgradable else set()
+    if kind == "sessions":
+        expected.update(_ADDED_ON_UPGRADE)
+    for name, types in expected.items():
+        found = columns.get(name)
+        if found is None:
+            if name in optional:
+                continue
+            return ConfigError(
+                f"PostgreSQL table {table!r} has no column {name!r} (expected {types[0]}): "
+                "it is not an akchat-fsm table.",
+                hint=SCHEMA_HINT,
+            )
+        if not found.startswith(types):
+            return ConfigError(
+                f"PostgreSQL table {table!r} column {name!r} is {found}, expected {types[0]}.",
+                hint=SCHEMA_HINT,
+            )
+    return None
 
 
 def map_codec_error(exc: UnicodeError) -> ConfigError:
@@ -148,6 +222,14 @@ def encoding_setup(server_encoding: str | None, client_encoding: str) -> list[st
     return ["SET client_encoding = 'UTF8'"]
 
 
+def connect_error(exc: psycopg.Error) -> StorageUnavailable | ConfigError:
+    """A failure while connecting or preparing the table: retryable unless it is the table's
+    shape (the catalog or the DDL said class 42), which fails the same way every time."""
+    if is_schema_state(getattr(exc, "sqlstate", None)):
+        return ConfigError(f"PostgreSQL table does not fit akchat-fsm: {exc}", hint=SCHEMA_HINT)
+    return StorageUnavailable(f"PostgreSQL unreachable: {exc}")
+
+
 def must_resend(exc: BaseException, *, write: bool, attempt: int) -> bool:
     """Whether a write refused by ``exc`` is sent again (nothing applied; attempts remain)."""
     state = getattr(exc, "sqlstate", None)
@@ -171,6 +253,13 @@ def _idle_and_quiet(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
         return True
 
 
+class Layout(NamedTuple):
+    """What a connection found: a records table, and the index columns on the sessions one."""
+
+    records: bool
+    indexed: bool
+
+
 class _Plan:
     """Everything but the I/O: validated options, SQL text, connection setup."""
 
@@ -181,6 +270,7 @@ class _Plan:
         isolation: str,
         statement_timeout_ms: int | None,
         connect_timeout: float,
+        read_only: bool = False,
     ) -> None:
         if not isinstance(conninfo, str):
             raise ConfigError("conninfo must be a libpq connection string or URL.")
@@ -199,10 +289,19 @@ class _Plan:
             "connect_timeout": max(1, round(connect_timeout)),
         }
         self.setup = [f"SET default_transaction_isolation = '{ISOLATIONS[isolation]}'"]
+        self.read_only = bool(read_only)
+        if self.read_only:
+            # Belt and braces: the server refuses any write this session might send.
+            self.setup.append("SET default_transaction_read_only = on")
         if statement_timeout_ms is not None:
             self.setup.append(f"SET statement_timeout = {statement_timeout_ms}")
         self.records = r = derived_identifier(t, "__records")
         self.create = _schema(t, r)
+        self.columns = (
+            "SELECT a.attrelid = to_regclass(%s), a.attname, format_type(a.atttypid, a.atttypmod)"
+            " FROM pg_attribute a WHERE a.attrelid IN (to_regclass(%s), to_regclass(%s))"
+            " AND a.attnum > 0 AND NOT a.attisdropped"
+        )
         self.select = f"SELECT body, cursor FROM {t} WHERE session_id = %s"
         self.insert = (
             f"INSERT INTO {t} (session_id, cursor, body, processing, written_ms)"
@@ -239,6 +338,50 @@ class _Plan:
             " WHERE %s::bigint IS NULL OR last < %s::bigint"
             ' ORDER BY last, session_id COLLATE "C" LIMIT %s'
         )
+
+    def columns_params(self) -> tuple[str, str, str]:
+        return self.table, self.table, self.records
+
+    def layout(self, rows: list[tuple[Any, ...]]) -> Layout:
+        """The existing tables' columns (``rows`` from ``columns``), checked before any change.
+
+        ``ConfigError`` names the first column that does not fit; a read-only plan also
+        refuses a missing sessions table (it never creates one).
+        """
+        found: dict[bool, dict[str, str]] = {True: {}, False: {}}
+        for is_sessions, name, kind in rows:
+            found[bool(is_sessions)][column_text(name, "A column name")] = column_text(
+                kind, "A column type"
+            )
+        problem = schema_problem(
+            self.table, "sessions", found[True], upgradable=True
+        ) or schema_problem(self.records, "records", found[False], upgradable=False)
+        if problem is None and self.read_only and not found[True]:
+            problem = ConfigError(
+                f"PostgreSQL has no table {self.table!r} (a read-only adapter never creates one).",
+                hint=SCHEMA_HINT,
+            )
+        if problem is not None:
+            raise problem
+        return Layout(bool(found[False]), set(_ADDED_ON_UPGRADE) <= set(found[True]))
+
+    def refuse_if_read_only(self, what: str) -> None:
+        if self.read_only:
+            raise read_only_refusal("PostgreSQL storage", what)
+
+    def answer_without_records(self, layout: Layout) -> bool:
+        """A read of the records table that has the empty answer: a read-only adapter found
+        no records table (a 0.1.0 store), so there are none."""
+        return self.read_only and not layout.records
+
+    def check_index(self, layout: Layout) -> None:
+        """A read-only adapter cannot add the processing index to a 0.1.0 table."""
+        if self.read_only and not (layout.records and layout.indexed):
+            raise ConfigError(
+                f"PostgreSQL table {self.table!r} predates the processing index (0.1.0) and a "
+                "read-only adapter does not upgrade it.",
+                hint="Open it once without read_only (any host, or a writing verb).",
+            )
 
     def save_statement(self, snapshot: Any, expected_cursor: Any) -> tuple[str, tuple[Any, ...]]:
         p = prepare_save(snapshot, expected_cursor)
@@ -380,9 +523,14 @@ class PostgresStorage(Closing):
         isolation: str = "read_committed",
         statement_timeout_ms: int | None = None,
         connect_timeout: float = 10.0,
+        read_only: bool = False,
     ) -> None:
-        self._plan = _Plan(conninfo, table, isolation, statement_timeout_ms, connect_timeout)
+        self._plan = _Plan(
+            conninfo, table, isolation, statement_timeout_ms, connect_timeout, read_only
+        )
         self.table = self._plan.table
+        self.read_only = self._plan.read_only
+        self._layout = Layout(records=False, indexed=False)
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
         self._closed = False
@@ -398,9 +546,15 @@ class PostgresStorage(Closing):
         conn: psycopg.Connection[Any] | None = None
         try:
             conn = psycopg.connect(self._plan.conninfo, **self._plan.connect_kwargs)
-            # The table first: a short statement_timeout must not apply to the DDL.
-            with contextlib.suppress(*_CREATE_RACE):
-                conn.execute(self._plan.create)
+            # The shape first: the upgrade's DDL and backfill assume our column types.
+            layout = self._plan.layout(
+                conn.execute(self._plan.columns, self._plan.columns_params()).fetchall()
+            )
+            if not self._plan.read_only:
+                # The table first: a short statement_timeout must not apply to the DDL.
+                with contextlib.suppress(*_CREATE_RACE):
+                    conn.execute(self._plan.create)
+                layout = Layout(records=True, indexed=True)
             info = conn.info
             setup = encoding_setup(info.parameter_status("server_encoding"), info.encoding)
             for statement in self._plan.setup + setup:
@@ -408,21 +562,37 @@ class PostgresStorage(Closing):
         except psycopg.Error as exc:
             if conn is not None:
                 conn.close()
-            raise StorageUnavailable(f"PostgreSQL unreachable: {exc}") from exc
+            raise connect_error(exc) from exc
         except BaseException:
             if conn is not None:
                 conn.close()
             raise
-        self._conn = conn
+        self._conn, self._layout = conn, layout
         return conn
 
-    def _run(self, sql: str, params: tuple[Any, ...], *, write: bool, every: bool = False) -> Any:
+    def _run(
+        self,
+        sql: str,
+        params: tuple[Any, ...],
+        *,
+        write: bool,
+        every: bool = False,
+        records: bool = False,
+        index: bool = False,
+    ) -> Any:
         """Execute one statement; the first row, or ``None`` (no row, or a conflict).
 
-        ``every``: the list of all rows instead (a read).
+        ``every``: the list of all rows instead (a read). ``records``/``index``: the read
+        needs the records table / the processing index, which a read-only adapter may lack.
         """
+        if write:
+            self._plan.refuse_if_read_only("a write")
         with self._lock:
             conn = self._connection()
+            if index:
+                self._plan.check_index(self._layout)
+            if records and self._plan.answer_without_records(self._layout):
+                return [] if every else None
             for attempt in range(WRITE_ATTEMPTS):
                 try:
                     cur = conn.execute(sql, params)
@@ -463,7 +633,10 @@ class PostgresStorage(Closing):
     def load_record(self, session_id: str, key: str) -> StoredRecord | None:
         """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
         row = self._run(
-            self._plan.select_record, self._plan.record_key(session_id, key), write=False
+            self._plan.select_record,
+            self._plan.record_key(session_id, key),
+            write=False,
+            records=True,
         )
         return None if row is None else stored_record(row)
 
@@ -485,7 +658,11 @@ class PostgresStorage(Closing):
     def list_records(self, session_id: str, prefix: str = "") -> list[str]:
         """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
         statement = self._plan.list_records_statement(session_id, prefix)
-        rows = [] if statement is None else self._run(*statement, write=False, every=True)
+        rows = (
+            []
+            if statement is None
+            else self._run(*statement, write=False, every=True, records=True)
+        )
         return listed_keys(rows)
 
     def delete_record(self, session_id: str, key: str) -> None:
@@ -497,7 +674,7 @@ class PostgresStorage(Closing):
     ) -> list[ProcessingSession]:
         """Sessions holding processing work, oldest last write first (see the port)."""
         statement = self._plan.list_processing_statement(written_before_ms, limit)
-        rows = self._run(*statement, write=False, every=True)
+        rows = self._run(*statement, write=False, every=True, index=True)
         return listed_sessions(rows)
 
     def open_connections(self) -> int:
@@ -528,9 +705,14 @@ class AsyncPostgresStorage(AsyncClosing):
         isolation: str = "read_committed",
         statement_timeout_ms: int | None = None,
         connect_timeout: float = 10.0,
+        read_only: bool = False,
     ) -> None:
-        self._plan = _Plan(conninfo, table, isolation, statement_timeout_ms, connect_timeout)
+        self._plan = _Plan(
+            conninfo, table, isolation, statement_timeout_ms, connect_timeout, read_only
+        )
         self.table = self._plan.table
+        self.read_only = self._plan.read_only
+        self._layout = Layout(records=False, indexed=False)
         self._lock = asyncio.Lock()
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._closed = False
@@ -548,8 +730,12 @@ class AsyncPostgresStorage(AsyncClosing):
             conn = await psycopg.AsyncConnection.connect(
                 self._plan.conninfo, **self._plan.connect_kwargs
             )
-            with contextlib.suppress(*_CREATE_RACE):
-                await conn.execute(self._plan.create)
+            columns = await conn.execute(self._plan.columns, self._plan.columns_params())
+            layout = self._plan.layout(await columns.fetchall())
+            if not self._plan.read_only:
+                with contextlib.suppress(*_CREATE_RACE):
+                    await conn.execute(self._plan.create)
+                layout = Layout(records=True, indexed=True)
             info = conn.info
             setup = encoding_setup(info.parameter_status("server_encoding"), info.encoding)
             for statement in self._plan.setup + setup:
@@ -557,19 +743,32 @@ class AsyncPostgresStorage(AsyncClosing):
         except psycopg.Error as exc:
             if conn is not None:
                 await conn.close()
-            raise StorageUnavailable(f"PostgreSQL unreachable: {exc}") from exc
+            raise connect_error(exc) from exc
         except BaseException:
             if conn is not None:
                 await conn.close()
             raise
-        self._conn = conn
+        self._conn, self._layout = conn, layout
         return conn
 
     async def _run(
-        self, sql: str, params: tuple[Any, ...], *, write: bool, every: bool = False
+        self,
+        sql: str,
+        params: tuple[Any, ...],
+        *,
+        write: bool,
+        every: bool = False,
+        records: bool = False,
+        index: bool = False,
     ) -> Any:
+        if write:
+            self._plan.refuse_if_read_only("a write")
         async with self._lock:
             conn = await self._connection()
+            if index:
+                self._plan.check_index(self._layout)
+            if records and self._plan.answer_without_records(self._layout):
+                return [] if every else None
             for attempt in range(WRITE_ATTEMPTS):
                 try:
                     cur = await conn.execute(sql, params)
@@ -610,7 +809,7 @@ class AsyncPostgresStorage(AsyncClosing):
     async def load_record(self, session_id: str, key: str) -> StoredRecord | None:
         """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
         params = self._plan.record_key(session_id, key)
-        row = await self._run(self._plan.select_record, params, write=False)
+        row = await self._run(self._plan.select_record, params, write=False, records=True)
         return None if row is None else stored_record(row)
 
     async def save_record(
@@ -631,7 +830,11 @@ class AsyncPostgresStorage(AsyncClosing):
     async def list_records(self, session_id: str, prefix: str = "") -> list[str]:
         """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
         statement = self._plan.list_records_statement(session_id, prefix)
-        rows = [] if statement is None else await self._run(*statement, write=False, every=True)
+        rows = (
+            []
+            if statement is None
+            else await self._run(*statement, write=False, every=True, records=True)
+        )
         return listed_keys(rows)
 
     async def delete_record(self, session_id: str, key: str) -> None:
@@ -644,7 +847,7 @@ class AsyncPostgresStorage(AsyncClosing):
     ) -> list[ProcessingSession]:
         """Sessions holding processing work, oldest last write first (see the port)."""
         statement = self._plan.list_processing_statement(written_before_ms, limit)
-        rows = await self._run(*statement, write=False, every=True)
+        rows = await self._run(*statement, write=False, every=True, index=True)
         return listed_sessions(rows)
 
     def open_connections(self) -> int:

@@ -47,6 +47,7 @@ from ._cas import (
     record_prefix_matches_nothing,
 )
 from ._closing import AsyncClosing, Closing
+from ._read_only import read_only_refusal
 from .port import ProcessingSession, StoredRecord
 
 __all__ = ["CAS_SCRIPT", "AsyncRedisStorage", "RedisStorage", "map_redis_error"]
@@ -291,6 +292,8 @@ class RedisStorage(Closing):
 
     Owns a connection pool (thread-safe; each call borrows one connection). A reply not
     received within ``socket_timeout`` seconds is ``OutcomeUnknown`` for a write.
+    ``read_only=True``: every write is refused (``ConfigError``) before it is sent; reads
+    never write in Redis, so the store stays as it was.
     """
 
     def __init__(
@@ -300,9 +303,11 @@ class RedisStorage(Closing):
         prefix: str = DEFAULT_PREFIX,
         socket_timeout: float = 5.0,
         connect_timeout: float = 5.0,
+        read_only: bool = False,
     ) -> None:
         self._plan = _Plan(url, prefix, socket_timeout, connect_timeout)
         self.prefix = prefix
+        self.read_only = bool(read_only)
         self._closed = False
         try:
             self.pool = redis.ConnectionPool.from_url(url, **self._plan.pool_kwargs)
@@ -312,6 +317,8 @@ class RedisStorage(Closing):
     def _call(self, command: tuple[Any, ...], *, write: bool) -> Any:
         if self._closed:
             raise StorageUnavailable("RedisStorage is closed.")
+        if write and self.read_only:
+            raise read_only_refusal("RedisStorage", "a write")
         phase: Phase = "connect"
         try:
             conn: Any = self.pool.get_connection()
@@ -419,9 +426,11 @@ class AsyncRedisStorage(AsyncClosing):
         prefix: str = DEFAULT_PREFIX,
         socket_timeout: float = 5.0,
         connect_timeout: float = 5.0,
+        read_only: bool = False,
     ) -> None:
         self._plan = _Plan(url, prefix, socket_timeout, connect_timeout)
         self.prefix = prefix
+        self.read_only = bool(read_only)
         self._closed = False
         kwargs = dict(self._plan.pool_kwargs, retry=AsyncRetry(NoBackoff(), 0))
         try:
@@ -432,6 +441,8 @@ class AsyncRedisStorage(AsyncClosing):
     async def _call(self, command: tuple[Any, ...], *, write: bool) -> Any:
         if self._closed:
             raise StorageUnavailable("AsyncRedisStorage is closed.")
+        if write and self.read_only:
+            raise read_only_refusal("AsyncRedisStorage", "a write")
         phase: Phase = "connect"
         try:
             conn: Any = await self.pool.get_connection()  # type: ignore[no-untyped-call]

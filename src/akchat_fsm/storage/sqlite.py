@@ -22,9 +22,10 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import quote
 
-from ..errors import OutcomeUnknown, StorageError, StorageUnavailable
+from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
 from ._cas import (
     check_limit,
@@ -39,6 +40,7 @@ from ._cas import (
     record_prefix_matches_nothing,
 )
 from ._closing import Closing
+from ._read_only import read_only_refusal
 from ._threaded import ThreadedAsyncStorage
 from .port import ProcessingSession, StoredRecord
 
@@ -46,17 +48,51 @@ __all__ = ["AsyncSQLiteStorage", "SQLiteStorage"]
 
 DEFAULT_TABLE = "akchat_sessions"
 
+SCHEMA_HINT = (
+    "Point table= at a table akchat-fsm created (or a new name), or give it the expected "
+    "columns: session_id TEXT PRIMARY KEY, cursor INTEGER NOT NULL, body TEXT NOT NULL "
+    "(see docs/adapters.md)."
+)
+#: SQLite's messages for a statement that does not fit the table (it has no SQLSTATE).
+_SCHEMA_MESSAGES = ("no such table", "no such column", "has no column named")
+#: The columns this adapter needs in each table; ``processing``/``written_ms`` are added to a
+#: 0.1.0 sessions table by the upgrade, so only a records table must already have them.
+_SESSION_COLUMNS = ("session_id", "cursor", "body")
+_RECORD_COLUMNS = ("session_id", "key", "version", "body", "processing", "written_ms")
+_INDEX_COLUMNS = frozenset({"processing", "written_ms"})
 
-def map_sqlite_error(exc: sqlite3.Error, *, at_commit: bool = False) -> StorageError:
+
+def map_sqlite_error(exc: sqlite3.Error, *, at_commit: bool = False) -> StorageError | ConfigError:
     """Classify a ``sqlite3`` error raised by one of our statements.
 
     Before ``COMMIT`` nothing can have been applied: ``BEGIN IMMEDIATE`` timing out on the
     busy lock, a failed statement (rolled back), a closed or corrupt file are all
-    ``StorageUnavailable``. A failure of ``COMMIT`` itself is ``OutcomeUnknown``.
+    ``StorageUnavailable``; a statement that does not fit the table (a column or table that
+    is not there) is ``ConfigError``, since it fails the same way again. A failure of
+    ``COMMIT`` itself is ``OutcomeUnknown``.
     """
     if at_commit:
         return OutcomeUnknown(f"SQLite COMMIT failed; the save may have applied: {exc}")
+    if isinstance(exc, sqlite3.OperationalError) and any(m in str(exc) for m in _SCHEMA_MESSAGES):
+        return ConfigError(f"SQLite table does not fit akchat-fsm: {exc}", hint=SCHEMA_HINT)
     return StorageUnavailable(f"SQLite: {exc}")
+
+
+def read_only_uri(path: str) -> str:
+    """The URI of ``path`` opened with ``mode=ro``: SQLite then never creates or writes it."""
+    return f"file:{quote(os.path.abspath(path))}?mode=ro"
+
+
+class _Layout(NamedTuple):
+    """The columns of the sessions and records tables as found (empty: no such table)."""
+
+    sessions: frozenset[str]
+    records: frozenset[str]
+
+    @property
+    def indexed(self) -> bool:
+        """Both tables carry the processing index (neither is a 0.1.0 leftover)."""
+        return self.sessions >= _INDEX_COLUMNS and bool(self.records)
 
 
 def _pause() -> None:
@@ -93,7 +129,12 @@ class SQLiteStorage(Closing):
     database that lives as long as this object. ``busy_timeout`` (seconds) is how long a
     write waits for another writer before failing with ``StorageUnavailable``. The file is
     opened (and the table created if missing) on first use; if that fails, the call raises
-    ``StorageUnavailable`` and the next call tries again.
+    ``StorageUnavailable`` and the next call tries again. A table without the columns this
+    adapter needs is a ``ConfigError`` naming the column, found before anything is changed.
+
+    ``read_only=True`` opens the file with ``mode=ro`` and runs no DDL, no pragma that writes
+    and no upgrade: the file stays byte for byte as it was. A missing file or table is a
+    ``ConfigError``; a missing records table reads as no records; a write is refused.
     """
 
     def __init__(
@@ -102,10 +143,13 @@ class SQLiteStorage(Closing):
         *,
         table: str = DEFAULT_TABLE,
         busy_timeout: float = 5.0,
+        read_only: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         self.table = check_sql_identifier(table)
         self.busy_timeout = float(busy_timeout)
+        self.read_only = bool(read_only)
+        self._layout = _Layout(frozenset(), frozenset())
         t = self.table
         self._schema = _Schema(t)
         # Bytes, decoded by `loaded_text`: sqlite3's own decoding would fail non-UTF-8 bodies
@@ -134,22 +178,48 @@ class SQLiteStorage(Closing):
             return self._conn
         conn: sqlite3.Connection | None = None
         try:
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self.busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,  # the lock serialises every use
-            )
-            if self.path != ":memory:":
-                enable_wal(conn, self.busy_timeout)
-            conn.execute("PRAGMA synchronous=FULL")
-            self._schema.ensure(conn)
+            if self.read_only and self.path != ":memory:":
+                if not os.path.exists(self.path):
+                    raise ConfigError(
+                        f"No SQLite file at {self.path} (a read-only adapter never creates one).",
+                        hint=SCHEMA_HINT,
+                    )
+                conn = sqlite3.connect(
+                    read_only_uri(self.path),
+                    uri=True,
+                    timeout=self.busy_timeout,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+            else:
+                conn = sqlite3.connect(
+                    self.path,
+                    timeout=self.busy_timeout,
+                    isolation_level=None,
+                    check_same_thread=False,  # the lock serialises every use
+                )
+            layout = self._schema.layout(conn)
+            self._schema.check(layout, read_only=self.read_only)
+            if not self.read_only:
+                if self.path != ":memory:":
+                    enable_wal(conn, self.busy_timeout)
+                conn.execute("PRAGMA synchronous=FULL")
+                self._schema.ensure(conn)
+                layout = self._schema.layout(conn)
         except sqlite3.Error as exc:
             if conn is not None:
                 conn.close()
             raise map_sqlite_error(exc) from exc
-        self._conn = conn
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
+        self._conn, self._layout = conn, layout
         return conn
+
+    def _refuse_if_read_only(self, what: str) -> None:
+        if self.read_only:
+            raise read_only_refusal("SQLiteStorage", what)
 
     def _discard_if_stuck(self, conn: sqlite3.Connection) -> None:
         """Roll back a failed write; drop the connection if even that fails."""
@@ -200,6 +270,7 @@ class SQLiteStorage(Closing):
         ``more`` statements run after the first in the same transaction, whatever it changed
         (``delete``: the session's records go with its envelope).
         """
+        self._refuse_if_read_only("a write")
         with self._lock:
             conn = self._connection()
             try:
@@ -223,9 +294,22 @@ class SQLiteStorage(Closing):
                 raise map_sqlite_error(exc, at_commit=True) from exc
             return True
 
-    def _read(self, sql: str, params: tuple[object, ...]) -> list[Any]:
+    def _read(
+        self, sql: str, params: tuple[object, ...], *, records: bool = False, index: bool = False
+    ) -> list[Any]:
+        """Rows of one query. ``records``: it reads the records table, which a read-only
+        adapter may find missing (no records); ``index``: it needs the processing index,
+        which a read-only adapter cannot add to a 0.1.0 table (``ConfigError``)."""
         with self._lock:
             conn = self._connection()
+            if records and not self._layout.records:
+                return []
+            if index and not self._layout.indexed:
+                raise ConfigError(
+                    f"SQLite table {self.table!r} predates the processing index (0.1.0) and a "
+                    "read-only adapter does not upgrade it.",
+                    hint="Open it once without read_only (any host, or a writing verb).",
+                )
             try:
                 return conn.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
@@ -235,7 +319,9 @@ class SQLiteStorage(Closing):
     def load_record(self, session_id: str, key: str) -> StoredRecord | None:
         """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
         rows = self._read(
-            self._schema.select_record, (check_session_id(session_id), check_record_key(key))
+            self._schema.select_record,
+            (check_session_id(session_id), check_record_key(key)),
+            records=True,
         )
         return None if not rows else (int(rows[0][0]), str(rows[0][1]))
 
@@ -262,7 +348,7 @@ class SQLiteStorage(Closing):
         sid = check_session_id(session_id)
         if record_prefix_matches_nothing(prefix):
             return []
-        rows = self._read(self._schema.list_records, (sid, len(prefix), prefix))
+        rows = self._read(self._schema.list_records, (sid, len(prefix), prefix), records=True)
         return sorted(str(row[0]) for row in rows)
 
     def delete_record(self, session_id: str, key: str) -> None:
@@ -277,7 +363,7 @@ class SQLiteStorage(Closing):
     ) -> list[ProcessingSession]:
         """Sessions holding processing work, oldest last write first (see the port)."""
         count, before = check_limit(limit, written_before_ms)
-        rows = self._read(self._schema.list_processing, (before, before, count))
+        rows = self._read(self._schema.list_processing, (before, before, count), index=True)
         return [ProcessingSession(str(sid), int(ms)) for sid, ms in rows]
 
     # ------------------------------------------------------------------ lifecycle
@@ -352,6 +438,39 @@ class _Schema:
             " WHERE ? IS NULL OR last < ? ORDER BY last, session_id LIMIT ?"
         )
 
+    def layout(self, conn: sqlite3.Connection) -> _Layout:
+        """The columns of both tables as they are (two catalog reads, no lock, no write)."""
+
+        def columns(table: str) -> frozenset[str]:
+            return frozenset(str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})"))
+
+        return _Layout(columns(self.table), columns(self.records))
+
+    def check(self, layout: _Layout, *, read_only: bool) -> None:
+        """``ConfigError`` naming the first needed column a table lacks, before any change.
+
+        A missing sessions table is created by a writing adapter; for a read-only one it is
+        an error. A records table, if present, must be complete: the upgrade never alters it.
+        """
+        if not layout.sessions:
+            if read_only:
+                raise ConfigError(
+                    f"SQLite has no table {self.table!r} (a read-only adapter never creates one).",
+                    hint=SCHEMA_HINT,
+                )
+            return
+        for table, found, needed in (
+            (self.table, layout.sessions, _SESSION_COLUMNS),
+            (self.records, layout.records, _RECORD_COLUMNS if layout.records else ()),
+        ):
+            for column in needed:
+                if column not in found:
+                    raise ConfigError(
+                        f"SQLite table {table!r} has no column {column!r}: it is not an "
+                        "akchat-fsm table.",
+                        hint=SCHEMA_HINT,
+                    )
+
     def _current(self, conn: sqlite3.Connection) -> bool:
         columns = {row[1] for row in conn.execute(f"PRAGMA table_info({self.table})")}
         names = (self.records, *self.indexes)
@@ -401,5 +520,8 @@ class AsyncSQLiteStorage(ThreadedAsyncStorage[SQLiteStorage]):
         *,
         table: str = DEFAULT_TABLE,
         busy_timeout: float = 5.0,
+        read_only: bool = False,
     ) -> None:
-        super().__init__(SQLiteStorage(path, table=table, busy_timeout=busy_timeout))
+        super().__init__(
+            SQLiteStorage(path, table=table, busy_timeout=busy_timeout, read_only=read_only)
+        )

@@ -16,6 +16,11 @@ Query parameters that configure the adapter: ``table`` and ``busy_timeout`` (SQL
 ``statement_timeout`` (ms) (PostgreSQL; every other parameter goes to libpq unchanged),
 ``prefix`` (Redis; other parameters go to redis-py). An unknown scheme, an unknown
 parameter or a bad value raises :class:`~akchat_fsm.errors.ConfigError`.
+
+``read_only=True`` opens an adapter that never changes its store: SQLite through a
+``mode=ro`` connection, PostgreSQL without DDL in read-only transactions, Redis with writes
+refused before they are sent; none creates, upgrades or writes anything, and a write raises
+``ConfigError``. ``memory://`` is a new private store either way.
 """
 
 from __future__ import annotations
@@ -120,38 +125,46 @@ def _extra(module: str, extra: str) -> Any:
         ) from exc
 
 
-def open_storage(url: str) -> ManagedSessionStorage:
-    """A new synchronous adapter for ``url`` (see the module table). Close it when done."""
+def open_storage(url: str, *, read_only: bool = False) -> ManagedSessionStorage:
+    """A new synchronous adapter for ``url`` (see the module table). Close it when done.
+
+    ``read_only``: the adapter never changes the store (see the module docstring).
+    """
     scheme, parts, query = _split(url)
+    mode: dict[str, Any] = {"read_only": bool(read_only)}
     if scheme == "memory":
         _no_leftovers(query, "memory")
         return MemoryStorage()
     if scheme == "sqlite":
-        return SQLiteStorage(**_sqlite_args(parts, query))
+        return SQLiteStorage(**_sqlite_args(parts, query), **mode)
     if scheme in ("postgresql", "postgres"):
         module = _extra(".postgres", "postgres")
-        return cast(ManagedSessionStorage, module.PostgresStorage(**_postgres_args(parts, query)))
+        adapter = module.PostgresStorage(**_postgres_args(parts, query), **mode)
+        return cast(ManagedSessionStorage, adapter)
     if scheme in ("redis", "rediss", "unix"):
         module = _extra(".redis", "redis")
-        return cast(ManagedSessionStorage, module.RedisStorage(**_redis_args(parts, query)))
+        return cast(ManagedSessionStorage, module.RedisStorage(**_redis_args(parts, query), **mode))
     raise ConfigError(f"Unknown storage URL scheme {scheme!r}.", hint=_URL_HINT)
 
 
-def open_async_storage(url: str) -> AsyncManagedSessionStorage:
-    """A new asyncio adapter for ``url`` (see the module table). ``aclose()`` it when done."""
+def open_async_storage(url: str, *, read_only: bool = False) -> AsyncManagedSessionStorage:
+    """A new asyncio adapter for ``url`` (see the module table). ``aclose()`` it when done.
+
+    ``read_only``: the adapter never changes the store (see the module docstring).
+    """
     scheme, parts, query = _split(url)
+    mode: dict[str, Any] = {"read_only": bool(read_only)}
     if scheme == "memory":
         _no_leftovers(query, "memory")
         return AsyncMemoryStorage()
     if scheme == "sqlite":
-        return AsyncSQLiteStorage(**_sqlite_args(parts, query))
+        return AsyncSQLiteStorage(**_sqlite_args(parts, query), **mode)
     if scheme in ("postgresql", "postgres"):
         module = _extra(".postgres", "postgres")
-        adapter = module.AsyncPostgresStorage(**_postgres_args(parts, query))
+        adapter = module.AsyncPostgresStorage(**_postgres_args(parts, query), **mode)
         return cast(AsyncManagedSessionStorage, adapter)
     if scheme in ("redis", "rediss", "unix"):
         module = _extra(".redis", "redis")
-        return cast(
-            AsyncManagedSessionStorage, module.AsyncRedisStorage(**_redis_args(parts, query))
-        )
+        adapter = module.AsyncRedisStorage(**_redis_args(parts, query), **mode)
+        return cast(AsyncManagedSessionStorage, adapter)
     raise ConfigError(f"Unknown storage URL scheme {scheme!r}.", hint=_URL_HINT)

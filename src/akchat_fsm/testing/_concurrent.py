@@ -19,11 +19,15 @@ from typing import Any
 from ..errors import OutcomeUnknown, StorageError, StorageUnavailable
 from ._envelopes import fresh_session_id, make_snapshot, observe
 from ._kit import (
+    STALE_READS,
     CheckSkipped,
     KitContext,
+    adapter_errors,
+    catches_up,
     describe,
     expect_save,
     has_delete,
+    raise_if_workers_raised,
     saved,
 )
 from .linearizability import UNKNOWN, CasRegisterModel, CheckResult, Operation, check_history
@@ -61,21 +65,32 @@ def run_threads(count: int, target: Callable[[int, threading.Barrier], Any]) -> 
 
 
 def errors_of(results: list[Any]) -> list[str]:
-    """What the workers raised, the cause first (the others only saw a broken barrier)."""
-    raised = [r for r in results if isinstance(r, BaseException)]
-    raised.sort(key=lambda exc: isinstance(exc, threading.BrokenBarrierError))
-    return [describe(exc) for exc in raised]
+    """What the adapter raised in the workers, never the kit's own broken barrier."""
+    return [describe(exc) for exc in adapter_errors(results)]
 
 
-def one_winner(results: list[Any], markers: list[str], stored: Any, what: str) -> str:
-    errors = errors_of(results)
-    if errors:
-        raise AssertionError(f"{what}: racers raised {errors[:3]}")
+def one_winner(
+    results: list[Any],
+    markers: list[str],
+    stored: Any,
+    what: str,
+    reader: Any = None,
+    sid: str = "",
+) -> str:
+    """The one winner's marker; ``reader``/``sid``: where to ask whether a wrong stored
+    envelope is a stale read (:func:`catches_up`), if the caller can tell."""
+    raise_if_workers_raised(results, f"{what}: racers")
     winners = [markers[i] for i, r in enumerate(results) if r is True]
     if len(winners) != 1:
         raise AssertionError(f"{what}: {len(winners)} of {len(results)} racers won, expected 1")
     if stored is None or stored[1] != winners[0]:
-        raise AssertionError(f"{what}: the stored envelope {stored} is not the winner's")
+        stale = reader is not None and catches_up(
+            reader, sid, lambda seen: seen is not None and seen[1] == winners[0]
+        )
+        raise AssertionError(
+            f"{what}: the stored envelope {stored} is not the winner's"
+            + (f": {STALE_READS}" if stale else "")
+        )
     return winners[0]
 
 
@@ -93,7 +108,7 @@ def create_race_threads(ctx: KitContext) -> str:
             return saved(clients[i % len(clients)], snapshot, None, "create race")
 
         results = run_threads(k, race)
-        one_winner(results, markers, _final(clients, sid), "create race")
+        one_winner(results, markers, _final(clients, sid), "create race", clients[0], sid)
     return f"{rounds} rounds of {k} racers: one winner each"
 
 
@@ -114,7 +129,7 @@ def cas_race_threads(ctx: KitContext) -> str:
             return saved(clients[i % len(clients)], snapshot, 1, "cas race")
 
         results = run_threads(k, race)
-        one_winner(results, markers, _final(clients, sid), "cas race")
+        one_winner(results, markers, _final(clients, sid), "cas race", clients[0], sid)
     return f"{rounds} rounds of {k} racers: one winner each"
 
 
@@ -151,6 +166,11 @@ def counter_workload(ctx: KitContext) -> str:
             while True:
                 current = observe(storage.load(sid), sid)
                 if current is None:
+                    if catches_up(storage, sid, lambda seen: seen is not None):
+                        raise AssertionError(
+                            f"load returned nothing for the counter session, which exists: "
+                            f"{STALE_READS}"
+                        )
                     raise AssertionError("the counter session vanished")
                 same = same + 1 if current == last else 0
                 last = current
@@ -176,9 +196,7 @@ def counter_workload(ctx: KitContext) -> str:
     for result in results:
         if isinstance(result, AssertionError):  # a worker's own finding (a stuck stale read)
             raise result
-    errors = errors_of(results)
-    if errors:
-        raise AssertionError(f"workers raised {errors[:3]}")
+    raise_if_workers_raised(results, "workers")
     acked = 1 + sum(r[0] for r in results)
     unknown = sum(r[1] for r in results)
     refused = sum(r[2] for r in results)
@@ -293,9 +311,7 @@ def linearizability_threads(ctx: KitContext) -> str:
         )
 
     results = run_threads(p.history_workers, work)
-    errors = errors_of(results)
-    if errors:
-        raise AssertionError(f"workers raised {errors[:3]}")
+    raise_if_workers_raised(results, "workers")
     ops = [op for part in results for op in part]
     result = check_history(
         ops,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,11 +13,82 @@ from typing import Any
 from ..errors import AkchatError
 from ._envelopes import Observed, fresh_session_id, make_snapshot, observe
 
-__all__ = ["PROFILES", "CheckSkipped", "KitContext", "Profile", "close_storage"]
+__all__ = [
+    "PROFILES",
+    "UNTYPED_ERRORS",
+    "AdapterRaised",
+    "CheckSkipped",
+    "KitContext",
+    "Profile",
+    "close_storage",
+]
+
+#: The property an adapter breaks when a call raises anything but a typed error: whichever
+#: check saw it, that is the bug to name (a conflict raised as ``ValueError`` is not a
+#: linearizability bug, it is an untyped error).
+UNTYPED_ERRORS = (
+    "a conflict must return False, and every failure must raise a typed error "
+    "(StorageUnavailable: nothing applied; OutcomeUnknown: it may have applied); any other "
+    "exception escaping the adapter is a bug"
+)
+
+#: Writes (to fresh sessions) after which a stale read must have caught up, when the kit
+#: asks whether a read that missed a write lags behind it rather than lost it.
+CATCH_UP_WRITES = 32
 
 
 class CheckSkipped(Exception):
     """The adapter lacks an optional capability the check needs."""
+
+
+class AdapterRaised(AssertionError):
+    """Workers of a concurrent check raised; ``untyped``: one of them raised an error that
+    is not an :class:`~akchat_fsm.errors.AkchatError` (reported under ``UNTYPED_ERRORS``)."""
+
+    def __init__(self, message: str, errors: list[BaseException]) -> None:
+        super().__init__(message)
+        self.untyped = any(not isinstance(exc, AkchatError) for exc in errors)
+
+
+def adapter_errors(results: list[Any]) -> list[BaseException]:
+    """What the adapter raised in the workers: the kit's own ``BrokenBarrierError`` (a worker
+    that raised aborts the barrier to release the others) is never the adapter's."""
+    raised = [r for r in results if isinstance(r, BaseException)]
+    return [r for r in raised if not isinstance(r, threading.BrokenBarrierError)] or raised
+
+
+def raise_if_workers_raised(results: list[Any], what: str) -> None:
+    """:class:`AdapterRaised` naming the first three errors the workers raised, if any."""
+    errors = adapter_errors(results)
+    if errors:
+        shown = [describe(exc) for exc in errors[:3]]
+        raise AdapterRaised(f"{what} raised {shown}", errors)
+
+
+def catches_up(storage: Any, session_id: str, accept: Callable[[Observed], bool]) -> bool:
+    """Whether a read of ``session_id`` that missed a write comes to show it (``accept``)
+    after more writes through ``storage`` and a moment: the store's reads lag behind its
+    writes (a replica, a cache) rather than the write being lost or private.
+
+    Called only once a check has already failed, to name the bug; the writes go to fresh
+    sessions, so no check's data changes. A lag measured in writes shows deterministically;
+    one measured in time shows within the short waits between the writes.
+    """
+    for _ in range(CATCH_UP_WRITES):
+        try:
+            storage.save(make_snapshot(fresh_session_id("ck-lag"), 1, "lag"), None)
+            time.sleep(0.001)
+            if accept(observe(storage.load(session_id), session_id)):
+                return True
+        except Exception:
+            return False
+    return False
+
+
+STALE_READS = (
+    "reads are stale: the write shows up only after later writes, so load serves a lagging "
+    "replica or cache; a compare-and-set store must read its latest acknowledged write"
+)
 
 
 @dataclass(frozen=True)
@@ -160,7 +233,11 @@ def expect_save(storage: Any, snapshot: Any, expected: int | None, want: bool, w
 def expect_stored(storage: Any, session_id: str, want: Observed, what: str) -> None:
     got = observe(storage.load(session_id), session_id)
     if got != want:
-        raise AssertionError(f"{what}: load returned {_show(got)}, expected {_show(want)}")
+        stale = catches_up(storage, session_id, lambda seen: seen == want)
+        raise AssertionError(
+            f"{what}: load returned {_show(got)}, expected {_show(want)}"
+            + (f": {STALE_READS}" if stale else "")
+        )
 
 
 def _show(observed: Observed) -> str:

@@ -14,9 +14,9 @@ import threading
 import time
 from typing import Any
 
-from ._concurrent import errors_of, run_threads
+from ._concurrent import run_threads
 from ._envelopes import fresh_session_id, make_snapshot
-from ._kit import CheckSkipped, KitContext, expect_save, has_delete
+from ._kit import CheckSkipped, KitContext, expect_save, has_delete, raise_if_workers_raised
 
 __all__ = ["processing_index", "record_cas_race", "records_cas", "records_isolation"]
 
@@ -178,9 +178,7 @@ def record_cas_race(ctx: KitContext) -> str:
             return storage.save_record(sid, "race", f'{{"w":{i}}}', expected)
 
         results = run_threads(k, race)
-        raised = errors_of(results)
-        if raised:
-            raise AssertionError(f"record racers raised {raised[:3]}")
+        raise_if_workers_raised(results, "record racers")
         winners = [i for i, r in enumerate(results) if r is True]
         what = "create" if expected is None else "update"
         if len(winners) != 1:

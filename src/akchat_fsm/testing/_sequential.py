@@ -13,8 +13,10 @@ from ..errors import AkchatError, StorageError
 from ..wire.session import MAX_CONFIRMATIONS, MAX_DECISIONS, MAX_TERMINAL_TURNS
 from ._envelopes import decode_loaded, diff, fresh_session_id, make_snapshot, observe
 from ._kit import (
+    STALE_READS,
     CheckSkipped,
     KitContext,
+    catches_up,
     close_storage,
     expect_save,
     expect_stored,
@@ -39,7 +41,11 @@ def _round_trip(ctx: KitContext, snapshot: Any) -> str:
         observe(raw, sid)  # the session id first: a wrong envelope is not a diff
         loaded = decode_loaded(raw)
         if loaded is None:
-            raise AssertionError(f"load through {who} returned nothing after the create")
+            stale = catches_up(storage, sid, lambda got: got is not None)
+            raise AssertionError(
+                f"load through {who} returned nothing after the create"
+                + (f": {STALE_READS}" if stale else "")
+            )
         differences = diff(saved_wire, loaded.to_wire())
         if differences:
             raise AssertionError(
@@ -104,6 +110,11 @@ def instances_share_a_store(ctx: KitContext) -> str:
     seen = observe(second.load(sid), sid)
     later = observe(ctx.storage().load(sid), sid)
     if seen is None and later is None:
+        if catches_up(second, sid, lambda got: got == (1, "v1")):
+            raise AssertionError(
+                "a session created through one instance is not visible through another at "
+                f"once, but appears after later writes: {STALE_READS}"
+            )
         raise AssertionError(
             "a session created through one instance is invisible through every other: each "
             "instance has a private store (pass a factory that returns instances over one "

@@ -13,6 +13,13 @@ the search remembers how many of a class it applied, not which subset. Without t
 history with a thousand unknown outcomes has 2**1000 subsets to tell apart (the reason the
 plain search ran out of memory on one).
 
+That lazy order is one of two. The eager order (0.1.0's) keeps those operations in the event
+list with their return at ``inf`` and linearizes each like any call, both outcomes at once,
+as soon as the scan meets it. Where the unknown outcomes took effect early (clients in
+lockstep) it needs a fraction of the lazy order's steps and memory; where they land late it
+backtracks through their subsets and never ends, which the lazy order does not. So
+:func:`search` runs both in turns over one budget and takes the first verdict (issue 27).
+
 Memory is bounded like steps and time: the memo's size is estimated as it grows and the
 search gives up with :class:`Budget` when it would pass ``max_bytes``.
 """
@@ -21,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Generator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -123,38 +130,73 @@ def _classes(ops: Sequence[Any], pool: Sequence[int]) -> list[list[int]]:
     return [sorted(members, key=lambda i: ops[i].call_ns) for members in groups.values()]
 
 
-class _Meter:
-    """Counts steps and memo bytes against the budget; checks the clock every 4,096 steps."""
+#: Steps one search runs before the other takes its turn (times its weight).
+SLICE = 4096
+#: The search orders and their share of the steps while both run: the eager order decides
+#: a contended history whose unknown outcomes took effect early (the kit's lockstep
+#: workers) in a fraction of the lazy order's steps and memory, the lazy one a history whose
+#: unknown outcomes land late, where the eager one backtracks through 2**n subsets. Running
+#: both costs at most (1 + 1/2) times the better one's steps on the first kind, 3 times on
+#: the second, and never decides what neither would (each is complete on its own).
+ORDERS: dict[str, int] = {"eager": 2, "lazy": 1}
+
+
+class _Pool:
+    """The budget the searches of one check share: steps, a deadline, live memo bytes."""
 
     def __init__(self, max_steps: int, deadline: float, max_bytes: int, used: list[int]) -> None:
-        self.limit = max_steps - used[0]  # steps left for this part
+        self.max_steps = max_steps
         self.deadline = deadline
         self.max_bytes = max_bytes
         self.used = used  # [steps, peak memo bytes] over every part of one check
-        self.steps = 0
+        self.live = 0  # memo bytes of the searches still running
+
+
+class _Meter:
+    """One search's steps and memo bytes, counted against the shared :class:`_Pool`."""
+
+    def __init__(self, pool: _Pool) -> None:
+        self.pool = pool
+        self.steps = 0  # steps of the current slice, not yet added to ``pool.used``
+        self.slice = 1
         self.bytes = 0
 
-    def tick(self) -> None:
+    def begin(self, length: int) -> None:
+        """Let the search run ``length`` more steps (fewer if the budget ends first)."""
+        self.slice = min(length, self.pool.max_steps - self.pool.used[0] + 1)
+
+    def tick(self) -> bool:
+        """Count a step; ``True`` when the slice is over (the search yields)."""
         self.steps += 1
-        if self.steps > self.limit:
-            self.flush()
+        if self.steps < self.slice:
+            return False
+        self.flush()
+        if self.pool.used[0] > self.pool.max_steps:
             raise Budget("steps")
-        if self.steps & 4095 == 0 and time.monotonic() > self.deadline:
-            self.flush()
+        if time.monotonic() > self.pool.deadline:
             raise Budget("time")
+        return True
 
     def add(self, size: int) -> None:
-        """The memo grew by ``size`` bytes (this part's memo; freed when the part ends)."""
+        """The memo grew by ``size`` bytes (this search's memo; freed when it ends)."""
         self.bytes += size
-        if self.bytes > self.used[1]:
-            self.used[1] = self.bytes
-        if self.bytes > self.max_bytes:
+        pool = self.pool
+        pool.live += size
+        if pool.live > pool.used[1]:
+            pool.used[1] = pool.live
+        if pool.live > pool.max_bytes:
             self.flush()
             raise Budget("memory")
 
     def flush(self) -> None:
-        self.used[0] += self.steps
+        self.pool.used[0] += self.steps
         self.steps = 0
+
+    def release(self) -> None:
+        """The search ended: its memo is freed."""
+        self.flush()
+        self.pool.live -= self.bytes
+        self.bytes = 0
 
 
 def search(
@@ -165,14 +207,75 @@ def search(
     deadline: float,
     max_bytes: int,
     used: list[int],
+    orders: Sequence[str] | None = None,
 ) -> Failure | None:
     """``None`` if ``ops`` linearize against ``model``, else the deepest failed attempt.
 
-    Raises :class:`Budget` when a limit is reached first. ``used`` accumulates
-    ``[steps, memo bytes]`` across calls (the budget is per check, not per part).
+    The orders in ``orders`` (default: every one in ``ORDERS``) run in turns of
+    ``SLICE * weight`` steps over one budget; the first to decide gives the verdict (each
+    decides alone, so they never disagree). A search that runs out of memory drops out and
+    frees its memo; the others go on. Raises :class:`Budget` when every order ran out (the
+    last one's reason). ``used`` accumulates ``[steps, memo bytes]`` across calls (the
+    budget is per check).
     """
-    meter = _Meter(max_steps, deadline, max_bytes, used)
-    known = [i for i, op in enumerate(ops) if not (op.unknown and math.isinf(op.return_ns))]
+    # Indices in call order: an operation's bit then says how early it was called, so the
+    # linearized set is a run of ones below a narrow window, which the memo stores shifted.
+    by_call = sorted(range(len(ops)), key=lambda i: (ops[i].call_ns, i))
+    called = [ops[i] for i in by_call]
+    pool = _Pool(max_steps, deadline, max_bytes, used)
+    runs = []
+    for name in tuple(ORDERS) if orders is None else orders:
+        meter = _Meter(pool)
+        runs.append((ORDERS[name], meter, _searching(called, model, meter, lazy=name == "lazy")))
+    ran_out: Budget | None = None
+    try:
+        while runs:
+            for run in list(runs):
+                weight, meter, steps = run
+                meter.begin(SLICE * weight)
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    meter.release()
+                    failure: Failure | None = done.value
+                    return None if failure is None else _renumbered(failure, by_call)
+                except Budget as exc:
+                    meter.release()
+                    runs.remove(run)
+                    ran_out = exc
+                    if exc.what != "memory":
+                        raise  # steps and time are spent for every order alike
+        assert ran_out is not None
+        raise ran_out
+    finally:
+        for _, meter, steps in runs:
+            steps.close()
+            meter.release()
+
+
+def _renumbered(failure: Failure, by_call: Sequence[int]) -> Failure:
+    """A failure found on the call-ordered operations, in the caller's numbering."""
+    return Failure(
+        tuple(by_call[i] for i in failure.order),
+        failure.states,
+        by_call[failure.blocked],
+        tuple(sorted(by_call[i] for i in failure.pending)),
+    )
+
+
+def _searching(
+    ops: Sequence[Any], model: Any, meter: _Meter, *, lazy: bool
+) -> Generator[None, None, Failure | None]:
+    """One search order, run in slices: yields when its slice is over, returns the verdict.
+
+    ``lazy``: unknown outcomes that never returned stay out of the event list and are
+    applied by class only when needed (see the module). Otherwise (the eager order, 0.1.0's)
+    they are calls whose return is at ``inf``, linearized like any other call with both
+    outcomes at once, as soon as the scan meets them.
+    """
+    known = [
+        i for i, op in enumerate(ops) if not (lazy and op.unknown and math.isinf(op.return_ns))
+    ]
     known_set = set(known)
     classes = _classes(ops, [i for i in range(len(ops)) if i not in known_set])
     applied = [0] * len(classes)
@@ -194,7 +297,8 @@ def search(
     scan_classes_from = -1  # -1: scanning the event list; else the next class to try
 
     while head.next is not None:
-        meter.tick()
+        if meter.tick():
+            yield
         if scan_classes_from < 0:
             assert entry is not None
             if entry.is_call:
@@ -242,7 +346,6 @@ def search(
             continue
         # Nothing fits before this return: undo the last choice and try the next one.
         if not stack:
-            meter.flush()
             order_found, states = deepest
             return _failure(ops, order_found, states)
         index, node, c, state = stack.pop()
@@ -255,7 +358,6 @@ def search(
             unknowns &= ~(1 << index)
             applied[c] -= 1
             scan_classes_from = c + 1
-    meter.flush()
     return None
 
 
@@ -270,16 +372,23 @@ class _Memo:
     __slots__ = ("_meter", "_seen")
 
     def __init__(self, meter: _Meter) -> None:
-        self._seen: dict[tuple[int, frozenset[Any]], list[int]] = {}
+        self._seen: dict[tuple[int, int, frozenset[Any]], list[int]] = {}
         self._meter = meter
 
     def visit(self, done: int, states: frozenset[Any], unknowns: int) -> bool:
-        """Record the configuration; ``False`` if it (or one dominating it) was explored."""
-        key = (done, states)
+        """Record the configuration; ``False`` if it (or one dominating it) was explored.
+
+        ``done`` is stored as its lowest unset bit and the bits above it: operations are
+        numbered in call order and placed roughly in that order, so that is a few words
+        where the whole bitset of a 20,000-operation history is 2.5 KB per entry.
+        """
+        low = (~done & (done + 1)).bit_length() - 1
+        window = done >> low
+        key = (low, window, states)
         applied = self._seen.get(key)
         if applied is None:
             self._seen[key] = [unknowns]
-            self._meter.add(_ENTRY_OVERHEAD + _size(done) + _size(unknowns))
+            self._meter.add(_ENTRY_OVERHEAD + _size(window) + _size(unknowns))
             return True
         for other in applied:
             if other & ~unknowns == 0:

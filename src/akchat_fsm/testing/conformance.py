@@ -28,15 +28,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ConfigError
+from ..errors import AkchatError, ConfigError
 from . import _concurrent, _ids, _processes, _records, _sequential
 from ._bridge import AsyncBridge, EventLoopThread
-from ._kit import PROFILES, CheckSkipped, KitContext, describe
+from ._kit import PROFILES, UNTYPED_ERRORS, AdapterRaised, CheckSkipped, KitContext, describe
 
 __all__ = [
     "CHECKS",
     "PROPERTIES",
     "SYNC_ONLY",
+    "UNTYPED_ERRORS",
     "CheckOutcome",
     "ConformanceReport",
     "check_session_storage",
@@ -201,15 +202,25 @@ def _run_one(name: str, ctx: KitContext) -> CheckOutcome:
         status = "passed"
     except CheckSkipped as exc:
         status, detail = "skipped", str(exc)
+    except AdapterRaised as exc:  # workers of a concurrent check raised
+        status, detail = "failed", _broken(name, str(exc), untyped=exc.untyped)
     except AssertionError as exc:
         status, detail = "failed", _broken(name, str(exc) or type(exc).__name__)
-    except Exception as exc:  # an adapter raising anything else is a failure, not a crash
+    except AkchatError as exc:  # typed, yet where the check expected an answer
         status, detail = "failed", _broken(name, f"raised {describe(exc)}")
+    except Exception as exc:  # an adapter raising anything else is a failure, not a crash
+        status, detail = "failed", _broken(name, f"raised {describe(exc)}", untyped=True)
     return CheckOutcome(name, status, detail, time.monotonic() - started)
 
 
-def _broken(name: str, what: str) -> str:
-    """A failure's detail: the property the adapter broke, then what the kit saw."""
+def _broken(name: str, what: str, *, untyped: bool = False) -> str:
+    """A failure's detail: the property the adapter broke, then what the kit saw.
+
+    An untyped error is named by :data:`UNTYPED_ERRORS`, whichever check met it: that, not
+    the check's own property, is what the adapter broke (the check could not even ask).
+    """
+    if untyped:
+        return f"{UNTYPED_ERRORS} (met in {name}). Seen: {what}"
     return f"{PROPERTIES[name]}. Seen: {what}"
 
 

@@ -27,7 +27,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from ._history import UNKNOWN, History, MalformedHistory, Operation
 from ._jepsen import JepsenLog, parse_jepsen_log, read_jepsen_log
-from ._simulate import simulated_cas_history
+from ._simulate import simulated_cas_history, simulated_lockstep_history
 from ._wgl import Budget, Failure, search
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "parse_jepsen_log",
     "read_jepsen_log",
     "simulated_cas_history",
+    "simulated_lockstep_history",
 ]
 
 S = TypeVar("S", bound=Hashable)
