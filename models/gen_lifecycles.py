@@ -29,12 +29,11 @@ Usage: ``python models/gen_lifecycles.py`` (write) or ``python models/gen_lifecy
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-
-import dataclasses
 
 from statemachine import State, StateMachine
 

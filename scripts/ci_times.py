@@ -14,9 +14,7 @@ from pathlib import Path
 
 #: The limit a CI run must stay inside (minutes); docs/proof.md explains the split.
 BUDGET_MIN = 30
-_SUMMARY = re.compile(
-    r"^\s+(?P<env>[\w.-]+): (?P<verdict>OK|FAIL|SKIP)\w*.*?\((?P<seconds>[\d.]+)"
-)
+_SUMMARY = re.compile(r"^\s+(?P<env>[\w.-]+): (?P<verdict>OK|FAIL|SKIP)\w*.*?\((?P<seconds>[\d.]+)")
 
 
 def env_times(text: str) -> list[tuple[str, str, float]]:
