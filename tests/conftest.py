@@ -114,6 +114,7 @@ ONCE = (
     "tests/integrations/test_docs_pages.py",
     "tests/machines/test_diagrams.py",
     "tests/models/test_check.py",
+    "tests/models/test_lifecycle_drift.py",
     "tests/models/test_table_drift.py",
     "tests/session/test_typing.py",
     "tests/stateful/test_suites_bite.py",
