@@ -120,38 +120,32 @@ def _extra(module: str, extra: str) -> Any:
         ) from exc
 
 
-def open_storage(url: str) -> ManagedSessionStorage:
-    """A new synchronous adapter for ``url`` (see the module table). Close it when done."""
+def _open(url: str, *, asyncio: bool) -> Any:
+    """The adapter for ``url`` in the flavour asked for: the one scheme table both use."""
     scheme, parts, query = _split(url)
+    prefix = "Async" if asyncio else ""
     if scheme == "memory":
         _no_leftovers(query, "memory")
-        return MemoryStorage()
+        return AsyncMemoryStorage() if asyncio else MemoryStorage()
     if scheme == "sqlite":
-        return SQLiteStorage(**_sqlite_args(parts, query))
+        sqlite = AsyncSQLiteStorage if asyncio else SQLiteStorage
+        return sqlite(**_sqlite_args(parts, query))
     if scheme in ("postgresql", "postgres"):
         module = _extra(".postgres", "postgres")
-        return cast(ManagedSessionStorage, module.PostgresStorage(**_postgres_args(parts, query)))
+        return getattr(module, f"{prefix}PostgresStorage")(**_postgres_args(parts, query))
     if scheme in ("redis", "rediss", "unix"):
         module = _extra(".redis", "redis")
-        return cast(ManagedSessionStorage, module.RedisStorage(**_redis_args(parts, query)))
+        return getattr(module, f"{prefix}RedisStorage")(**_redis_args(parts, query))
     raise ConfigError(f"Unknown storage URL scheme {scheme!r}.", hint=_URL_HINT)
+
+
+def open_storage(url: str) -> ManagedSessionStorage:
+    """A new adapter for ``url`` (see the module table). Close it when done (``close()``, or
+    ``await aclose()`` for the asyncio flavour)."""
+    return cast(ManagedSessionStorage, _open(url, asyncio=False))
 
 
 def open_async_storage(url: str) -> AsyncManagedSessionStorage:
-    """A new asyncio adapter for ``url`` (see the module table). ``aclose()`` it when done."""
-    scheme, parts, query = _split(url)
-    if scheme == "memory":
-        _no_leftovers(query, "memory")
-        return AsyncMemoryStorage()
-    if scheme == "sqlite":
-        return AsyncSQLiteStorage(**_sqlite_args(parts, query))
-    if scheme in ("postgresql", "postgres"):
-        module = _extra(".postgres", "postgres")
-        adapter = module.AsyncPostgresStorage(**_postgres_args(parts, query))
-        return cast(AsyncManagedSessionStorage, adapter)
-    if scheme in ("redis", "rediss", "unix"):
-        module = _extra(".redis", "redis")
-        return cast(
-            AsyncManagedSessionStorage, module.AsyncRedisStorage(**_redis_args(parts, query))
-        )
-    raise ConfigError(f"Unknown storage URL scheme {scheme!r}.", hint=_URL_HINT)
+    """A new adapter for ``url`` (see the module table). Close it when done (``close()``, or
+    ``await aclose()`` for the asyncio flavour)."""
+    return cast(AsyncManagedSessionStorage, _open(url, asyncio=True))
