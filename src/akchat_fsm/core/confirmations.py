@@ -131,7 +131,7 @@ def _position(state: SessionState, token: str) -> int:
     """Index of the binding holding ``token``, or -1."""
     if not isinstance(token, str):
         return -1  # no binding holds a non-string (and it may not be hashable)
-    return _positions(state).get(token, -1)
+    return _positions(state).get(str.__str__(token), -1)  # a subclass's __hash__ never runs
 
 
 def _record(binding: ConfirmationBinding) -> Record:
@@ -285,7 +285,9 @@ def _upstream_effect(claimed: Record, reason: str | None) -> ClaimedCall:
 
 
 def _check_session(state: SessionState, session_id: str | None) -> None:
-    if session_id is not None and session_id != state.snapshot.session_id:
+    if session_id is None:
+        return
+    if not isinstance(session_id, str) or str.__str__(session_id) != state.snapshot.session_id:
         raise InvalidConfirmationToken()
 
 
