@@ -99,6 +99,28 @@ def test_a_hostile_invalid_session_id_is_a_config_error(hostile: type[str]) -> N
         resume_chat_session(DEFINITION, session_id=hostile("not an id"), storage=MemoryStorage())
 
 
+class _ClaimsToBeAStr:
+    """Not a str at all, but ``isinstance(x, str)`` says it is (through ``__class__``)."""
+
+    @property
+    def __class__(self) -> type:  # type: ignore[override]
+        return str
+
+
+def test_an_object_faking_str_is_a_config_error_not_a_type_error() -> None:
+    fake: Any = _ClaimsToBeAStr()
+    assert isinstance(fake, str)
+    with pytest.raises(ConfigError, match="Chat session identity is invalid"):
+        resume_chat_session(DEFINITION, session_id=fake, storage=MemoryStorage())
+    session = resume_chat_session(DEFINITION, session_id="session-1", storage=MemoryStorage())
+    coordinator = session.confirmations_for(RecordingUpstream())
+    token = coordinator.propose("email.send", {}).token
+    with pytest.raises(InvalidConfirmationToken):
+        coordinator.approve(fake)
+    with pytest.raises(InvalidConfirmationToken):
+        coordinator.approve(token, session_id=fake)
+
+
 @pytest.mark.parametrize("hostile", HOSTILE, ids=IDS)
 def test_a_hostile_id_for_another_session_is_an_inert_token_error(hostile: type[str]) -> None:
     session = resume_chat_session(DEFINITION, session_id="session-1", storage=MemoryStorage())

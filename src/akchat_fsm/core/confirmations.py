@@ -129,7 +129,7 @@ def _build_positions(bindings: tuple[ConfirmationBinding, ...]) -> dict[str, int
 
 def _position(state: SessionState, token: str) -> int:
     """Index of the binding holding ``token``, or -1."""
-    if not isinstance(token, str):
+    if not issubclass(type(token), str):  # `type()`: `__class__` may lie to `isinstance`
         return -1  # no binding holds a non-string (and it may not be hashable)
     return _positions(state).get(str.__str__(token), -1)  # a subclass's __hash__ never runs
 
@@ -287,7 +287,10 @@ def _upstream_effect(claimed: Record, reason: str | None) -> ClaimedCall:
 def _check_session(state: SessionState, session_id: str | None) -> None:
     if session_id is None:
         return
-    if not isinstance(session_id, str) or str.__str__(session_id) != state.snapshot.session_id:
+    if (
+        not issubclass(type(session_id), str)
+        or str.__str__(session_id) != state.snapshot.session_id
+    ):
         raise InvalidConfirmationToken()
 
 
