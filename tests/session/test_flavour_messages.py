@@ -95,3 +95,23 @@ def test_only_a_returned_plain_value_is_reported_as_one() -> None:
     assert Storage.load.calls == 1
     assert "storage.load is synchronous (it did not return an awaitable)" in message
     assert "nothing was called" not in message
+
+
+def test_the_sweep_says_what_it_read_from_the_definition() -> None:
+    from akchat_fsm import reconcile_all, reconcile_all_async
+
+    def never(session_id: str) -> None:
+        raise AssertionError("the host was asked about a session")
+
+    message = _message(lambda: reconcile_all(AsyncMemoryStorage(), never, older_than_ms=0))  # type: ignore[arg-type]
+    assert "list_processing is a coroutine function (async def)" in message
+    assert "nothing was called" in message and "use reconcile_all_async" in message
+
+    async def main() -> str:
+        with pytest.raises(ConfigError) as caught:
+            await reconcile_all_async(MemoryStorage(), never, older_than_ms=0)  # type: ignore[arg-type]
+        return str(caught.value)
+
+    message = asyncio.run(main())
+    assert "list_processing is a plain function (def, not async def)" in message
+    assert "nothing was called" in message and "use reconcile_all " in message

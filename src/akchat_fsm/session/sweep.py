@@ -65,7 +65,10 @@ NO_INDEX = (
     "reconcile_all needs a storage with the ProcessingIndex capability (list_processing); "
     "{kind} has none."
 )
-WRONG_FLAVOUR = "{kind}.list_processing is {what}: use {right} for this storage."
+#: Read from the method's definition, before any call: so the message says nothing ran.
+WRONG_FLAVOUR = (
+    "{kind}.list_processing is {what}; nothing was called: use {right} for this storage."
+)
 SweepStatus = Literal["settled", "unsettled", "execution_unknown", "failed", "skipped"]
 NO_MEMORY = "SweepPorts for {sid!r} has neither a memory nor a bridge to reconcile with."
 
@@ -331,10 +334,13 @@ def _flavour(storage: object, *, want_async: bool) -> None:
     is_async = inspect.iscoroutinefunction(method)
     if is_async and not want_async:
         raise ConfigError(
-            WRONG_FLAVOUR.format(kind=kind, what="async", right="reconcile_all_async")
+            WRONG_FLAVOUR.format(
+                kind=kind, what="a coroutine function (async def)", right="reconcile_all_async"
+            )
         )
     if want_async and not is_async:
-        raise ConfigError(WRONG_FLAVOUR.format(kind=kind, what="sync", right="reconcile_all"))
+        what = "a plain function (def, not async def)"
+        raise ConfigError(WRONG_FLAVOUR.format(kind=kind, what=what, right="reconcile_all"))
 
 
 def _cutoff(older_than_ms: object, limit: object, clock: Callable[[], int]) -> int:
