@@ -4,7 +4,9 @@ Pairs are found by name, never listed by hand: a class ``AsyncX`` pairs with ``X
 ``f_async`` with ``f`` (or ``f_sync``) and ``open_async_x`` with ``open_x``, among the public
 names of every module of the package (private modules too: their twins back public ones). An
 ``Async*`` class or ``*_async`` function without its sync twin fails, and so does a ``*_sync``
-or ``Sync*`` name without its asyncio twin (unless :data:`UNPAIRED` gives the reason).
+or ``Sync*`` name without its asyncio twin, or a class implementing a sync port that has an
+asyncio twin (a storage, upstream or memory) without an asyncio twin of its own, unless
+:data:`UNPAIRED` gives the reason.
 
 For each pair, every public member (and ``__init__``, and ``close``/``aclose``) is compared:
 
@@ -52,6 +54,9 @@ UNPAIRED: dict[str, str] = {
     # The conformance kit's sync face over an asyncio adapter: a bridge *to* asyncio, not
     # the asyncio flavour of something.
     "testing._bridge.AsyncBridge": "a sync wrapper named for what it wraps",
+    # The `demo` command's world runs one synchronous story; it ships no asyncio flavour.
+    "cli._demo_world.DemoUpstream": "the sync demo's upstream and memory",
+    "cli._demo_world.ClientUpstream": "the sync demo's crashing client",
 }
 
 #: Members (``AsyncClass.member``, or an asyncio function) that are a plain ``def`` on
@@ -243,7 +248,33 @@ def discover() -> tuple[list[Pair], list[str]]:
                     orphans.append(f"{where} has no sync twin {_sync_names(name)[0]}")
                 continue
             seen[(home, name)] = Pair(f"{home}.{sync_name}/{name}", namespace[sync_name], obj)
-    return sorted(seen.values(), key=lambda p: p.key), orphans
+    pairs = sorted(seen.values(), key=lambda p: p.key)
+    return pairs, orphans + _sync_only_implementations(pairs)
+
+
+def _port_methods(port: type) -> list[str]:
+    return [n for n, m in _members(port).items() if m.function is not None and n != "__init__"]
+
+
+def _sync_only_implementations(pairs: list[Pair]) -> list[str]:
+    """Public classes implementing a sync port that has an asyncio twin, without one of their
+    own: a shipped adapter or double comes in both flavours (or says why not in UNPAIRED)."""
+    ports = [p.sync for p in pairs if getattr(p.sync, "_is_protocol", False)]
+    paired = {id(p.sync) for p in pairs} | {id(p.asyncio) for p in pairs}
+    out: set[str] = set()
+    for module in _public_modules():
+        for name, obj in _public_names(module):
+            where = f"{obj.__module__.removeprefix('akchat_fsm.')}.{name}"
+            if not inspect.isclass(obj) or id(obj) in paired or where in UNPAIRED:
+                continue
+            if getattr(obj, "_is_protocol", False):
+                continue
+            for port in ports:
+                methods = _port_methods(port)
+                bound = [getattr(obj, n, None) for n in methods]
+                if methods and all(inspect.isfunction(b) and not _is_async(b) for b in bound):
+                    out.add(f"{where} implements {port.__name__} but has no asyncio twin")
+    return sorted(out)
 
 
 # --------------------------------------------------------------------------- comparison
@@ -539,6 +570,14 @@ def test_every_allowance_is_still_needed() -> None:
     }
     for where, line in DELIBERATE.items():
         assert (where, line) in lines, f"DELIBERATE[{where!r}] no longer occurs: remove it"
+    saved = dict(UNPAIRED)
+    try:
+        UNPAIRED.clear()
+        orphans = discover()[1]
+    finally:
+        UNPAIRED.update(saved)
+    for where in saved:
+        assert any(o.startswith(f"{where} ") for o in orphans), f"UNPAIRED[{where!r}]: not needed"
 
 
 def test_known_drift_is_exactly_the_listed_one() -> None:
