@@ -1,7 +1,8 @@
 """Helpers for the CLI tests: a store holding stuck claims, and one deliberately broken adapter.
 
-The stuck claims are made through the public session API, with the demo's crashing client
-(a client process that dies right before / right after its upstream call).
+The stuck claims are made through the public session API and the public recording doubles,
+with a crashing client (a client process that dies right before / right after its upstream
+call).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import copy
 import threading
 import uuid
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +18,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from akchat_fsm.cli import main
-from akchat_fsm.cli._demo_world import ClientCrashed, ClientUpstream, DemoClock, DemoUpstream
-from akchat_fsm.session import ChatDefinition, resume_chat_session
+from akchat_fsm.session import ChatDefinition, ToolCallProposal, resume_chat_session
 from akchat_fsm.storage import open_storage
+from akchat_fsm.testing.doubles import RecordingChatMemory, RecordingUpstream
 from akchat_fsm.wire.session import SessionSnapshot
 
 
@@ -48,6 +50,34 @@ def run(*args: str, input: str | None = None) -> Result:
     return CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
 
 
+class ClientCrashed(BaseException):  # a simulated process death, not an error
+    """The simulated death of one client process (never caught by the library)."""
+
+
+class CrashingClient:
+    """One client's handle on the shared upstream, dying around its resolution call:
+    ``"before"`` (after its claim was saved) or ``"after"`` (after upstream acted)."""
+
+    def __init__(self, shared: RecordingUpstream, crash: str | None = None) -> None:
+        self.shared, self.crash = shared, crash
+
+    def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> ToolCallProposal:
+        return self.shared.propose_tool_call(id, name, args)
+
+    def _resolve(self, act: Callable[[], None]) -> None:
+        if self.crash == "before":
+            raise ClientCrashed("died after its claim was saved, before calling upstream")
+        act()
+        if self.crash == "after":
+            raise ClientCrashed("died after upstream acted, before recording the result")
+
+    def approve(self, tool_call_id: str) -> None:
+        self._resolve(lambda: self.shared.approve(tool_call_id))
+
+    def deny(self, tool_call_id: str, reason: str) -> None:
+        self._resolve(lambda: self.shared.deny(tool_call_id, reason))
+
+
 def stuck_session(url: str, session_id: str) -> dict[str, Any]:
     """Store ``session_id`` with two stuck claims; return the chat-memory record.
 
@@ -55,23 +85,23 @@ def stuck_session(url: str, session_id: str) -> dict[str, Any]:
     ``requires_confirmation``); ``rejecting``: it died after upstream denied (tool call
     ``error``). A third record stays ``pending``.
     """
-    clock = DemoClock()
-    upstream = DemoUpstream(clock)
+    readings = iter(range(1_783_728_000_250, 1_783_728_000_250 + 250 * 10_000, 250))
+    upstream = RecordingUpstream()
     storage = open_storage(url)
     try:
         definition = ChatDefinition("cli-test")
-        for crash, act in (("before_upstream", "approve"), ("after_upstream", "reject")):
+        for crash, act in (("before", "approve"), ("after", "reject")):
             session = resume_chat_session(
-                definition, session_id=session_id, storage=storage, clock=clock
+                definition, session_id=session_id, storage=storage, clock=lambda: next(readings)
             )
-            coordinator = session.confirmations_for(ClientUpstream(upstream, crash))  # type: ignore[arg-type]
+            coordinator = session.confirmations_for(CrashingClient(upstream, crash))
             binding = coordinator.propose(f"tool.{act}", {"n": 1})
             with pytest.raises(ClientCrashed):
                 getattr(coordinator, act)(binding.token)
-        session.confirmations_for(ClientUpstream(upstream)).propose("tool.later", {})
+        session.confirmations_for(CrashingClient(upstream)).propose("tool.later", {})
     finally:
         storage.close()
-    return upstream.load()
+    return RecordingChatMemory(upstream).load()
 
 
 class LastWriteWins:

@@ -8,6 +8,7 @@ stake, and a token is looked up without scanning the envelope again after each m
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -54,7 +55,6 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
 
     monkeypatch.setattr(adapters, "Record", CountedRecord)
     monkeypatch.setattr(adapters, "_build_positions", counted_build)
-    adapters._POSITIONS.clear()
     yield counts
 
 
@@ -79,11 +79,27 @@ def test_a_resolution_builds_four_records_and_one_token_map_at_any_size(
 
 def test_a_stale_token_map_is_never_trusted(counted: dict[str, int]) -> None:
     state, token = _session(2)
+    state.token_index.put((), {token: 0})  # a map built for another tuple
     counted.update(records=0, maps=0)
-    adapters._POSITIONS[id(state.snapshot.confirmations)] = ((), {token: 0})  # another tuple
     binding = find_binding(state, token)
     assert binding is not None and binding.token == token
+    assert binding is state.snapshot.confirmations[1]
     assert counted["maps"] == 1
+
+
+def test_a_state_copied_onto_other_bindings_never_reads_the_old_map(
+    counted: dict[str, int],
+) -> None:
+    # `replace` shares the index object with the copy; the copy's own bindings still decide.
+    state, token = _session(3)
+    assert find_binding(state, token) is state.snapshot.confirmations[2]
+    reordered = state.snapshot.model_copy(
+        update={"confirmations": tuple(reversed(state.snapshot.confirmations))}
+    )
+    other = replace(state, snapshot=reordered)
+    assert other.token_index is state.token_index
+    assert find_binding(other, token) is reordered.confirmations[0]
+    assert find_binding(state, token) is state.snapshot.confirmations[2]
 
 
 def test_kernel_decides_at_an_index_and_leaves_the_others() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,11 +15,11 @@ from typing import Any
 import pytest
 
 from akchat_fsm import reconcile_all, reconcile_all_async
-from akchat_fsm.cli._demo_world import ClientCrashed, ClientUpstream, DemoClock, DemoUpstream
 from akchat_fsm.errors import ConfigError, IncompatibleSession, StorageUnavailable
 from akchat_fsm.session import ChatDefinition, ToolCallProposal, resume_chat_session
 from akchat_fsm.session.sweep import AsyncSweepPorts, SweepPorts, SweptSession
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
+from akchat_fsm.testing.doubles import RecordingChatMemory, RecordingUpstream
 from akchat_fsm.wire.session import SessionSnapshot
 
 DEFINITION = ChatDefinition("sweep-test")
@@ -106,29 +107,88 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 # --------------------------------------------------------------------------- a crash
 
 
-def crashed(storage: Any, session_id: str, crashes: tuple[str, ...]) -> DemoUpstream:
+class ClientCrashed(BaseException):  # a simulated process death, not an error
+    """The simulated death of one client process (never caught by the library)."""
+
+
+class Host:
+    """One host's upstream chat controller and chat memory in one object (sync ports), over
+    the public recording doubles; ``clock`` is the sessions' clock (each reading advances)."""
+
+    def __init__(self) -> None:
+        self.upstream = RecordingUpstream()
+        self.memory = RecordingChatMemory(self.upstream)
+        self.now_ms = 1_783_728_000_000
+
+    def clock(self) -> int:
+        self.now_ms += 250
+        return self.now_ms
+
+    def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> ToolCallProposal:
+        return self.upstream.propose_tool_call(id, name, args)
+
+    def approve(self, tool_call_id: str) -> None:
+        self.upstream.approve(tool_call_id)
+
+    def deny(self, tool_call_id: str, reason: str) -> None:
+        self.upstream.deny(tool_call_id, reason)
+
+    def load(self) -> dict[str, Any]:
+        return self.memory.load()
+
+    @property
+    def approve_calls(self) -> Counter[str]:
+        return self.upstream.executed
+
+    def tool_status(self, tool_call_id: str) -> str:
+        return self.upstream.statuses.get(tool_call_id, "missing")
+
+
+@dataclass
+class Client:
+    """One client's handle on a host's upstream, dying around its resolution call:
+    ``"before"`` (after its claim was saved) or ``"after"`` (after upstream acted)."""
+
+    host: Host
+    crash: str | None = None
+
+    def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> ToolCallProposal:
+        return self.host.propose_tool_call(id, name, args)
+
+    def _resolve(self, act: Callable[[], None]) -> None:
+        if self.crash == "before":
+            raise ClientCrashed("died after its claim was saved, before calling upstream")
+        act()
+        if self.crash == "after":
+            raise ClientCrashed("died after upstream acted, before recording the result")
+
+    def approve(self, tool_call_id: str) -> None:
+        self._resolve(lambda: self.host.approve(tool_call_id))
+
+    def deny(self, tool_call_id: str, reason: str) -> None:
+        self._resolve(lambda: self.host.deny(tool_call_id, reason))
+
+
+def crashed(storage: Any, session_id: str, crashes: tuple[str, ...]) -> Host:
     """Store ``session_id`` with one claim per crash, plus one pending record; returns the
     session's upstream (its chat memory is ``upstream.load()``).
 
     ``"before"``: the claimant died after its claim was saved, before calling upstream (the
     tool call stays ``requires_confirmation``); ``"after"``: it died after upstream acted.
     """
-    upstream = DemoUpstream(DemoClock())
+    upstream = Host()
     for n, crash in enumerate(crashes):
         session = resume_chat_session(
             DEFINITION, session_id=session_id, storage=storage, clock=upstream.clock
         )
-        client = ClientUpstream(
-            upstream, "before_upstream" if crash == "before" else "after_upstream"
-        )
-        coordinator = session.confirmations_for(client)  # type: ignore[arg-type]
+        coordinator = session.confirmations_for(Client(upstream, crash))
         binding = coordinator.propose(f"tool.{n}", {"n": n})
         with pytest.raises(ClientCrashed):
             coordinator.approve(binding.token)
     session = resume_chat_session(
         DEFINITION, session_id=session_id, storage=storage, clock=upstream.clock
     )
-    session.confirmations_for(ClientUpstream(upstream)).propose("tool.later", {})
+    session.confirmations_for(Client(upstream)).propose("tool.later", {})
     return upstream
 
 
@@ -225,7 +285,7 @@ def test_one_failing_session_does_not_stop_the_sweep(store: Store) -> None:
 
 def test_a_tool_call_missing_from_memory_leaves_the_session_unsettled(store: Store) -> None:
     host = crashed(store.sync, "s-lost", ("before",))
-    empty = DemoUpstream(DemoClock())  # a memory that never saw the call
+    empty = Host()  # a memory that never saw the call
     report = reconcile_all(
         store.sync,
         lambda sid: SweepPorts(DEFINITION, empty, host),
@@ -270,9 +330,9 @@ def test_the_limit_takes_the_oldest_first_and_says_more_may_wait(store: Store) -
 
 
 class AsyncHost:
-    """The asyncio face of one :class:`DemoUpstream` (upstream and memory)."""
+    """The asyncio face of one :class:`Host` (upstream and memory)."""
 
-    def __init__(self, inner: DemoUpstream) -> None:
+    def __init__(self, inner: Host) -> None:
         self.inner = inner
 
     async def propose_tool_call(
@@ -420,7 +480,7 @@ def unknown_execution(storage: Any, session_id: str) -> None:
 def test_a_session_held_by_an_unknown_execution_is_not_reported_settled(store: Store) -> None:
     unknown_execution(store.sync, "s-ledger")
     hosts = {
-        "s-ledger": DemoUpstream(DemoClock()),
+        "s-ledger": Host(),
         "s-acted": crashed(store.sync, "s-acted", ("after",)),
     }
 
@@ -440,7 +500,7 @@ def test_a_session_held_by_an_unknown_execution_is_not_reported_settled(store: S
 
 def test_the_async_sweep_reports_the_held_session_too(store: Store) -> None:
     unknown_execution(store.sync, "s-ledger")
-    host = DemoUpstream(DemoClock())
+    host = Host()
 
     async def sweep() -> Any:
         storage = store.make_async()

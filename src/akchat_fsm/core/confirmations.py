@@ -38,7 +38,15 @@ from . import records as k
 from .effects import CallApprove, CallDeny, ClaimedCall, ProposeUpstream
 from .records import EXPIRED_REASON, Reconciliation, Record, UpstreamToolStatus
 from .retention import KEEP_TERMINAL, MAX_CONFIRMATIONS, live_count, prune_for_admission
-from .state import SessionState, Step, _saving, check_can_save, check_clock, coerce
+from .state import (
+    SessionState,
+    Step,
+    TokenIndex,
+    _saving,
+    check_can_save,
+    check_clock,
+    coerce,
+)
 
 __all__ = [
     "DEFAULT_TTL_MS",
@@ -102,21 +110,13 @@ def _records(snapshot: SessionSnapshot) -> tuple[Record, ...]:
     )
 
 
-#: token -> position of the last few binding tuples, by identity (each tuple held, so its id is
-#: not reused while it is cached). A claim or completion moves one binding to a new tuple with
-#: the same tokens at the same positions and carries the map over, so a resolution looks
-#: tokens up in O(1) instead of scanning the envelope five times (ADR-0111). Not state: a
-#: miss only rebuilds the map.
-_POSITIONS: dict[int, tuple[tuple[ConfirmationBinding, ...], dict[str, int]]] = {}
-_POSITIONS_KEPT = 64
-
-
-def _positions(bindings: tuple[ConfirmationBinding, ...]) -> dict[str, int]:
-    cached = _POSITIONS.get(id(bindings))
-    if cached is not None and cached[0] is bindings:
-        return cached[1]
-    positions = _build_positions(bindings)
-    _remember(bindings, positions)
+def _positions(state: SessionState) -> dict[str, int]:
+    """Token -> position in ``state``'s bindings, from its :class:`TokenIndex` (ADR-0111)."""
+    bindings = state.snapshot.confirmations
+    positions = state.token_index.get(bindings)
+    if positions is None:
+        positions = _build_positions(bindings)
+        state.token_index.put(bindings, positions)
     return positions
 
 
@@ -127,18 +127,11 @@ def _build_positions(bindings: tuple[ConfirmationBinding, ...]) -> dict[str, int
     return positions
 
 
-def _remember(bindings: tuple[ConfirmationBinding, ...], positions: dict[str, int]) -> None:
-    # Each dict operation is atomic; threads racing here at worst drop an entry (a miss).
-    _POSITIONS[id(bindings)] = (bindings, positions)
-    for key in list(_POSITIONS)[: max(0, len(_POSITIONS) - _POSITIONS_KEPT)]:
-        _POSITIONS.pop(key, None)
-
-
-def _position(snapshot: SessionSnapshot, token: str) -> int:
+def _position(state: SessionState, token: str) -> int:
     """Index of the binding holding ``token``, or -1."""
-    if not isinstance(token, str):
+    if not issubclass(type(token), str):  # `type()`: `__class__` may lie to `isinstance`
         return -1  # no binding holds a non-string (and it may not be hashable)
-    return _positions(snapshot.confirmations).get(token, -1)
+    return _positions(state).get(str.__str__(token), -1)  # a subclass's __hash__ never runs
 
 
 def _record(binding: ConfirmationBinding) -> Record:
@@ -147,24 +140,27 @@ def _record(binding: ConfirmationBinding) -> Record:
     )
 
 
-def _moved_to(snapshot: SessionSnapshot, index: int, status: ConfirmationStatus) -> SessionSnapshot:
-    """The envelope with the binding at ``index`` in ``status``, every other binding as is.
+def _moved_to(
+    state: SessionState, index: int, status: ConfirmationStatus
+) -> tuple[SessionSnapshot, TokenIndex]:
+    """The envelope with the binding at ``index`` in ``status``, every other binding as is, and
+    its token index (the same tokens at the same positions: ``state``'s map carries over).
 
     The kernel's ``*_at`` functions leave every other record unchanged (their contracts say
     so), so the adapters let them decide on the one record at stake and splice the result
     back: a command costs one record, not a rebuild of the whole list (ADR-0111).
     """
-    bindings = snapshot.confirmations
+    bindings = state.snapshot.confirmations
     binding = bindings[index]
     moved = binding if status is binding.status else binding.model_copy(update={"status": status})
     spliced = (*bindings[:index], moved, *bindings[index + 1 :])
-    _remember(spliced, _positions(bindings))  # same tokens at the same positions
-    return snapshot.model_copy(update={"confirmations": spliced})
+    moved_index = TokenIndex(spliced, _positions(state))
+    return state.snapshot.model_copy(update={"confirmations": spliced}), moved_index
 
 
 def find_binding(state: SessionState, token: str) -> ConfirmationBinding | None:
     """The binding holding ``token`` in this session, if any."""
-    index = _position(state.snapshot, token)
+    index = _position(state, token)
     return None if index < 0 else state.snapshot.confirmations[index]
 
 
@@ -289,7 +285,12 @@ def _upstream_effect(claimed: Record, reason: str | None) -> ClaimedCall:
 
 
 def _check_session(state: SessionState, session_id: str | None) -> None:
-    if session_id is not None and session_id != state.snapshot.session_id:
+    if session_id is None:
+        return
+    if (
+        not issubclass(type(session_id), str)
+        or str.__str__(session_id) != state.snapshot.session_id
+    ):
         raise InvalidConfirmationToken()
 
 
@@ -324,7 +325,7 @@ def claim_resolution(
     if reason is not None and not isinstance(reason, str):
         raise _invalid_options()
     check_can_save(state)
-    index = _position(state.snapshot, token)
+    index = _position(state, token)
     if index < 0:
         raise InvalidConfirmationToken()
     binding = state.snapshot.confirmations[index]
@@ -333,8 +334,9 @@ def claim_resolution(
     except ConfirmationError as error:
         error.record = binding  # the loser's answer carries the stored binding
         raise
-    claimed = _moved_to(state.snapshot, index, won.status)
-    return _saving(state, claimed, now_ms, nonce, then=_upstream_effect(won, reason))
+    claimed, moved_index = _moved_to(state, index, won.status)
+    then = _upstream_effect(won, reason)
+    return _saving(state, claimed, now_ms, nonce, then=then, index=moved_index)
 
 
 def complete_resolution(
@@ -343,11 +345,12 @@ def complete_resolution(
     """Upstream returned for the claim on ``token``: save the matching final state."""
     check_clock(now_ms)
     check_can_save(state)
-    index = _position(state.snapshot, token)
+    index = _position(state, token)
     if index < 0:
         raise InvalidConfirmationToken()
     settled = k.complete_at((_record(state.snapshot.confirmations[index]),), 0)[0]
-    return _saving(state, _moved_to(state.snapshot, index, settled.status), now_ms, nonce)
+    completed, moved_index = _moved_to(state, index, settled.status)
+    return _saving(state, completed, now_ms, nonce, index=moved_index)
 
 
 def reconcile(
@@ -371,7 +374,7 @@ def reconcile(
       record back to ``pending``.
     """
     check_clock(now_ms)
-    index = _position(state.snapshot, token)
+    index = _position(state, token)
     if index < 0:
         raise InvalidConfirmationToken()
     current = _record(state.snapshot.confirmations[index])
@@ -387,4 +390,5 @@ def reconcile(
         return complete_resolution(state, token, now_ms, nonce=nonce)
     check_can_save(state)
     released = k.release_at((current,), 0)[0]
-    return _saving(state, _moved_to(state.snapshot, index, released.status), now_ms, nonce)
+    back, moved_index = _moved_to(state, index, released.status)
+    return _saving(state, back, now_ms, nonce, index=moved_index)

@@ -13,7 +13,7 @@ shell performs it as given and then calls :func:`save_settled` with what storage
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import TypeVar
@@ -21,7 +21,7 @@ from typing import TypeVar
 from ..errors import ConfigError, IllegalTransition, IncompatibleSession
 from ..machines.cursor import CursorEvent, CursorPhase
 from ..wire.js import MAX_SAFE_INTEGER
-from ..wire.session import Conversation, SessionSnapshot
+from ..wire.session import ConfirmationBinding, Conversation, SessionSnapshot
 from . import cursor as _cursor
 from .cursor import NEW_CURSOR, CursorState
 from .effects import CallApprove, CallDeny, ClaimedCall, SaveSnapshot
@@ -30,6 +30,7 @@ __all__ = [
     "NONCE_LIMIT",
     "SessionState",
     "Step",
+    "TokenIndex",
     "iso_ms",
     "new_session",
     "next_snapshot",
@@ -53,10 +54,52 @@ NONCE_LIMIT = 10**12
 
 @dataclass(frozen=True)
 class SessionState:
-    """The in-memory envelope and where this object stands relative to storage."""
+    """The in-memory envelope and where this object stands relative to storage.
+
+    ``token_index`` is a memo of where each token sits in ``snapshot.confirmations`` (derived,
+    never compared, never written); states that share that bindings tuple share it.
+    """
 
     snapshot: SessionSnapshot
     cursor: CursorState
+    token_index: TokenIndex = field(
+        default_factory=lambda: TokenIndex(), compare=False, repr=False, kw_only=True
+    )
+
+
+class TokenIndex:
+    """token -> position in one bindings tuple, kept by the states that hold that tuple.
+
+    Lookups in O(1) instead of a scan of up to 1,000 bindings per use (ADR-0111). It lives and
+    dies with its states: the core keeps no state between calls. It answers only for the very
+    tuple it was built for (held here, so that identity cannot be reused by another tuple), so
+    a state whose bindings changed never reads a stale map; it rebuilds one.
+    """
+
+    __slots__ = ("_entry",)
+
+    def __init__(
+        self,
+        bindings: tuple[ConfirmationBinding, ...] | None = None,
+        positions: dict[str, int] | None = None,
+    ) -> None:
+        self._entry = None if bindings is None or positions is None else (bindings, positions)
+
+    def get(self, bindings: tuple[ConfirmationBinding, ...]) -> dict[str, int] | None:
+        """The map built for exactly ``bindings``, if this index holds it."""
+        entry = self._entry
+        return entry[1] if entry is not None and entry[0] is bindings else None
+
+    def put(self, bindings: tuple[ConfirmationBinding, ...], positions: dict[str, int]) -> None:
+        """Keep ``positions`` as the map of ``bindings`` (one assignment: threads see either)."""
+        self._entry = (bindings, positions)
+
+
+def _index_for(state: SessionState, snapshot: SessionSnapshot) -> TokenIndex:
+    """``state``'s index for a state on ``snapshot`` when it holds the same bindings tuple."""
+    if snapshot.confirmations is state.snapshot.confirmations:
+        return state.token_index
+    return TokenIndex()
 
 
 @dataclass(frozen=True)
@@ -206,8 +249,13 @@ def _saving(
     now_ms: int,
     nonce: int | None,
     then: ClaimedCall | None = None,
+    index: TokenIndex | None = None,
 ) -> Step:
-    """The step that saves ``snapshot`` (the new in-memory envelope) with CAS, then ``then``."""
+    """The step that saves ``snapshot`` (the new in-memory envelope) with CAS, then ``then``.
+
+    ``index``: the token index of ``snapshot``'s bindings when the caller knows it (a move
+    that keeps every token at its position); else ``state``'s is carried when it applies.
+    """
     saving = _cursor.begin_save(state.cursor)
     if snapshot.cursor != state.cursor.cursor:
         # A state assembled by hand (or a snapshot adopted without settling its save).
@@ -219,7 +267,8 @@ def _saving(
         )
     saved = next_snapshot(snapshot, now_ms, nonce=nonce)
     save = SaveSnapshot(saved, state.cursor.expected_cursor)
-    return Step(SessionState(saved, saving), save=save, then=then)
+    carried = index if index is not None else _index_for(state, saved)
+    return Step(SessionState(saved, saving, token_index=carried), save=save, then=then)
 
 
 def check_can_save(state: SessionState) -> None:
@@ -241,7 +290,8 @@ def save_settled(state: SessionState, outcome: CursorEvent) -> SessionState:
     event = coerce(CursorEvent, outcome, refused)
     if event not in (CursorEvent.SAVED, CursorEvent.CONFLICT, CursorEvent.UNKNOWN):
         raise refused()
-    return SessionState(state.snapshot, _cursor.save_settled(state.cursor, event))
+    settled = _cursor.save_settled(state.cursor, event)
+    return SessionState(state.snapshot, settled, token_index=state.token_index)
 
 
 def _check_same_session(state: SessionState, stored: SessionSnapshot) -> None:

@@ -267,8 +267,14 @@ def plan_resolve(
     Returns the terminal binding. A repeat of a settled resolution returns the stored record
     and calls nothing. Losers get :class:`AlreadyResolved` or :class:`ResolutionInProgress`.
     """
-    if not isinstance(token, str):
+    # `type()`, not `isinstance`: an object may claim to be a str through `__class__`.
+    if not issubclass(type(token), str) or not (
+        session_id is None or issubclass(type(session_id), str)
+    ):
         raise InvalidConfirmationToken()
+    # Exact strs: a subclass's own __eq__ / __hash__ never runs in a lookup or comparison.
+    token = str.__str__(token)
+    session_id = None if session_id is None else str.__str__(session_id)
 
     def claim(state: core.SessionState, now_ms: int, nonce: int) -> core.Step:
         return core.claim_resolution(

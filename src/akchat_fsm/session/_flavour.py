@@ -17,7 +17,13 @@ from typing import Literal
 
 from ..errors import ConfigError
 
-__all__ = ["check_memory", "check_storage", "check_upstream", "wrong_flavour"]
+__all__ = [
+    "check_memory",
+    "check_storage",
+    "check_upstream",
+    "wrong_flavour",
+    "wrong_flavour_defined",
+]
 
 Flavour = Literal["sync", "async"]
 #: The function to use instead, per flavour of the *port*.
@@ -29,7 +35,8 @@ MEMORY_METHODS = ("tool_call_statuses", "load")
 
 
 def wrong_flavour(port: str, *, asyncio_port: bool) -> str:
-    """The message for a port call whose flavour does not match the API it was given to."""
+    """The message for a port *call* whose result shows the wrong flavour (the drivers' check:
+    the method was called, and its result says which flavour it is)."""
     if asyncio_port:
         return (
             f"{port} is asyncio (it returned an awaitable) but was given to the synchronous "
@@ -38,6 +45,20 @@ def wrong_flavour(port: str, *, asyncio_port: bool) -> str:
     return (
         f"{port} is synchronous (it did not return an awaitable) but was given to the asyncio "
         f"API; use {RIGHT_API['sync']}."
+    )
+
+
+def wrong_flavour_defined(port: str, *, asyncio_port: bool) -> str:
+    """The message for a port *method* defined in the wrong flavour (the entry points' check,
+    read from the definition: nothing was called)."""
+    if asyncio_port:
+        return (
+            f"{port} is a coroutine function (async def), an asyncio port, but was given to "
+            f"the synchronous API; nothing was called. Use {RIGHT_API['async']}."
+        )
+    return (
+        f"{port} is a plain function (def, not async def), a synchronous port, but was given "
+        f"to the asyncio API; nothing was called. Use {RIGHT_API['sync']}."
     )
 
 
@@ -62,7 +83,8 @@ def _check(kind: str, obj: object, methods: tuple[str, ...], flavour: Flavour) -
                 f"got {type(obj).__name__}."
             )
         if found not in (flavour, "unknown"):
-            raise ConfigError(wrong_flavour(f"{kind}.{name}", asyncio_port=found == "async"))
+            port = f"{kind}.{name}"
+            raise ConfigError(wrong_flavour_defined(port, asyncio_port=found == "async"))
 
 
 def check_storage(storage: object, flavour: Flavour) -> None:

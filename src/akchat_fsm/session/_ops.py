@@ -37,8 +37,12 @@ def plan_resume(
     """Load and validate stored state; a fresh (unsaved, cursor 0) session when none exists."""
     # Checked before any I/O (the reference checks it after load; no valid state can be
     # stored under an invalid id, so only the adapter call is saved).
-    if not is_identifier(session_id):
+    # `type()`, not `isinstance`: an object may claim to be a str through `__class__`.
+    if not issubclass(type(session_id), str) or not is_identifier(session_id):
         raise ConfigError(SESSION_ID_INVALID)
+    # An exact str from here on: a subclass's own __ne__, __hash__ or __str__ never runs
+    # (inside storage it would pass for a storage outage, in a comparison for a bug of ours).
+    session_id = str.__str__(session_id)
     raw = yield Load(session_id)
     decoded = decode_stored(raw, definition, session_id)
     holder = SessionHolder.fresh(definition, session_id, clock)

@@ -227,7 +227,8 @@ def execute_sync(effect: Effect, ports: Ports) -> Any:
 
 
 def run_sync(plan: Plan[T], ports: Ports) -> T:
-    """Run ``plan`` to completion, executing its effects synchronously."""
+    """Run ``plan`` to completion, performing each effect through ``ports`` in this driver's
+    flavour (the sync driver calls, the asyncio driver awaits)."""
     done, out = _advance(plan, None, None)
     while not done:
         value, error = None, None
@@ -240,7 +241,8 @@ def run_sync(plan: Plan[T], ports: Ports) -> T:
 
 
 async def run_async(plan: Plan[T], ports: Ports) -> T:
-    """Run ``plan`` to completion, awaiting its effects (asyncio storage/upstream/memory)."""
+    """Run ``plan`` to completion, performing each effect through ``ports`` in this driver's
+    flavour (the sync driver calls, the asyncio driver awaits)."""
     done, out = _advance(plan, None, None)
     while not done:
         value, error = None, None

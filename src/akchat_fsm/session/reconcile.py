@@ -46,5 +46,5 @@ async def reconcile_async(
     upstream: AsyncUpstreamChat | None = None,
     release_untouched: bool = False,
 ) -> tuple[ReconcileOutcome, ...]:
-    """The asyncio twin of :func:`reconcile`."""
+    """Settle ``session``'s processing records from ``memory``; one outcome per record."""
     return await session.reconcile(memory, upstream=upstream, release_untouched=release_untouched)

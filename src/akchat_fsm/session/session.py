@@ -343,17 +343,21 @@ class AsyncChatSession(_SessionBase):
             return await run_async(plan, ports or self._ports)
 
     async def reload(self) -> None:
+        """Re-read storage (validated like resume); drops nothing durable."""
         await self._run(reload(self._holder))
 
     async def persist(self, *, attempts: int = 1) -> int:
+        """One CAS save of the current envelope; returns the new cursor."""
         return await self._run(_ops.plan_persist(self._holder, attempts))
 
     async def claim_turn(self, turn_id: str, lease_ms: int) -> bool:
+        """Take the turn lease; ``False`` when busy or a replayed turn (docs/reference.md §9)."""
         return await self._run(_ops.plan_claim_turn(self._holder, turn_id, lease_ms))
 
     async def release_turn(
         self, turn_id: str, outcome: TurnOutcome | str = TurnOutcome.COMPLETED
     ) -> bool:
+        """Release the lease held by ``turn_id``; ``False`` when it does not hold it."""
         return await self._run(_ops.plan_release_turn(self._holder, turn_id, outcome))
 
     async def record_decision(
@@ -365,6 +369,7 @@ class AsyncChatSession(_SessionBase):
         content: str = "",
         kind: DecisionKind | str = DecisionKind.DETERMINISTIC,
     ) -> RouteDecision:
+        """Record a route decision through the host flow (never the message) and save it."""
         return await self._run(self._decision(message_id, route_id, input, content, kind))
 
     def confirmations_for(
@@ -375,7 +380,12 @@ class AsyncChatSession(_SessionBase):
         create_id: Callable[[], str] = default_confirmation_id,
         keep_terminal: int = core.KEEP_TERMINAL,
     ) -> AsyncConfirmationCoordinator:
-        """The asyncio twin of :meth:`ChatSession.confirmations_for`."""
+        """A confirmation coordinator bound to this session and ``upstream``.
+
+        ``ttl_ms``: how long a proposal stays approvable. ``create_id``: the id suffix
+        factory (default: 128 random bits). ``keep_terminal``: how many resolved records the
+        retention rule keeps when a new proposal is admitted (live records are never pruned).
+        """
         return AsyncConfirmationCoordinator(
             self, upstream, ttl_ms=ttl_ms, create_id=create_id, keep_terminal=keep_terminal
         )
@@ -387,6 +397,7 @@ class AsyncChatSession(_SessionBase):
         upstream: AsyncUpstreamChat | None = None,
         release_untouched: bool = False,
     ) -> tuple[ReconcileOutcome, ...]:
+        """Settle processing records from ``memory`` (see :func:`reconcile`)."""
         return await self._run(*self._reconcile(memory, upstream, release_untouched))
 
 
@@ -397,20 +408,26 @@ class AsyncConfirmationCoordinator(_CoordinatorBase[AsyncChatSession]):
         return await self.session._run(plan, self._ports())
 
     async def propose(self, name: str, input: Mapping[str, Any]) -> ConfirmationBinding:
+        """Limits, then upstream ``propose_tool_call``, then one CAS save of the binding."""
         return await self._run(self._propose(name, input))
 
     async def approve(self, token: str, session_id: str | None = None) -> ConfirmationBinding:
+        """Claim, call upstream ``approve`` once, record ``approved`` (``expired`` if due)."""
         return await self._run(self._resolve(token, ConfirmationEvent.APPROVE, session_id))
 
     async def reject(
         self, token: str, session_id: str | None = None, reason: str | None = None
     ) -> ConfirmationBinding:
+        """Claim, call upstream ``deny`` once, record ``rejected`` (``expired`` if due)."""
         return await self._run(self._resolve(token, ConfirmationEvent.REJECT, session_id, reason))
 
     async def expire(self, token: str) -> ConfirmationBinding:
+        """Resolve a pending record whose expiry passed: deny upstream, record ``expired``."""
         return await self._run(self._resolve(token, ConfirmationEvent.EXPIRE))
 
     async def expire_due(self) -> tuple[ConfirmationBinding, ...]:
+        """Expire every pending record due on the session clock (re-read first); returns those
+        this call expired. Records resolved or claimed elsewhere meanwhile are skipped."""
         return await self._run(_confirm.plan_expire_due(self.session._holder))
 
 
@@ -431,6 +448,35 @@ def _checked_ports(
     return Ports(storage, upstream, memory, tuple(observers))
 
 
+SessionT2 = TypeVar("SessionT2", "ChatSession", "AsyncChatSession")
+
+
+def _opening(
+    cls: type[SessionT2],
+    definition: ChatDefinition,
+    session_id: str,
+    clock: Callable[[], int],
+    storage: object,
+    observers: Iterable[Observer],
+    upstream: object,
+    memory: object,
+) -> tuple[Plan[SessionT2], Ports]:
+    """Both entry points: the ports checked for ``cls``'s flavour, and the plan resuming it."""
+    ports = _checked_ports(cls._flavour, storage, upstream, memory, observers)
+    return _plan_open(cls, definition, session_id, clock, ports), ports
+
+
+def _plan_open(
+    cls: type[SessionT2],
+    definition: ChatDefinition,
+    session_id: str,
+    clock: Callable[[], int],
+    ports: Ports,
+) -> Plan[SessionT2]:
+    holder = yield from _ops.plan_resume(definition, session_id, clock)
+    return cls(holder, ports)
+
+
 def resume_chat_session(
     definition: ChatDefinition,
     *,
@@ -447,9 +493,9 @@ def resume_chat_session(
     state is rejected before any session object exists, with the reference's messages
     (``ConfigError`` / :class:`IncompatibleSession`). ``clock`` returns epoch milliseconds.
     """
-    ports = _checked_ports("sync", storage, upstream, memory, observers)
-    holder = run_sync(_ops.plan_resume(definition, session_id, clock), ports)
-    return ChatSession(holder, ports)
+    return run_sync(
+        *_opening(ChatSession, definition, session_id, clock, storage, observers, upstream, memory)
+    )
 
 
 async def resume_chat_session_async(
@@ -462,10 +508,17 @@ async def resume_chat_session_async(
     upstream: AsyncUpstreamChat | None = None,
     memory: AsyncMemory | None = None,
 ) -> AsyncChatSession:
-    """The asyncio twin of :func:`resume_chat_session` (asyncio storage)."""
-    ports = _checked_ports("async", storage, upstream, memory, observers)
-    holder = await run_async(_ops.plan_resume(definition, session_id, clock), ports)
-    return AsyncChatSession(holder, ports)
+    """Resume ``session_id`` from ``storage`` (or start it fresh when nothing is stored).
+
+    Corrupt, unsupported, foreign-session, other-definition, other-revision or unreplayable
+    state is rejected before any session object exists, with the reference's messages
+    (``ConfigError`` / :class:`IncompatibleSession`). ``clock`` returns epoch milliseconds.
+    """
+    return await run_async(
+        *_opening(
+            AsyncChatSession, definition, session_id, clock, storage, observers, upstream, memory
+        )
+    )
 
 
 S = TypeVar("S", ChatSession, AsyncChatSession)

@@ -65,7 +65,10 @@ NO_INDEX = (
     "reconcile_all needs a storage with the ProcessingIndex capability (list_processing); "
     "{kind} has none."
 )
-WRONG_FLAVOUR = "{kind}.list_processing is {what}: use {right} for this storage."
+#: Read from the method's definition, before any call: so the message says nothing ran.
+WRONG_FLAVOUR = (
+    "{kind}.list_processing is {what}; nothing was called: use {right} for this storage."
+)
 SweepStatus = Literal["settled", "unsettled", "execution_unknown", "failed", "skipped"]
 NO_MEMORY = "SweepPorts for {sid!r} has neither a memory nor a bridge to reconcile with."
 
@@ -113,7 +116,7 @@ class SweepPorts:
 
 @dataclass(frozen=True)
 class AsyncSweepPorts:
-    """The asyncio twin of :class:`SweepPorts`."""
+    """What the host reconciles one session with (asyncio): see :class:`SweepPorts`."""
 
     definition: ChatDefinition
     memory: AsyncChatMemory | None = None
@@ -331,10 +334,13 @@ def _flavour(storage: object, *, want_async: bool) -> None:
     is_async = inspect.iscoroutinefunction(method)
     if is_async and not want_async:
         raise ConfigError(
-            WRONG_FLAVOUR.format(kind=kind, what="async", right="reconcile_all_async")
+            WRONG_FLAVOUR.format(
+                kind=kind, what="a coroutine function (async def)", right="reconcile_all_async"
+            )
         )
     if want_async and not is_async:
-        raise ConfigError(WRONG_FLAVOUR.format(kind=kind, what="sync", right="reconcile_all"))
+        what = "a plain function (def, not async def)"
+        raise ConfigError(WRONG_FLAVOUR.format(kind=kind, what=what, right="reconcile_all"))
 
 
 def _cutoff(older_than_ms: object, limit: object, clock: Callable[[], int]) -> int:
@@ -352,11 +358,97 @@ AsyncPortsFor = Callable[[str], AsyncSweepPorts | Awaitable[AsyncSweepPorts | No
 ProgressFn = Callable[[SweptSession, int, int], None]
 
 
-def _advance(plan: _Sweep, value: Any, error: Exception | None) -> tuple[bool, Any]:
+def _advance(
+    plan: Generator[Any, Any, Any], value: Any, error: Exception | None
+) -> tuple[bool, Any]:
     try:
         return False, plan.send(value) if error is None else plan.throw(error)
     except StopIteration as stop:
         return True, stop.value
+
+
+def _sweep(
+    storage: Any,
+    ports_for: Callable[[str], Any],
+    older_than_ms: int,
+    limit: int,
+    release_untouched: bool,
+    clock: Callable[[], int],
+    progress: ProgressFn | None,
+    *,
+    asyncio: bool,
+) -> Generator[Any, Any, SweepReport]:
+    """Both sweeps, written once: the plan's steps made into port calls.
+
+    Yields what each call returned (an awaitable in the asyncio flavour) and is sent its
+    result, or thrown its error; the two drivers below differ only in awaiting it.
+    """
+    _flavour(storage, want_async=asyncio)
+    cutoff = _cutoff(older_than_ms, limit, clock)
+    expected = AsyncSweepPorts if asyncio else SweepPorts
+    resume: Callable[..., Any] = resume_chat_session_async if asyncio else resume_chat_session
+    plan = _plan_sweep(cutoff, limit, release_untouched, clock, expected)
+    done, step = _advance(plan, None, None)
+    while not done:
+        value, error = None, None
+        try:
+            value = yield from _perform(step, storage, ports_for, progress, resume)
+        except Exception as exc:  # the plan decides what a failed step means
+            error = exc
+        done, step = _advance(plan, value, error)
+    return step  # type: ignore[no-any-return]
+
+
+def _perform(
+    step: _Step,
+    storage: Any,
+    ports_for: Callable[[str], Any],
+    progress: ProgressFn | None,
+    resume: Callable[..., Any],
+) -> Generator[Any, Any, Any]:
+    """One plan step: each port call's return value is yielded to the driver."""
+    if isinstance(step, _List):
+        return (
+            yield storage.list_processing(
+                written_before_ms=step.written_before_ms, limit=step.limit
+            )
+        )
+    if isinstance(step, _AskHost):
+        return (yield ports_for(step.session_id))
+    if isinstance(step, _Reconcile):
+        ports: Any = step.ports
+        session = yield resume(
+            ports.definition, session_id=step.session_id, storage=storage, clock=step.clock
+        )
+        if ports.bridge is not None:
+            return (yield ports.bridge(session).reconcile())
+        return (
+            yield session.reconcile(
+                ports.memory, upstream=ports.upstream, release_untouched=step.release_untouched
+            )
+        )
+    if progress is not None:
+        progress(step.session, step.done, step.total)
+    return None
+
+
+def _drive_sync(sweep: Generator[Any, Any, SweepReport]) -> SweepReport:
+    done, out = _advance(sweep, None, None)
+    while not done:  # a sync call's return value is its result
+        done, out = _advance(sweep, out, None)
+    return out  # type: ignore[no-any-return]
+
+
+async def _drive_async(sweep: Generator[Any, Any, SweepReport]) -> SweepReport:
+    done, out = _advance(sweep, None, None)
+    while not done:
+        value, error = None, None
+        try:
+            value = (await out) if inspect.isawaitable(out) else out
+        except Exception as exc:
+            error = exc
+        done, out = _advance(sweep, value, error)
+    return out  # type: ignore[no-any-return]
 
 
 def reconcile_all(
@@ -372,45 +464,27 @@ def reconcile_all(
     """Reconcile every session whose processing records were last written ``older_than_ms``
     ago or more (at most ``limit``, oldest first).
 
-    ``storage``: a sync adapter with the ``ProcessingIndex`` capability (``ConfigError``
-    naming it otherwise, before any I/O). ``ports_for(session_id)``: a :class:`SweepPorts`
-    for the session, or ``None`` to skip it. ``clock``: epoch ms; it sets the cut-off against
+    ``storage``: an adapter of this function's flavour with the ``ProcessingIndex``
+    capability (``ConfigError`` naming it otherwise, before any I/O). ``ports_for(session_id)``:
+    a :class:`SweepPorts` for the session (an :class:`AsyncSweepPorts` for
+    ``reconcile_all_async``, whose ``ports_for`` may be an ``async`` function), or ``None`` to
+    skip it. ``clock``: epoch ms; it sets the cut-off against
     the adapter's wall-clock write stamps and is the resumed sessions' clock.
     ``progress(session, done, total)`` is called after each session. Never raises for one
     session's failure (see :class:`SweptSession`); raises only if the index cannot be read.
     """
-    _flavour(storage, want_async=False)
-    cutoff = _cutoff(older_than_ms, limit, clock)
-    plan = _plan_sweep(cutoff, limit, release_untouched, clock, SweepPorts)
-    done, step = _advance(plan, None, None)
-    while not done:
-        value, error = None, None
-        try:
-            if isinstance(step, _List):
-                value = storage.list_processing(  # type: ignore[attr-defined]
-                    written_before_ms=step.written_before_ms, limit=step.limit
-                )
-            elif isinstance(step, _AskHost):
-                value = ports_for(step.session_id)
-            elif isinstance(step, _Reconcile):
-                ports: Any = step.ports
-                session = resume_chat_session(
-                    ports.definition, session_id=step.session_id, storage=storage, clock=step.clock
-                )
-                if ports.bridge is not None:
-                    value = ports.bridge(session).reconcile()
-                else:
-                    value = session.reconcile(
-                        ports.memory,
-                        upstream=ports.upstream,
-                        release_untouched=step.release_untouched,
-                    )
-            elif progress is not None:
-                progress(step.session, step.done, step.total)
-        except Exception as exc:  # the plan decides what a failed step means
-            error = exc
-        done, step = _advance(plan, value, error)
-    return step  # type: ignore[no-any-return]
+    return _drive_sync(
+        _sweep(
+            storage,
+            ports_for,
+            older_than_ms,
+            limit,
+            release_untouched,
+            clock,
+            progress,
+            asyncio=False,
+        )
+    )
 
 
 async def reconcile_all_async(
@@ -423,39 +497,27 @@ async def reconcile_all_async(
     clock: Callable[[], int] = default_clock,
     progress: ProgressFn | None = None,
 ) -> SweepReport:
-    """The asyncio twin of :func:`reconcile_all` (an asyncio adapter, :class:`AsyncSweepPorts`;
-    ``ports_for`` may be a plain or an ``async`` function)."""
-    _flavour(storage, want_async=True)
-    cutoff = _cutoff(older_than_ms, limit, clock)
-    plan = _plan_sweep(cutoff, limit, release_untouched, clock, AsyncSweepPorts)
-    done, step = _advance(plan, None, None)
-    while not done:
-        value, error = None, None
-        try:
-            if isinstance(step, _List):
-                value = await storage.list_processing(  # type: ignore[attr-defined]
-                    written_before_ms=step.written_before_ms, limit=step.limit
-                )
-            elif isinstance(step, _AskHost):
-                value = ports_for(step.session_id)
-                if inspect.isawaitable(value):
-                    value = await value
-            elif isinstance(step, _Reconcile):
-                ports: Any = step.ports
-                session = await resume_chat_session_async(
-                    ports.definition, session_id=step.session_id, storage=storage, clock=step.clock
-                )
-                if ports.bridge is not None:
-                    value = await ports.bridge(session).reconcile()
-                else:
-                    value = await session.reconcile(
-                        ports.memory,
-                        upstream=ports.upstream,
-                        release_untouched=step.release_untouched,
-                    )
-            elif progress is not None:
-                progress(step.session, step.done, step.total)
-        except Exception as exc:  # the plan decides what a failed step means
-            error = exc
-        done, step = _advance(plan, value, error)
-    return step  # type: ignore[no-any-return]
+    """Reconcile every session whose processing records were last written ``older_than_ms``
+    ago or more (at most ``limit``, oldest first).
+
+    ``storage``: an adapter of this function's flavour with the ``ProcessingIndex``
+    capability (``ConfigError`` naming it otherwise, before any I/O). ``ports_for(session_id)``:
+    a :class:`SweepPorts` for the session (an :class:`AsyncSweepPorts` for
+    ``reconcile_all_async``, whose ``ports_for`` may be an ``async`` function), or ``None`` to
+    skip it. ``clock``: epoch ms; it sets the cut-off against
+    the adapter's wall-clock write stamps and is the resumed sessions' clock.
+    ``progress(session, done, total)`` is called after each session. Never raises for one
+    session's failure (see :class:`SweptSession`); raises only if the index cannot be read.
+    """
+    return await _drive_async(
+        _sweep(
+            storage,
+            ports_for,
+            older_than_ms,
+            limit,
+            release_untouched,
+            clock,
+            progress,
+            asyncio=True,
+        )
+    )

@@ -68,7 +68,7 @@ class ThreadedAsyncStorage(AsyncClosing, Generic[S]):
         return await asyncio.to_thread(self.sync.save, snapshot, expected_cursor)
 
     async def delete(self, session_id: str) -> None:
-        """Forget ``session_id``; a missing session is not an error."""
+        """Forget ``session_id`` and its records (one transaction); a missing one is no error."""
         await asyncio.to_thread(self.sync.delete, session_id)
 
     async def load_record(self, session_id: str, key: str) -> StoredRecord | None:
@@ -115,9 +115,9 @@ class ThreadedAsyncStorage(AsyncClosing, Generic[S]):
         )
 
     def open_connections(self) -> int:
-        """Connections the wrapped adapter holds open (0 after ``aclose``)."""
+        """1 while a connection is open, else 0 (the kit's leak check)."""
         return self.sync.open_connections()
 
     async def aclose(self) -> None:
-        """Close the wrapped adapter (waits for a call in flight to finish)."""
+        """Close the connection (after a call in flight; no transaction outlives a call)."""
         await asyncio.to_thread(self.sync.close)

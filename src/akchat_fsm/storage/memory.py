@@ -136,7 +136,7 @@ class MemoryStorage(Closing):
         return 0
 
     def close(self) -> None:
-        """Nothing to release; the store stays usable (it may be shared by async twins)."""
+        """Nothing to release; the store stays usable (one store may back both flavours)."""
 
 
 class AsyncMemoryStorage(AsyncClosing):
@@ -163,6 +163,7 @@ class AsyncMemoryStorage(AsyncClosing):
         self.sync.delete(session_id)
 
     async def load_record(self, session_id: str, key: str) -> StoredRecord | None:
+        """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
         return self.sync.load_record(session_id, key)
 
     async def save_record(
@@ -174,22 +175,26 @@ class AsyncMemoryStorage(AsyncClosing):
         *,
         processing: bool = False,
     ) -> bool:
+        """Store the record iff its stored version equals ``expected_version`` (see the port)."""
         return self.sync.save_record(session_id, key, text, expected_version, processing=processing)
 
     async def list_records(self, session_id: str, prefix: str = "") -> list[str]:
+        """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
         return self.sync.list_records(session_id, prefix)
 
     async def delete_record(self, session_id: str, key: str) -> None:
+        """Forget one record; a missing record is not an error."""
         self.sync.delete_record(session_id, key)
 
     async def list_processing(
         self, *, written_before_ms: int | None = None, limit: int = 1000
     ) -> list[ProcessingSession]:
+        """Sessions holding processing work, oldest last write first (see the port)."""
         return self.sync.list_processing(written_before_ms=written_before_ms, limit=limit)
 
     def open_connections(self) -> int:
-        """Always 0: nothing to leak."""
+        """Always 0: nothing to leak (the leak-check capability of the conformance kit)."""
         return 0
 
     async def aclose(self) -> None:
-        """Nothing to release; the (possibly shared) store stays usable."""
+        """Nothing to release; the store stays usable (one store may back both flavours)."""

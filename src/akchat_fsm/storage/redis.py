@@ -407,7 +407,7 @@ class RedisStorage(Closing):
         return [] if command[-1] == 0 else _processing(self._call(command, write=False))
 
     def open_connections(self) -> int:
-        """Pooled connections holding a socket (0 after ``close``)."""
+        """Pooled connections holding a socket (0 once closed)."""
         return _connected(self.pool)
 
     def close(self) -> None:
@@ -537,7 +537,7 @@ class AsyncRedisStorage(AsyncClosing):
         return [] if command[-1] == 0 else _processing(await self._call(command, write=False))
 
     def open_connections(self) -> int:
-        """Pooled connections holding a socket (0 after ``aclose``)."""
+        """Pooled connections holding a socket (0 once closed)."""
         return _connected(self.pool)
 
     async def aclose(self) -> None:

@@ -372,7 +372,7 @@ class SQLiteStorage(Closing):
         return 0 if self._conn is None else 1
 
     def close(self) -> None:
-        """Close the connection (rolling back nothing: no transaction outlives a call)."""
+        """Close the connection (after a call in flight; no transaction outlives a call)."""
         with self._lock:
             self._closed = True
             conn, self._conn = self._conn, None

@@ -125,46 +125,35 @@ def _extra(module: str, extra: str) -> Any:
         ) from exc
 
 
-def open_storage(url: str, *, read_only: bool = False) -> ManagedSessionStorage:
-    """A new synchronous adapter for ``url`` (see the module table). Close it when done.
-
-    ``read_only``: the adapter never changes the store (see the module docstring).
-    """
+def _open(url: str, *, asyncio: bool, read_only: bool) -> Any:
+    """The adapter for ``url`` in the flavour asked for: the one scheme table both use."""
     scheme, parts, query = _split(url)
+    prefix = "Async" if asyncio else ""
     mode: dict[str, Any] = {"read_only": bool(read_only)}
     if scheme == "memory":
         _no_leftovers(query, "memory")
-        return MemoryStorage()
+        return AsyncMemoryStorage() if asyncio else MemoryStorage()
     if scheme == "sqlite":
-        return SQLiteStorage(**_sqlite_args(parts, query), **mode)
+        sqlite = AsyncSQLiteStorage if asyncio else SQLiteStorage
+        return sqlite(**_sqlite_args(parts, query), **mode)
     if scheme in ("postgresql", "postgres"):
         module = _extra(".postgres", "postgres")
-        adapter = module.PostgresStorage(**_postgres_args(parts, query), **mode)
-        return cast(ManagedSessionStorage, adapter)
+        return getattr(module, f"{prefix}PostgresStorage")(**_postgres_args(parts, query), **mode)
     if scheme in ("redis", "rediss", "unix"):
         module = _extra(".redis", "redis")
-        return cast(ManagedSessionStorage, module.RedisStorage(**_redis_args(parts, query), **mode))
+        return getattr(module, f"{prefix}RedisStorage")(**_redis_args(parts, query), **mode)
     raise ConfigError(f"Unknown storage URL scheme {scheme!r}.", hint=_URL_HINT)
+
+
+def open_storage(url: str, *, read_only: bool = False) -> ManagedSessionStorage:
+    """A new adapter for ``url`` (see the module table). Close it when done (``close()``, or
+    ``await aclose()`` for the asyncio flavour). ``read_only``: the adapter never changes the
+    store (see the module docstring)."""
+    return cast(ManagedSessionStorage, _open(url, asyncio=False, read_only=read_only))
 
 
 def open_async_storage(url: str, *, read_only: bool = False) -> AsyncManagedSessionStorage:
-    """A new asyncio adapter for ``url`` (see the module table). ``aclose()`` it when done.
-
-    ``read_only``: the adapter never changes the store (see the module docstring).
-    """
-    scheme, parts, query = _split(url)
-    mode: dict[str, Any] = {"read_only": bool(read_only)}
-    if scheme == "memory":
-        _no_leftovers(query, "memory")
-        return AsyncMemoryStorage()
-    if scheme == "sqlite":
-        return AsyncSQLiteStorage(**_sqlite_args(parts, query), **mode)
-    if scheme in ("postgresql", "postgres"):
-        module = _extra(".postgres", "postgres")
-        adapter = module.AsyncPostgresStorage(**_postgres_args(parts, query), **mode)
-        return cast(AsyncManagedSessionStorage, adapter)
-    if scheme in ("redis", "rediss", "unix"):
-        module = _extra(".redis", "redis")
-        adapter = module.AsyncRedisStorage(**_redis_args(parts, query), **mode)
-        return cast(AsyncManagedSessionStorage, adapter)
-    raise ConfigError(f"Unknown storage URL scheme {scheme!r}.", hint=_URL_HINT)
+    """A new adapter for ``url`` (see the module table). Close it when done (``close()``, or
+    ``await aclose()`` for the asyncio flavour). ``read_only``: the adapter never changes the
+    store (see the module docstring)."""
+    return cast(AsyncManagedSessionStorage, _open(url, asyncio=True, read_only=read_only))

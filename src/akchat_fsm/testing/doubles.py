@@ -143,6 +143,26 @@ class AsyncRecordingUpstream:
         await asyncio.sleep(0)
         self.sync.deny(tool_call_id, reason)
 
+    # -- what happened (read from ``.sync``, so both flavours answer the same questions) ------
+    @property
+    def executed(self) -> Counter[str]:
+        """Approve calls per tool call, acted or not (a guarantee test expects at most 1)."""
+        return self.sync.executed
+
+    @property
+    def calls_per_tool_call(self) -> Counter[str]:
+        """Approve and deny calls per tool call, acted or not (the guarantee: at most 1)."""
+        return self.sync.calls_per_tool_call
+
+    @property
+    def denied(self) -> list[tuple[str, str]]:
+        """Every deny call, ``(tool_call_id, reason)``, acted or not."""
+        return self.sync.denied
+
+    def calls_for(self, tool_call_id: str) -> list[tuple[str, ...]]:
+        """Every approve/deny call made for ``tool_call_id``."""
+        return self.sync.calls_for(tool_call_id)
+
 
 StatusSource = RecordingUpstream | AsyncRecordingUpstream | Mapping[str, str]
 
@@ -196,7 +216,7 @@ class RecordingChatMemory:
         return {"version": 1, "messages": [*self.messages, *calls]}
 
     def load_only(self) -> _LoadOnly:
-        """A view of this memory with ``load`` alone (a plain :class:`ChatMemory`)."""
+        """A view of this memory with ``load`` alone (a plain chat memory of its flavour)."""
         return _LoadOnly(self)
 
 
@@ -215,15 +235,17 @@ class AsyncRecordingChatMemory:
         self.sync = RecordingChatMemory(source, messages=messages)
 
     async def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> dict[str, str]:
+        """The status of each id memory knows; an unknown id is left out."""
         await asyncio.sleep(0)
         return self.sync.tool_call_statuses(tool_call_ids)
 
     async def load(self) -> dict[str, Any]:
+        """The whole memory record: ``messages``, then one assistant message per tool call."""
         await asyncio.sleep(0)
         return self.sync.load()
 
     def load_only(self) -> _AsyncLoadOnly:
-        """A view of this memory with ``load`` alone (a plain :class:`AsyncChatMemory`)."""
+        """A view of this memory with ``load`` alone (a plain chat memory of its flavour)."""
         return _AsyncLoadOnly(self)
 
 

@@ -25,13 +25,15 @@ from __future__ import annotations
 import random
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 from ..errors import ConfigError, OutcomeUnknown, StorageUnavailable
 from ..storage.port import AsyncSessionStorage, SessionStorage, StoredValue
 from ..wire.session import SessionSnapshot
+
+T = TypeVar("T")
 
 __all__ = [
     "AsyncFaultyStorage",
@@ -197,20 +199,23 @@ class FaultyStorage(_FaultyBase):
 
     inner: SessionStorage
 
+    def _through(self, method: Method, session_id: str, call: Callable[[], T]) -> T:
+        index, kind = self.plan.before(method, session_id)
+        return self.plan.after(index, method, kind, session_id, call())  # type: ignore[no-any-return]
+
     def load(self, session_id: str) -> StoredValue:
-        index, kind = self.plan.before("load", session_id)
-        result = self.inner.load(session_id)
-        return self.plan.after(index, "load", kind, session_id, result)  # type: ignore[no-any-return]
+        """The inner ``load``, unless a fault is due (before it: nothing was read)."""
+        return self._through("load", session_id, lambda: self.inner.load(session_id))
 
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
-        index, kind = self.plan.before("save", snapshot.session_id)
-        result = self.inner.save(snapshot, expected_cursor)
-        return self.plan.after(index, "save", kind, snapshot.session_id, result)  # type: ignore[no-any-return]
+        """The inner ``save``, unless a fault is due (before it, or after it has applied)."""
+        return self._through(
+            "save", snapshot.session_id, lambda: self.inner.save(snapshot, expected_cursor)
+        )
 
     def delete(self, session_id: str) -> Any:
-        index, kind = self.plan.before("delete", session_id)
-        result = self.inner.delete(session_id)  # type: ignore[attr-defined]
-        return self.plan.after(index, "delete", kind, session_id, result)
+        """The inner ``delete``, unless a fault is due (before it, or after it has applied)."""
+        return self._through("delete", session_id, lambda: self.inner.delete(session_id))  # type: ignore[attr-defined]
 
 
 class AsyncFaultyStorage(_FaultyBase):
@@ -218,17 +223,22 @@ class AsyncFaultyStorage(_FaultyBase):
 
     inner: AsyncSessionStorage
 
+    async def _through(
+        self, method: Method, session_id: str, call: Callable[[], Awaitable[T]]
+    ) -> T:
+        index, kind = self.plan.before(method, session_id)
+        return self.plan.after(index, method, kind, session_id, await call())  # type: ignore[no-any-return]
+
     async def load(self, session_id: str) -> StoredValue:
-        index, kind = self.plan.before("load", session_id)
-        result = await self.inner.load(session_id)
-        return self.plan.after(index, "load", kind, session_id, result)  # type: ignore[no-any-return]
+        """The inner ``load``, unless a fault is due (before it: nothing was read)."""
+        return await self._through("load", session_id, lambda: self.inner.load(session_id))
 
     async def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
-        index, kind = self.plan.before("save", snapshot.session_id)
-        result = await self.inner.save(snapshot, expected_cursor)
-        return self.plan.after(index, "save", kind, snapshot.session_id, result)  # type: ignore[no-any-return]
+        """The inner ``save``, unless a fault is due (before it, or after it has applied)."""
+        return await self._through(
+            "save", snapshot.session_id, lambda: self.inner.save(snapshot, expected_cursor)
+        )
 
     async def delete(self, session_id: str) -> Any:
-        index, kind = self.plan.before("delete", session_id)
-        result = await self.inner.delete(session_id)  # type: ignore[attr-defined]
-        return self.plan.after(index, "delete", kind, session_id, result)
+        """The inner ``delete``, unless a fault is due (before it, or after it has applied)."""
+        return await self._through("delete", session_id, lambda: self.inner.delete(session_id))  # type: ignore[attr-defined]
