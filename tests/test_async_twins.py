@@ -76,10 +76,18 @@ PLAIN_IN_BOTH: dict[str, str] = {
 MORE_THAN_ONE_LINE: dict[str, str] = {
     # The drivers are the one place the flavours differ (ADR-0060): ~10 lines each.
     "session.drivers.run_async": "the driver itself",
+    "integrations._bridge_io.run_async": "the driver itself",
+    # The sync ledger refuses an ``async def`` body before anything is claimed (a static
+    # check, ADR-0091); the asyncio ledger takes either kind of body.
+    "integrations.ledger.AsyncToolLedger.execute": "refuses an async body, then the plan",
 }
 
 #: Deliberate differences, ``where -> the exact drift line``; each must still occur.
 DELIBERATE: dict[str, str] = {
+    # The asyncio ledger's body may be sync or async; the sync ledger's only sync.
+    "integrations.ledger.AsyncToolLedger.execute": (
+        "parameter 'body': annotation 'Callable[[], T]' != 'Callable[[], Awaitable[T] | T]'"
+    ),
     # One MemoryStorage may back a sync and an asyncio adapter at once (shared data in tests).
     "storage.memory.AsyncMemoryStorage.__init__": "parameters ['self'] != ['self', 'inner']",
     # The asyncio double may share its record with a sync one for the same reason.
@@ -90,78 +98,8 @@ DELIBERATE: dict[str, str] = {
 
 #: pair -> member -> what differs, for the integrations façades (owned by another change).
 KNOWN_DRIFT: dict[str, dict[str, str | list[str]]] = {
-    # The bridges' shared classes: the same drifts as their public subclasses below.
-    "akchat_fsm.integrations._bridge.Bridge/AsyncBridge": {
-        "_BridgeBase.__init__": "shared by both twins but uses AsyncToolLedger",
-        "approve": "docstring missing in the asyncio twin",
-        "continue_run": "docstring missing in the asyncio twin",
-        "expire": "docstring missing in the asyncio twin",
-        "reject": "docstring missing in the asyncio twin",
-        "settle_execution": [
-            "docstring missing in the asyncio twin",
-            "the sync twin is not a one-line call into the shared plan",
-        ],
-        "unknown_executions": "the sync twin is not a one-line call into the shared plan",
-    },
-    # The bridges' own two drivers: their ``body`` parameters are typed differently.
-    "akchat_fsm.integrations._bridge_io.run_sync/run_async": {
-        "()": [
-            "parameter 'body': annotation 'Body' != 'Callable[[], Any]'",
-            "docstrings differ",
-            "the sync twin is not a one-line call into the shared plan",
-            "the asyncio twin is not a one-line call into the shared plan",
-        ],
-    },
-    "akchat_fsm.integrations.ledger.ToolLedger/AsyncToolLedger": {
-        "execute": [
-            # The asyncio ledger's body may be sync or async; the sync ledger's only sync.
-            "parameter 'body': annotation 'Callable[[], T]' != 'Callable[[], Awaitable[T] | T]'",
-            "docstring missing in the asyncio twin",
-            "the sync twin is not a one-line call into the shared plan",
-        ],
-        "settle": "docstring missing in the asyncio twin",
-        "settle_unknown": "docstring missing in the asyncio twin",
-        "unknown": "docstring missing in the asyncio twin",
-    },
-    "akchat_fsm.integrations.openai_agents.OpenAIAgentsBridge/AsyncOpenAIAgentsBridge": {
-        # The sync bridge's ``.ledger`` is an AsyncToolLedger (built in the shared base).
-        "_BridgeBase.__init__": "shared by both twins but uses AsyncToolLedger",
-        "approve": "docstring missing in the asyncio twin",
-        "continue_run": "docstring missing in the asyncio twin",
-        "expire": "docstring missing in the asyncio twin",
-        "reject": "docstring missing in the asyncio twin",
-        "run": "docstring missing in the asyncio twin",
-        # The sync twin builds a ToolLedger without the injected clock.
-        "settle_execution": [
-            "docstring missing in the asyncio twin",
-            "the sync twin is not a one-line call into the shared plan",
-        ],
-        # The sync twin reads the entries through its own plan, the asyncio one the ledger.
-        "unknown_executions": "the sync twin is not a one-line call into the shared plan",
-    },
-    "akchat_fsm.integrations.pydantic_ai.PydanticAIBridge/AsyncPydanticAIBridge": {
-        # The sync bridge's ``.ledger`` is an AsyncToolLedger (built in the shared base).
-        "_BridgeBase.__init__": "shared by both twins but uses AsyncToolLedger",
-        "approve": "docstring missing in the asyncio twin",
-        "continue_run": "docstring missing in the asyncio twin",
-        "expire": "docstring missing in the asyncio twin",
-        "reject": "docstring missing in the asyncio twin",
-        "run": "docstrings differ",
-        # The sync twin builds a ToolLedger without the injected clock.
-        "settle_execution": [
-            "docstring missing in the asyncio twin",
-            "the sync twin is not a one-line call into the shared plan",
-        ],
-        # The sync twin reads the entries through its own plan, the asyncio one the ledger.
-        "unknown_executions": "the sync twin is not a one-line call into the shared plan",
-    },
-    "akchat_fsm.integrations.records.read_bridge_records/read_bridge_records_async": {
-        "()": [
-            "docstrings differ",
-            "the sync twin is not a one-line call into the shared plan",
-            "the asyncio twin is not a one-line call into the shared plan",
-        ],
-    },
+    # Empty: the integrations drifts were mended (issue 21). A pair that drifts again and
+    # cannot be mended at once is listed here, with what differs, until it is.
 }
 
 #: asyncio member name -> its sync twin's name, where the names differ by flavour.

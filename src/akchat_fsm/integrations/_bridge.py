@@ -515,6 +515,18 @@ def plan_run(ctx: BridgeContext, run_id: str) -> Plan[RunRecord | None]:
 # --------------------------------------------------------------------------- facades
 
 
+def _guard_ledger(
+    storage: Any, session_id: str, owner: str, clock: Callable[[], int]
+) -> AsyncToolLedger:
+    """The ledger the execution guard runs tool bodies through, for either bridge flavour.
+
+    Every runtime calls its tools from inside its own event loop (an async tool hook), even
+    under a sync bridge, so the guard's ledger is always the asyncio one; ``bridge.ledger``
+    is the operator's, of the bridge's own flavour.
+    """
+    return AsyncToolLedger(storage, session_id, owner=owner, clock=clock)
+
+
 class _BridgeBase:
     runtime_name = "runtime"
     #: Which session flavour (and so which driver) this facade runs with.
@@ -542,9 +554,7 @@ class _BridgeBase:
         self.ttl_ms = ttl_ms
         self.owner = owner or default_owner()
         self.idempotent_tools = frozenset(idempotent_tools)
-        # The guard runs bodies inside the runtime's event loop, so it always has the asyncio
-        # ledger; ``self.ledger`` is the operator's, of the bridge's own flavour.
-        guard_ledger = AsyncToolLedger(storage, self.session_id, owner=self.owner, clock=clock)
+        guard_ledger = _guard_ledger(storage, self.session_id, self.owner, clock)
         self._ctx = BridgeContext(
             self.session_id,
             self.runtime_name,
@@ -708,9 +718,12 @@ class AsyncBridge(_BridgeBase):
     async def continue_run(
         self, run_id: str, *, external: Mapping[str, Any] | None = None
     ) -> RunOutcome:
+        """Continue ``run_id`` if every call is decided (``external``: host results of external
+        calls); ``"waiting"`` otherwise, ``"continuing"`` if another process holds it."""
         return await self._run(plan_continue(self._ctx, run_id, external or {}))
 
     async def approve(self, token: str, *, continue_run: bool = True) -> Decided:
+        """Approve (two CAS); then continue the run if this was its last undecided call."""
         return await self._run(
             plan_decide(self._ctx, token, ConfirmationEvent.APPROVE, None, continue_run)
         )
@@ -718,11 +731,13 @@ class AsyncBridge(_BridgeBase):
     async def reject(
         self, token: str, reason: str | None = None, *, continue_run: bool = True
     ) -> Decided:
+        """Reject (two CAS; ``reason`` reaches the model); then continue the run if ready."""
         return await self._run(
             plan_decide(self._ctx, token, ConfirmationEvent.REJECT, reason, continue_run)
         )
 
     async def expire(self, token: str, *, continue_run: bool = True) -> Decided:
+        """Expire a due confirmation (its denial reaches the model); then continue if ready."""
         return await self._run(
             plan_decide(self._ctx, token, ConfirmationEvent.EXPIRE, None, continue_run)
         )
@@ -737,9 +752,11 @@ class AsyncBridge(_BridgeBase):
         return await self._run(plan_run(self._ctx, run_id))
 
     async def unknown_executions(self) -> tuple[LedgerEntry, ...]:
+        """Executions whose outcome is unknown (never re-run: settle them)."""
         return await self.ledger.unknown()
 
     async def settle_execution(
         self, tool_call_id: str, *, ran: bool, result: Any = None
     ) -> LedgerEntry:
+        """An operator's verdict on an unknown execution (see :meth:`ToolLedger.settle`)."""
         return await self.ledger.settle(tool_call_id, ran=ran, result=result)

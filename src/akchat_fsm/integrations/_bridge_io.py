@@ -260,7 +260,8 @@ def _invoke(ports: Mapping[str, Any], effect: Invoke) -> Any:
 def run_sync(
     plan: Plan[T], storage: Any, body: Body = _no_body, ports: Mapping[str, Any] | None = None
 ) -> T:
-    """Run ``plan`` to completion with a sync storage, a sync ``body`` and sync ports."""
+    """Run ``plan`` to completion: the sync driver takes a sync storage, ``body`` and ports
+    (an awaitable is refused, ADR-0091); the asyncio driver awaits whatever is awaitable."""
     done, out = _advance(plan, None, None)
     while not done:
         value: Any = None
@@ -286,12 +287,10 @@ async def _maybe_await(value: Any) -> Any:
 
 
 async def run_async(
-    plan: Plan[T],
-    storage: Any,
-    body: Callable[[], Any] = _no_body,
-    ports: Mapping[str, Any] | None = None,
+    plan: Plan[T], storage: Any, body: Body = _no_body, ports: Mapping[str, Any] | None = None
 ) -> T:
-    """Run ``plan`` to completion, awaiting storage, body and port calls where awaitable."""
+    """Run ``plan`` to completion: the sync driver takes a sync storage, ``body`` and ports
+    (an awaitable is refused, ADR-0091); the asyncio driver awaits whatever is awaitable."""
     done, out = _advance(plan, None, None)
     while not done:
         value: Any = None

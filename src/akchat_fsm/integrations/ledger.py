@@ -771,6 +771,11 @@ class AsyncToolLedger(_LedgerBase):
         *,
         idempotent: bool = False,
     ) -> Execution:
+        """Run ``body`` at most once for ``tool_call_id``; a repeat replays the recorded result.
+
+        Raises :class:`ExecutionUnknown` when another claim holds the call with an unknown
+        outcome (unless ``idempotent``), and re-raises the body's own exception once recorded.
+        """
         return await run_async(
             self._execute(tool_call_id, tool, args, idempotent), self.storage, body
         )
@@ -782,16 +787,19 @@ class AsyncToolLedger(_LedgerBase):
         return await run_async(plan_entries(self.session_id), self.storage)
 
     async def unknown(self) -> tuple[LedgerEntry, ...]:
+        """Entries claimed and never finished (``execution_unknown`` for operators)."""
         return await run_async(plan_unknown(self.session_id), self.storage)
 
     async def settle(
         self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
     ) -> LedgerEntry:
+        """Settle an unknown execution: it ``ran`` (with ``result``), or it did not (released)."""
         return await run_async(self._settle(tool_call_id, ran, result, operator), self.storage)
 
     async def settle_unknown(
         self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
     ) -> LedgerEntry:
+        """Settle only if the outcome is still unknown, in one CAS; else :class:`SettleRefused`."""
         return await run_async(
             self._settle_unknown(tool_call_id, ran, result, operator), self.storage
         )

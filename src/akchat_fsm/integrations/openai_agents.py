@@ -270,4 +270,5 @@ class AsyncOpenAIAgentsBridge(AsyncBridge):
         return self.runtime
 
     async def run(self, input: Any, *, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
+        """Run the agent on ``input``; ``paused`` (its pending confirmations) or ``completed``."""
         return await self._start(run_id, (input,), kwargs)

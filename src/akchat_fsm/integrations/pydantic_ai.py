@@ -201,7 +201,8 @@ class PydanticAIBridge(Bridge):
         return _Runtime(self.agent)
 
     def run(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
-        """``agent.run_sync(*args, **kwargs)``; a pause is saved and its calls proposed."""
+        """Run the agent (``agent.run_sync``; ``await agent.run`` for the asyncio twin) with these
+        arguments; a pause is saved and its calls proposed."""
         return self._start(run_id, args, kwargs)
 
 
@@ -218,5 +219,6 @@ class AsyncPydanticAIBridge(AsyncBridge):
         return _AsyncRuntime(self.agent)
 
     async def run(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
-        """``await agent.run(*args, **kwargs)``; a pause is saved and its calls proposed."""
+        """Run the agent (``agent.run_sync``; ``await agent.run`` for the asyncio twin) with these
+        arguments; a pause is saved and its calls proposed."""
         return await self._start(run_id, args, kwargs)

@@ -99,13 +99,11 @@ def plan_bridge_records(session_id: str) -> Plan[BridgeRecords]:
 
 def read_bridge_records(storage: Any, session_id: str) -> BridgeRecords | None:
     """The session's bridge records, or ``None`` when ``storage`` cannot hold any."""
-    if not has_records(storage):
-        return None
-    return run_sync(plan_bridge_records(session_id), storage)
+    return run_sync(plan_bridge_records(session_id), storage) if has_records(storage) else None
 
 
 async def read_bridge_records_async(storage: Any, session_id: str) -> BridgeRecords | None:
-    """The asyncio twin of :func:`read_bridge_records`."""
-    if not has_records(storage):
-        return None
-    return await run_async(plan_bridge_records(session_id), storage)
+    """The session's bridge records, or ``None`` when ``storage`` cannot hold any."""
+    return (
+        await run_async(plan_bridge_records(session_id), storage) if has_records(storage) else None
+    )
