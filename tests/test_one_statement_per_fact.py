@@ -87,3 +87,36 @@ def test_the_spin_generator_reads_the_machine_only_through_machines_tables() -> 
         for alias in n.names
     }
     assert {"derive_table", "executed_table", "confirmation_facts"} <= imported
+
+
+def _module_string_constants(root: Path = SRC) -> dict[str, list[str]]:
+    """Each module-level string constant of the package (12 characters or more: a message, a
+    code, a name), with every ``path:NAME`` that states it."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(
+                node.value, ast.Constant
+            ):
+                text = node.value.value
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [t.id for t in targets if isinstance(t, ast.Name)]
+                if isinstance(text, str) and len(text) >= 12 and names:
+                    where = f"{path.relative_to(root)}:{names[0]}"
+                    found.setdefault(text, []).append(where)
+    return found
+
+
+def test_no_message_or_code_is_stated_by_two_constants() -> None:
+    # A message or code defined twice drifts apart, or one module compares against the other's
+    # copy ("confirmation rejected" was both in session/_confirm.py and integrations/).
+    twice = {text: where for text, where in _module_string_constants().items() if len(where) > 1}
+    assert not twice, twice
+
+
+def test_the_constants_scan_sees_a_second_statement(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text('REASON = "confirmation rejected"\n', encoding="utf-8")
+    (tmp_path / "b.py").write_text('_COPY: str = "confirmation rejected"\n', encoding="utf-8")
+    assert _module_string_constants(tmp_path) == {
+        "confirmation rejected": ["a.py:REASON", "b.py:_COPY"]
+    }

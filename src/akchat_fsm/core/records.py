@@ -31,6 +31,7 @@ __all__ = [
     "CLAIM_EVENTS",
     "EXPIRED_REASON",
     "MATCHING_TERMINAL",
+    "RECONCILED_REJECT_REASON",
     "Claim",
     "Reconciliation",
     "Record",
@@ -58,6 +59,9 @@ CLAIM_EVENTS = CONFIRMATION_FACTS.claim_events
 MATCHING_TERMINAL = CONFIRMATION_FACTS.matching_terminal
 #: The deny reason of an expiry, as the reference sends it.
 EXPIRED_REASON = "confirmation expired"
+#: The deny reason when reconciliation re-issues a ``rejecting`` claim (the reviewer's own
+#: reason is not stored, so it cannot be sent again).
+RECONCILED_REJECT_REASON = "confirmation rejected"
 
 
 @dataclass(frozen=True)

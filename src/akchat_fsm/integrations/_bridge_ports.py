@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ..core.records import EXPIRED_REASON
+from ..core.records import EXPIRED_REASON, RECONCILED_REJECT_REASON
 from ..errors import ConfigError, ConfirmationError, OutcomeUnknown
 from ..machines.confirmation import ConfirmationEvent
 from ..session.ports import ToolCallProposal
@@ -53,8 +53,6 @@ __all__ = [
     "status_of",
 ]
 
-#: The reason the session's reconcile sends when it re-issues a rejection (not the reviewer's).
-_RECONCILED_REASON = "confirmation rejected"
 #: A call's arguments as the ledger digests them, and its body (sync or async).
 Args = Mapping[str, Any] | str | None
 Body = Callable[[], Awaitable[Any] | Any]
@@ -117,7 +115,7 @@ class ExecutionGuard:
 
 def plan_record_denial(session_id: str, tool_call_id: str, reason: str) -> Plan[None]:
     """Keep a reviewer's reason for the model (create-only: the first reason stands)."""
-    if not reason or reason in (_RECONCILED_REASON, EXPIRED_REASON):
+    if not reason or reason in (RECONCILED_REJECT_REASON, EXPIRED_REASON):
         return
     text = json.dumps({"v": 1, "reason": reason}, ensure_ascii=False)
     # A lost reason (an unknown outcome) only means the model reads the generic sentence.

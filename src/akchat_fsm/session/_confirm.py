@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import core
 from ..core.effects import CallDeny, ClaimedCall
+from ..core.records import RECONCILED_REJECT_REASON
 from ..errors import (
     CONFIRMATION_HINT,
     AkchatError,
@@ -52,8 +53,6 @@ __all__ = [
     "plan_resolve",
 ]
 
-#: Deny reason when reconciliation re-issues a ``rejecting`` claim (the original is not stored).
-RECONCILED_REJECT_REASON = "confirmation rejected"
 PROPOSAL_INVALID = "Upstream returned an invalid tool call."
 NEEDS_UPSTREAM = (
     "Reconcile must re-issue a claimed call upstream never acted on, but no upstream was "

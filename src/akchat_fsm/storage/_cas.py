@@ -22,6 +22,7 @@ from ..wire.jsontext import InvalidJsonText, parse_json_text
 from ..wire.session import SessionSnapshot
 
 __all__ = [
+    "DEFAULT_TABLE",
     "MAX_RECORD_CHARS",
     "RECORD_HINT",
     "STORAGE_HINT",
@@ -40,6 +41,8 @@ __all__ = [
     "snapshot_text",
 ]
 
+#: The table (or table-name prefix) every SQL adapter uses unless told otherwise.
+DEFAULT_TABLE = "akchat_sessions"
 STORAGE_HINT = "Pass a valid session id, a v1 SessionSnapshot, and expected_cursor None or int."
 
 # Table names are spliced into SQL text, so they must be plain identifiers (never quoted input).

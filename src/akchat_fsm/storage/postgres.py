@@ -44,6 +44,7 @@ from psycopg.pq import TransactionStatus
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
 from ._cas import (
+    DEFAULT_TABLE,
     check_limit,
     check_record_key,
     check_session_id,
@@ -61,7 +62,6 @@ from .port import ProcessingSession, StoredRecord
 
 __all__ = ["AsyncPostgresStorage", "PostgresStorage", "map_pg_error"]
 
-DEFAULT_TABLE = "akchat_sessions"
 ISOLATIONS = {
     "read_committed": "read committed",
     "repeatable_read": "repeatable read",

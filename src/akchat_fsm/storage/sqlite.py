@@ -28,6 +28,7 @@ from urllib.parse import quote
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
 from ._cas import (
+    DEFAULT_TABLE,
     check_limit,
     check_record_key,
     check_session_id,
@@ -46,7 +47,6 @@ from .port import ProcessingSession, StoredRecord
 
 __all__ = ["AsyncSQLiteStorage", "SQLiteStorage"]
 
-DEFAULT_TABLE = "akchat_sessions"
 
 SCHEMA_HINT = (
     "Point table= at a table akchat-fsm created (or a new name), or give it the expected "

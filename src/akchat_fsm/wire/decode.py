@@ -26,6 +26,7 @@ from ..errors import InvalidSessionSnapshot
 from .jsontext import InvalidJsonText, parse_json_text
 from .session import (
     BMP_ONLY,
+    INVALID_SNAPSHOT,
     MAX_CONFIRMATIONS,
     MAX_DECISIONS,
     MAX_TERMINAL_TURNS,
@@ -42,7 +43,6 @@ __all__ = [
     "parse_session_snapshot",
 ]
 
-INVALID_SNAPSHOT: Final = "SESSION_INVALID_SNAPSHOT"
 UNSUPPORTED_VERSION: Final = "SESSION_UNSUPPORTED_VERSION"
 
 DiagnosticCode = Literal["SESSION_INVALID_SNAPSHOT", "SESSION_UNSUPPORTED_VERSION"]
