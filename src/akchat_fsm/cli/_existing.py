@@ -49,7 +49,7 @@ def _sqlite(path: str, table: str) -> None:
 def _postgres(url: str) -> None:
     import psycopg
 
-    from ..storage.postgres import DEFAULT_TABLE
+    from ..storage.checks import DEFAULT_TABLE
     from ..storage.url import _postgres_args, _split
 
     _, parts, query = _split(url)

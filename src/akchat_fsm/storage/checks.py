@@ -7,6 +7,6 @@ I/O. The decisions themselves live once, in the adapters' shared module.
 
 from __future__ import annotations
 
-from ._cas import MAX_RECORD_CHARS, check_record_key, check_session_id, now_ms
+from ._cas import DEFAULT_TABLE, MAX_RECORD_CHARS, check_record_key, check_session_id, now_ms
 
-__all__ = ["MAX_RECORD_CHARS", "check_record_key", "check_session_id", "now_ms"]
+__all__ = ["DEFAULT_TABLE", "MAX_RECORD_CHARS", "check_record_key", "check_session_id", "now_ms"]
