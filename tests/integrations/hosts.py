@@ -22,6 +22,7 @@ import json
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -77,6 +78,12 @@ class Host:
         self.out = out
 
     def finish(self, timeout: float = 240) -> tuple[int, Any]:
+        try:
+            return self._finish(timeout)
+        finally:
+            shutil.rmtree(self.out.parent, ignore_errors=True)
+
+    def _finish(self, timeout: float) -> tuple[int, Any]:
         self.process.join(timeout)
         if self.process.exitcode is None:  # a hung host is a failure, never a pass
             self.process.kill()
