@@ -97,12 +97,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 #: run, the SPIN quick run and the seeded mutants of the suites. tox runs them in py311 only
 #: (``-m "not once"`` elsewhere, docs/proof.md); a plain ``pytest`` runs them like any test.
 ONCE = (
+    "tests/test_async_twins.py",
     "tests/test_ci_guard.py",
     "tests/test_ci_times.py",
     "tests/test_coverage_floors.py",
     "tests/test_docs_index.py",
     "tests/test_import_boundaries.py",
     "tests/test_one_statement_per_fact.py",
+    "tests/test_private_imports.py",
     "tests/test_public_api.py",
     "tests/test_readme.py",
     "tests/test_rewrite_script.py",
