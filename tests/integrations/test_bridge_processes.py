@@ -21,8 +21,8 @@ import pytest
 from bridge_worker import bridge_for, read_log
 from process_helpers import StoreFactory, open_store
 
-from akchat_fsm.integrations._bridge_runs import REJECTED_MESSAGE, RunState
 from akchat_fsm.integrations.ledger import ExecutionState, ToolLedger
+from akchat_fsm.integrations.runs import REJECTED_MESSAGE, RunState
 
 ACTIONS = "reject:c2:too much,approve:c1"
 LOSER_ERRORS = {"AlreadyResolved", "ResolutionInProgress"}

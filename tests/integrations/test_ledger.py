@@ -431,7 +431,7 @@ def test_every_bridge_error_carries_its_record_and_is_not_a_confirmation_error()
     )
     from akchat_fsm.integrations import ExecutionUnknown as Unknown
     from akchat_fsm.integrations import SettleRefused as Refused
-    from akchat_fsm.integrations._bridge_runs import decide_settle_run
+    from akchat_fsm.integrations.runs import decide_settle_run
 
     entry = LedgerEntry("c1", "send", "d", ExecutionState.EXECUTING, 1, "n", "o", 1)
     refused = Refused("changed", entry)

@@ -14,8 +14,17 @@ from typing import Any
 import pytest
 
 from akchat_fsm.errors import AkchatError, AlreadyResolved, ConfigError
-from akchat_fsm.integrations._bridge_io import BodyOutcome
-from akchat_fsm.integrations._bridge_runs import (
+from akchat_fsm.integrations.ledger import (
+    BodyOutcome,
+    ClaimAction,
+    ClaimRequest,
+    ExecutionClaimLost,
+    LedgerEntry,
+    decide_claim,
+    decide_finish,
+    decide_settle,
+)
+from akchat_fsm.integrations.runs import (
     ContinueAction,
     PendingCall,
     RunClaimLost,
@@ -26,15 +35,6 @@ from akchat_fsm.integrations._bridge_runs import (
     decide_release_run,
     decide_settle_run,
     decide_start_run,
-)
-from akchat_fsm.integrations.ledger import (
-    ClaimAction,
-    ClaimRequest,
-    ExecutionClaimLost,
-    LedgerEntry,
-    decide_claim,
-    decide_finish,
-    decide_settle,
 )
 from akchat_fsm.machines.execution import ExecutionEvent, ExecutionState
 from akchat_fsm.machines.run import RunEvent, RunState
