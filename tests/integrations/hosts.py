@@ -37,6 +37,8 @@ PRELOAD = ["bridge_worker", "oai_worker"]
 HERE = Path(__file__).resolve().parent
 #: The akchat_fsm this test imported: the hosts run the same code.
 SRC = Path(akchat_fsm.__file__).resolve().parents[1]
+#: The variables through which coverage.py follows a new Python process (``patch = subprocess``).
+_COVERAGE = ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(PRELOAD)
 
@@ -48,15 +50,22 @@ def _ensure_parent() -> None:
     the preloaded modules (CPython 3.11-3.13), and a module it cannot import is skipped
     without a word; so it is given the path in its environment instead, for its start only.
     """
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), str(SRC), saved]))
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", *_COVERAGE)}
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(HERE), str(SRC), saved["PYTHONPATH"]])
+    )
+    # A host ends in os._exit (or a SIGKILL), so coverage could never save what it traced in
+    # one: the parent is started untraced rather than tracing every host for nothing.
+    for name in _COVERAGE:
+        os.environ.pop(name, None)
     try:
         multiprocessing.forkserver.ensure_running()
     finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _enter(module: str, entry: str, args: tuple[Any, ...], out: str) -> None:
