@@ -9,52 +9,7 @@ as the ledger's are in :mod:`akchat_fsm.integrations.ledger`.
 
 from __future__ import annotations
 
-from ._bridge_runs import (
-    DENIAL_PREFIX,
-    EXPIRED_MESSAGE,
-    REJECTED_MESSAGE,
-    RUN_PREFIX,
-    CallDecision,
-    ContinueAction,
-    ContinueDecision,
-    PendingCall,
-    Readiness,
-    RunClaimLost,
-    RunInProgress,
-    RunRecord,
-    RunState,
-    decide_continuation,
-    decide_continue,
-    decide_readiness,
-    decide_release_run,
-    decide_settle_run,
-    decide_start_run,
-    decision_key,
-    denial_key,
-    run_key,
-)
+from . import _bridge_runs
+from ._bridge_runs import *  # noqa: F403  (the names of its __all__, below)
 
-__all__ = [
-    "DENIAL_PREFIX",
-    "EXPIRED_MESSAGE",
-    "REJECTED_MESSAGE",
-    "RUN_PREFIX",
-    "CallDecision",
-    "ContinueAction",
-    "ContinueDecision",
-    "PendingCall",
-    "Readiness",
-    "RunClaimLost",
-    "RunInProgress",
-    "RunRecord",
-    "RunState",
-    "decide_continuation",
-    "decide_continue",
-    "decide_readiness",
-    "decide_release_run",
-    "decide_settle_run",
-    "decide_start_run",
-    "decision_key",
-    "denial_key",
-    "run_key",
-]
+__all__ = list(_bridge_runs.__all__)
