@@ -29,8 +29,10 @@ __all__ = [
     "EXIT_INVALID",
     "EXIT_USAGE",
     "MAX_INPUT_BYTES",
+    "MAX_INPUT_DEPTH",
     "CliFailure",
     "CliUsageFailure",
+    "InputTooDeep",
     "InputTooLarge",
     "describe",
     "fail",
@@ -55,6 +57,12 @@ DEFAULT_WIDTH = 100
 #: The most a verb reads from a file or stdin (64 MiB): an endless or huge input (``/dev/zero``)
 #: ends with :class:`InputTooLarge` after that much, never by exhausting memory.
 MAX_INPUT_BYTES = 64 * 1024 * 1024
+#: The deepest nesting of arrays and objects a verb accepts: far above anything the library
+#: reads (an envelope's inputs stop at 20 levels, a stored record at 512), and checked before
+#: any parse, so a small file nested millions deep costs a scan of its first brackets, never a
+#: parse of the whole (that took 29 s and 1.6 GB for 20 MB nested 10^7 deep).
+MAX_INPUT_DEPTH = 512
+_NESTING = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # What json.dumps(ensure_ascii=False) leaves raw but a terminal must never receive: DEL and
@@ -115,11 +123,36 @@ class InputTooLarge(CliFailure):
     """A file or stdin holds more than :data:`MAX_INPUT_BYTES`; reading stopped there."""
 
 
+class InputTooDeep(CliFailure):
+    """A file or stdin nests arrays or objects deeper than :data:`MAX_INPUT_DEPTH`."""
+
+
+def _too_deep(data: bytes) -> bool:
+    """Whether ``data`` nests deeper than :data:`MAX_INPUT_DEPTH` (strings skipped).
+
+    Stops at the first bracket past the limit; a text with too few brackets to be that deep
+    is not scanned at all.
+    """
+    if data.count(b"[") + data.count(b"{") <= MAX_INPUT_DEPTH:
+        return False
+    depth = 0
+    for match in _NESTING.finditer(data):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > MAX_INPUT_DEPTH:
+                return True
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return False
+
+
 def read_source(source: str) -> bytes:
     """The bytes of a file, or of stdin for ``-``, at most :data:`MAX_INPUT_BYTES` of them.
 
     An unreadable file exits 2; a longer input exits 1 with :class:`InputTooLarge` after
-    reading one byte past the limit (so memory stays bounded whatever the input is).
+    reading one byte past the limit (so memory stays bounded whatever the input is), and a
+    deeper one with :class:`InputTooDeep` before anything parses it.
     """
     limit = MAX_INPUT_BYTES
     try:
@@ -132,6 +165,11 @@ def read_source(source: str) -> bytes:
         fail(f"cannot read {source}: {exc.strerror or exc}", EXIT_USAGE)
     if len(data) > limit:
         raise InputTooLarge(f"{source}: input larger than {limit} bytes; stopped reading there")
+    if _too_deep(data):
+        raise InputTooDeep(
+            f"{source}: nested deeper than {MAX_INPUT_DEPTH} levels; refused before parsing "
+            "(no envelope, memory record or snapshot is)"
+        )
     return data
 
 
