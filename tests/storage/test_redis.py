@@ -179,18 +179,30 @@ def test_reply_timeout_on_a_write_is_outcome_unknown_and_did_apply(
 
 
 @MODES
-def test_error_reply_is_storage_unavailable_and_writes_nothing(
+def test_a_key_of_another_type_is_a_config_error_and_writes_nothing(
     redis_url: str, prefix: str, admin: redis.Redis, unique_id: str, mode: str
 ) -> None:
+    # A WRONGTYPE reply: the prefix holds data that is not the adapter's. Retrying cannot
+    # mend it, so it must not be a retryable StorageUnavailable (a host's retry loop spins).
     admin.set(prefix + unique_id, "not a hash")
     c = _open(mode, redis_url, prefix)
     try:
-        with pytest.raises(StorageUnavailable) as info:
+        with pytest.raises(ConfigError, match="another type of value") as info:
             c.save(snap(unique_id, 1), None)
+        assert not isinstance(info.value, StorageUnavailable)
         assert isinstance(info.value.__cause__, redis.ResponseError)
         assert admin.get(prefix + unique_id) == b"not a hash"
+        with pytest.raises(ConfigError):
+            c.load(unique_id)
     finally:
         c.close()
+
+
+def test_other_error_replies_stay_storage_unavailable() -> None:
+    busy = redis.ResponseError("BUSY Redis is busy running a script.")
+    assert isinstance(map_redis_error(busy, phase="reply", write=True), StorageUnavailable)
+    oom = redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'.")
+    assert isinstance(map_redis_error(oom, phase="reply", write=False), StorageUnavailable)
 
 
 def test_read_timeouts_are_never_unknown() -> None:

@@ -31,7 +31,7 @@ import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -144,13 +144,21 @@ _SHA = {source: sha for sha, source in _SOURCES.items()}
 Phase = Literal["connect", "send", "reply"]
 
 
-def map_redis_error(exc: BaseException, *, phase: Phase, write: bool) -> StorageError:
+def map_redis_error(exc: BaseException, *, phase: Phase, write: bool) -> StorageError | ConfigError:
     """Classify a redis-py error by the phase it happened in.
 
     ``connect``/``send``: the command never fully reached the server, nothing ran. ``reply``:
     an error *reply* (``BUSY``, ``OOM``, ``READONLY``…) means the script did not write;
-    a timeout or a dropped connection while waiting means a write may have applied.
+    a timeout or a dropped connection while waiting means a write may have applied. A
+    ``WRONGTYPE`` reply means a key under the adapter's prefix holds something else: that
+    store is not the adapter's, which no retry mends (``ConfigError``, like a PostgreSQL table
+    of the wrong shape).
     """
+    if isinstance(exc, ResponseError) and str(exc).startswith("WRONGTYPE"):
+        return ConfigError(
+            f"Redis: a key under this adapter's prefix holds another type of value: {exc}",
+            hint="Use a prefix no other data lives under, or delete the foreign key.",
+        )
     lost = isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError)
     if phase == "reply" and write and lost:
         return OutcomeUnknown(f"Redis write may have applied: {exc}")
