@@ -1,4 +1,4 @@
-"""MySQL / MariaDB adapter (PyMySQL, extra ``mysql``; ADR-0026).
+"""MySQL / MariaDB adapter (PyMySQL, extra ``mysql``; ADR-0028).
 
 One InnoDB row per session: ``session_id, cursor, body, processing, written_ms``; records
 beside it in ``<table>__records`` (primary key ``(session_id, key)``). Ids and keys are
