@@ -350,6 +350,12 @@ def test_deadlocks_are_resent_a_bounded_number_of_times() -> None:
         ),
         (
             "session_id VARCHAR(128) COLLATE utf8mb4_bin PRIMARY KEY, `cursor` BIGINT NOT NULL,"
+            " body LONGTEXT CHARACTER SET latin1 NOT NULL, processing BOOLEAN NOT NULL,"
+            " written_ms BIGINT NOT NULL",
+            "not utf8mb4",
+        ),
+        (
+            "session_id VARCHAR(128) COLLATE utf8mb4_bin PRIMARY KEY, `cursor` BIGINT NOT NULL,"
             " body VARCHAR(10) NOT NULL, processing BOOLEAN NOT NULL, written_ms BIGINT NOT NULL",
             "'body' is varchar",
         ),
@@ -433,3 +439,19 @@ def test_urls_configure_the_adapter() -> None:
     for bad in ("mysql://h/app?nope=1", "mysql://h/", "mysql://h:port/app", "mysql://h/a?table=1x"):
         with pytest.raises(ConfigError):
             open_storage(bad)
+
+
+def test_options_an_unknown_database_and_a_closed_adapter(mysql_url: str, table: str) -> None:
+    args = _args(mysql_url)
+    for bad in ({"statement_timeout_ms": -1}, {"statement_timeout_ms": True}, {"database": ""}):
+        with pytest.raises(ConfigError):
+            MySQLStorage(**{**args, **bad})  # type: ignore[arg-type]
+    missing = MySQLStorage(**{**args, "database": f"no_{uuid.uuid4().hex[:12]}"}, table=table)
+    with missing, pytest.raises(ConfigError, match="database not found"):
+        missing.load("s")
+    st = MySQLStorage(**args, table=table)
+    assert st.load("s") is None and st.open_connections() == 1
+    st.close()
+    assert st.open_connections() == 0
+    with pytest.raises(StorageUnavailable, match="closed"):
+        st.load("s")
