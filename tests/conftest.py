@@ -1,7 +1,8 @@
 """Shared test configuration: Hypothesis profiles and the real-server fixtures.
 
 Servers: PostgreSQL at ``AKCHAT_PG_URL`` (default ``postgresql://127.0.0.1:5432/test``) and
-Redis at ``AKCHAT_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``). A test that needs one
+Redis at ``AKCHAT_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``), MySQL / MariaDB at
+``AKCHAT_MYSQL_URL`` (default ``mysql://root@127.0.0.1:3306/test``). A test that needs one
 skips when it is not reachable, unless ``AKCHAT_REQUIRE_SERVERS=1`` (set by ``.ci/run``): then
 the missing server is a failure, and so is any skipped test at all.
 """
@@ -21,6 +22,7 @@ from hypothesis import HealthCheck, settings
 REQUIRE_SERVERS = os.environ.get("AKCHAT_REQUIRE_SERVERS") == "1"
 PG_URL = os.environ.get("AKCHAT_PG_URL", "postgresql://127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("AKCHAT_REDIS_URL", "redis://127.0.0.1:6379/0")
+MYSQL_URL = os.environ.get("AKCHAT_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 
 # --------------------------------------------------------------------------- Hypothesis
 # `ci` is derandomized so a CI failure replays byte for byte; `deep` is >= 10x the examples.
@@ -167,6 +169,12 @@ def pg_url() -> str:
 def redis_url() -> str:
     """URL of the real Redis server; skips (or fails in CI) when it is absent."""
     return _need("Redis", REDIS_URL, 6379)
+
+
+@pytest.fixture(scope="session")
+def mysql_url() -> str:
+    """URL of the real MySQL / MariaDB server; skips (or fails in CI) when it is absent."""
+    return _need("MySQL", MYSQL_URL, 3306)
 
 
 # --------------------------------------------------------------------------- no silent skips

@@ -10,6 +10,7 @@ import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from cli_helpers import run, stuck_session
@@ -187,3 +188,28 @@ def test_read_only_verbs_never_create_a_postgres_table(pg_url: str) -> None:
     assert f"has no table '{table}'" in line
     with psycopg.connect(pg_url, autocommit=True) as conn:
         assert conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,)
+
+
+@pytest.mark.mysql
+def test_cli_verbs_never_create_a_mysql_table(mysql_url: str) -> None:
+    import pymysql
+
+    table = f"ro_{uuid.uuid4().hex[:12]}"
+    url = f"{mysql_url}?table={table}"
+    # inspect opens read-only; settle writes, but only into a store that already exists.
+    for argv in (["settle", url, "s1", "c9", "--did-not-run"], ["inspect", url, "s1"]):
+        line = _one_line(run(*argv), 2)
+        assert f"has no table '{table}' (read-only commands never create one)" in line
+    parts = urlsplit(mysql_url)
+    conn = pymysql.connect(
+        host=parts.hostname,
+        port=parts.port or 3306,
+        user=parts.username or "root",
+        password=parts.password or "",
+        database=parts.path.lstrip("/"),
+    )
+    try:
+        with conn.cursor() as cur:
+            assert cur.execute("SHOW TABLES LIKE %s", (f"{table}%",)) == 0
+    finally:
+        conn.close()

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from storage_harness import Backend, Client, Harness
+from storage_harness import Backend, Client, Harness, drop_mysql_tables
 
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
 
@@ -78,6 +78,22 @@ def _redis(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
     )
 
 
+def _mysql(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
+    from akchat_fsm.storage.url import open_async_storage, open_storage
+
+    mysql_url = request.getfixturevalue("mysql_url")
+    table = f"t_{uuid.uuid4().hex[:12]}"
+    url = f"{mysql_url}?table={table}"
+    request.addfinalizer(lambda: drop_mysql_tables(mysql_url, table))
+    return Backend(
+        "mysql",
+        url,
+        lambda: open_storage(url),
+        lambda: open_async_storage(url),
+        {"mysql_url": mysql_url, "table": table},
+    )
+
+
 BACKENDS: dict[str, Callable[[Path, pytest.FixtureRequest], Backend]] = {
     "memory": _memory,
     "sqlite": _sqlite,
@@ -88,12 +104,16 @@ if os.environ.get("AKCHAT_STORAGE_SKIP_SERVERS") != "1":
             "postgres": _postgres("read_committed"),
             "postgres-serializable": _postgres("serializable"),
             "redis": _redis,
+            "mysql": _mysql,
         }
     )
 _MARKS = {
     "postgres": [pytest.mark.postgres],
     "postgres-serializable": [pytest.mark.postgres],
     "redis": [pytest.mark.redis],
+    # Deep only: each test opens a few connections, and PyMySQL builds a TLS context for
+    # every one (~40 ms); the kit class and tests/storage/test_mysql.py run on every push.
+    "mysql": [pytest.mark.mysql, pytest.mark.deep],
 }
 
 

@@ -149,3 +149,26 @@ class Harness:
     def close(self) -> None:
         for c in self.clients:
             c.close()
+
+
+def mysql_admin(mysql_url: str) -> Any:
+    """A plain autocommit PyMySQL connection to the server of ``mysql_url`` (for probes)."""
+    from urllib.parse import urlsplit
+
+    import pymysql
+
+    from akchat_fsm.storage.url import _mysql_args
+
+    args = _mysql_args(urlsplit(mysql_url), {})
+    args.pop("connect_timeout", None)
+    return pymysql.connect(**args, autocommit=True)
+
+
+def drop_mysql_tables(mysql_url: str, table: str) -> None:
+    """Drop ``table`` and its records table, if they exist."""
+    conn = mysql_admin(mysql_url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+    finally:
+        conn.close()

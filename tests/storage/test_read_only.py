@@ -39,10 +39,19 @@ def _redis(tmp_path: Path, request: pytest.FixtureRequest) -> str:
     return f"{request.getfixturevalue('redis_url')}?prefix=ro{uuid.uuid4().hex[:12]}:"
 
 
+def _mysql(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    from storage_harness import drop_mysql_tables
+
+    mysql_url, table = request.getfixturevalue("mysql_url"), f"ro_{uuid.uuid4().hex[:12]}"
+    request.addfinalizer(lambda: drop_mysql_tables(mysql_url, table))
+    return f"{mysql_url}?table={table}"
+
+
 BACKENDS: dict[str, Callable[[Path, pytest.FixtureRequest], str]] = {
     "sqlite": _sqlite,
     "postgres": pytest.param(_postgres, marks=pytest.mark.postgres),  # type: ignore[dict-item]
     "redis": pytest.param(_redis, marks=pytest.mark.redis),  # type: ignore[dict-item]
+    "mysql": pytest.param(_mysql, marks=pytest.mark.mysql),  # type: ignore[dict-item]
 }
 
 

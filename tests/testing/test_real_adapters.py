@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -245,9 +246,94 @@ class TestRedisConformance(SessionStorageConformance):
     [
         pytest.param("pg_kit_url", marks=pytest.mark.postgres),
         pytest.param("redis_kit_url", marks=pytest.mark.redis),
+        pytest.param("mysql_kit_url", marks=pytest.mark.mysql),
     ],
 )
 def test_processes_deep(server: str, request: pytest.FixtureRequest) -> None:
     url = request.getfixturevalue(server)
     report = check_session_storage(url, only=["processes"], processes=True)
     assert report.ok, str(report)
+
+
+def _mysql_connect(mysql_url: str) -> Any:
+    import pymysql
+    from pymysql.constants import CLIENT
+
+    from akchat_fsm.storage.url import _mysql_args
+
+    args = _mysql_args(urlsplit(mysql_url), {})
+    return pymysql.connect(
+        host=args["host"],
+        port=args["port"],
+        user=args["user"],
+        password=args["password"],
+        database=args["database"],
+        autocommit=True,
+        client_flag=CLIENT.FOUND_ROWS,
+    )
+
+
+def _mysql_bursts(mysql_url: str, table: str) -> _LockBursts:
+    import pymysql
+
+    def hold(stop: threading.Event, held: threading.Event) -> None:
+        conn = _mysql_connect(mysql_url)
+        try:
+            with conn.cursor() as cur:
+                try:
+                    # READ: the other sessions still read, but every write waits for it.
+                    cur.execute(f"LOCK TABLES {table} READ")
+                except pymysql.err.ProgrammingError:
+                    return  # not created yet
+                held.set()
+                stop.wait(0.3)
+                cur.execute("UNLOCK TABLES")
+        finally:
+            conn.close()
+
+    return _LockBursts(hold)
+
+
+@pytest.fixture
+def mysql_table(mysql_url: str) -> Iterator[str]:
+    table = f"kit_{uuid.uuid4().hex[:12]}"
+    yield table
+    conn = _mysql_connect(mysql_url)
+    try:
+        conn.cursor().execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def mysql_kit_url(mysql_url: str, mysql_table: str) -> str:
+    return f"{mysql_url}?table={mysql_table}"
+
+
+@pytest.mark.mysql
+class TestMySQLConformance(SessionStorageConformance):
+    skip_checks = frozenset({"processes"}) | _not_provided(  # processes: see the deep test
+        "mysql", "MySQLStorage", "AsyncMySQLStorage"
+    )
+
+    @pytest.fixture
+    def storage_factory(self, mysql_kit_url: str) -> str:
+        return mysql_kit_url
+
+    @pytest.fixture
+    def faulty_storage_factory(
+        self, mysql_url: str, mysql_table: str
+    ) -> Iterator[Callable[[], Any]]:
+        from akchat_fsm.storage.url import open_storage
+
+        with open_storage(f"{mysql_url}?table={mysql_table}") as first:
+            first.load("warm-up")  # connects, which creates the table the bursts lock
+        bursts = _mysql_bursts(mysql_url, mysql_table)
+        # max_statement_time (MariaDB) interrupts a write waiting for the table lock.
+        url = f"{mysql_url}?table={mysql_table}&statement_timeout=20"
+        yield _faulty(bursts, lambda: open_storage(url))
+        bursts.stop()
+
+    @pytest.fixture
+    def async_storage_factory(self, mysql_kit_url: str) -> Callable[[], Any]:
+        return lambda: open_async_storage(mysql_kit_url)

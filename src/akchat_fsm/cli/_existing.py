@@ -4,7 +4,8 @@ The shipped adapters create what they need on first use (a SQLite file and its t
 PostgreSQL table), which is right for a host and wrong for ``inspect sqlite:///typo.db ID``:
 that must say the store does not exist, not leave an empty database behind. So ``inspect`` and
 ``reconcile`` look first, without writing: SQLite through a read-only connection (``mode=ro``
-never creates a file), PostgreSQL through the catalog (``to_regclass``). Redis reads write
+never creates a file), PostgreSQL through the catalog (``to_regclass``), MySQL / MariaDB
+through ``information_schema``. Redis reads write
 nothing, and ``memory://`` is a new private store either way.
 """
 
@@ -64,6 +65,40 @@ def _postgres(url: str) -> None:
         raise MissingStore(f"the database has no table {table!r} ({NOT_CREATED})")
 
 
+def _mysql(url: str) -> None:
+    import pymysql  # type: ignore[import-untyped]
+
+    from ..storage.mysql import DEFAULT_TABLE
+    from ..storage.url import _mysql_args, _split
+
+    _, parts, query = _split(url)
+    args = _mysql_args(parts, query)  # the adapter's own reading of the URL
+    table = args.get("table", DEFAULT_TABLE)
+    probe = (
+        "SELECT 1 FROM information_schema.tables"
+        " WHERE table_schema = DATABASE() AND BINARY table_name = %s"
+    )
+    try:
+        conn = pymysql.connect(
+            host=args["host"],
+            port=args["port"],
+            user=args["user"],
+            password=args["password"],
+            database=args["database"],
+            connect_timeout=10,
+        )
+        try:
+            with conn.cursor() as cur:
+                cur.execute(probe, (table,))
+                found = cur.fetchone()
+        finally:
+            conn.close()
+    except pymysql.err.Error as exc:
+        raise StorageUnavailable(f"MySQL unreachable: {exc}") from exc
+    if found is None:
+        raise MissingStore(f"the database has no table {table!r} ({NOT_CREATED})")
+
+
 def check_exists(url: str, storage: Any) -> None:
     """Raise :class:`MissingStore` if ``storage`` (opened from ``url``, not yet used) names a
     store that does not exist; :class:`StorageError` if that cannot be told."""
@@ -73,3 +108,5 @@ def check_exists(url: str, storage: Any) -> None:
         _sqlite(storage.path, storage.table)
     elif url.split(":", 1)[0].lower() in ("postgresql", "postgres"):
         _postgres(url)
+    elif url.split(":", 1)[0].lower() in ("mysql", "mariadb"):
+        _mysql(url)

@@ -1,8 +1,9 @@
 """Session storage: the compare-and-set port and the shipped adapters.
 
 ``MemoryStorage`` and ``SQLiteStorage`` (stdlib) import eagerly; ``PostgresStorage`` needs
-the ``postgres`` extra (psycopg 3) and ``RedisStorage`` the ``redis`` extra (redis-py), so
-they import on first access. ``open_storage(url)`` picks one from a URL.
+the ``postgres`` extra (psycopg 3), ``RedisStorage`` the ``redis`` extra (redis-py) and
+``MySQLStorage`` the ``mysql`` extra (PyMySQL), so they import on first access.
+``open_storage(url)`` picks one from a URL.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .sqlite import AsyncSQLiteStorage, SQLiteStorage
 from .url import open_async_storage, open_storage
 
 if TYPE_CHECKING:
+    from .mysql import AsyncMySQLStorage, MySQLStorage
     from .postgres import AsyncPostgresStorage, PostgresStorage
     from .redis import AsyncRedisStorage, RedisStorage
 
@@ -36,6 +38,7 @@ __all__ = [
     "AsyncDeletableSessionStorage",
     "AsyncManagedSessionStorage",
     "AsyncMemoryStorage",
+    "AsyncMySQLStorage",
     "AsyncPostgresStorage",
     "AsyncProcessingIndex",
     "AsyncRecordStorage",
@@ -45,6 +48,7 @@ __all__ = [
     "DeletableSessionStorage",
     "ManagedSessionStorage",
     "MemoryStorage",
+    "MySQLStorage",
     "PostgresStorage",
     "ProcessingIndex",
     "ProcessingSession",
@@ -63,6 +67,8 @@ _LAZY = {
     "AsyncPostgresStorage": ".postgres",
     "RedisStorage": ".redis",
     "AsyncRedisStorage": ".redis",
+    "MySQLStorage": ".mysql",
+    "AsyncMySQLStorage": ".mysql",
 }
 
 

@@ -9,13 +9,16 @@ URL                               adapter
                                   ``sqlite://`` for a private in-memory database)
 ``postgresql://…``/``postgres://…``  :class:`~.postgres.PostgresStorage` (extra ``postgres``)
 ``redis://…``/``rediss://…``      :class:`~.redis.RedisStorage` (extra ``redis``)
+``mysql://…``/``mariadb://…``     :class:`~.mysql.MySQLStorage` (extra ``mysql``)
 ================================  ==========================================================
 
 Query parameters that configure the adapter: ``table`` and ``busy_timeout`` (SQLite),
 ``table``, ``isolation`` (``read_committed``/``repeatable_read``/``serializable``) and
 ``statement_timeout`` (ms) (PostgreSQL; every other parameter goes to libpq unchanged),
-``prefix`` (Redis; other parameters go to redis-py). An unknown scheme, an unknown
-parameter or a bad value raises :class:`~akchat_fsm.errors.ConfigError`.
+``prefix`` (Redis; other parameters go to redis-py), ``table``, ``statement_timeout`` (ms)
+and ``connect_timeout`` (s) (MySQL / MariaDB: ``mysql://user:pass@host:3306/db``). An
+unknown scheme, an unknown parameter or a bad value raises
+:class:`~akchat_fsm.errors.ConfigError`.
 
 ``read_only=True`` opens an adapter that never changes its store: SQLite through a
 ``mode=ro`` connection, PostgreSQL without DDL in read-only transactions, Redis with writes
@@ -39,7 +42,9 @@ __all__ = ["open_async_storage", "open_storage"]
 _MAX_STATEMENT_TIMEOUT_MS = 2**31 - 1
 _MAX_BUSY_TIMEOUT_S = (2**31 - 1) / 1000
 
-_URL_HINT = "Use memory://, sqlite:///path, postgresql://… or redis://… (see docs/adapters.md)."
+_URL_HINT = (
+    "Use memory://, sqlite:///path, postgresql://…, redis://… or mysql://… (see docs/adapters.md)."
+)
 
 
 def _split(url: str) -> tuple[str, Any, dict[str, str]]:
@@ -112,6 +117,30 @@ def _redis_args(parts: Any, query: dict[str, str]) -> dict[str, Any]:
     return args
 
 
+def _mysql_args(parts: Any, query: dict[str, str]) -> dict[str, Any]:
+    try:
+        port = parts.port  # a non-numeric port is a ValueError
+    except ValueError as exc:
+        raise ConfigError(f"Bad port in MySQL URL: {exc}.", hint=_URL_HINT) from exc
+    args: dict[str, Any] = {
+        "host": parts.hostname or "127.0.0.1",
+        "port": port or 3306,
+        "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""),
+        "database": unquote(parts.path[1:] if parts.path.startswith("/") else parts.path),
+    }
+    if "table" in query:
+        args["table"] = query.pop("table")
+    timeout = _pop_float(query, "statement_timeout", _MAX_STATEMENT_TIMEOUT_MS)
+    if timeout is not None:
+        args["statement_timeout_ms"] = int(timeout)
+    connect = _pop_float(query, "connect_timeout", _MAX_BUSY_TIMEOUT_S)
+    if connect is not None:
+        args["connect_timeout"] = connect
+    _no_leftovers(query, "mysql")
+    return args
+
+
 def _extra(module: str, extra: str) -> Any:
     """Import an adapter module whose driver is an optional extra."""
     from importlib import import_module
@@ -142,6 +171,9 @@ def _open(url: str, *, asyncio: bool, read_only: bool) -> Any:
     if scheme in ("redis", "rediss", "unix"):
         module = _extra(".redis", "redis")
         return getattr(module, f"{prefix}RedisStorage")(**_redis_args(parts, query), **mode)
+    if scheme in ("mysql", "mariadb"):
+        module = _extra(".mysql", "mysql")
+        return getattr(module, f"{prefix}MySQLStorage")(**_mysql_args(parts, query), **mode)
     raise ConfigError(f"Unknown storage URL scheme {scheme!r}.", hint=_URL_HINT)
 
 

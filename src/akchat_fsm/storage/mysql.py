@@ -1,0 +1,591 @@
+"""MySQL / MariaDB adapter (PyMySQL, extra ``mysql``; ADR-0028).
+
+One InnoDB row per session: ``session_id, cursor, body, processing, written_ms``; records
+beside it in ``<table>__records`` (primary key ``(session_id, key)``). Ids and keys are
+``utf8mb4_bin`` (case-sensitive, byte order), bodies ``LONGTEXT`` utf8mb4, returned verbatim.
+Each call is one autocommit statement, so no transaction outlives it:
+
+* create: ``INSERT …``; a duplicate key (1062) is the definite conflict
+* update: ``UPDATE … WHERE session_id = %s AND cursor = %s``; the connection sets
+  ``CLIENT.FOUND_ROWS``, so the affected-row count is the matched-row count: 1 is a commit,
+  0 a definite conflict
+
+InnoDB's ``UPDATE`` reads the latest committed row under its row lock whatever the isolation
+level, so a loser waits for the winner and then matches nothing. A deadlock (1213) rolls the
+statement's transaction back, so nothing applied and the same conditional statement is sent
+again (``WRITE_ATTEMPTS`` times, then ``StorageUnavailable``). A lock wait timeout (1205) or
+a statement timeout (MariaDB ``max_statement_time``, 1969) rolls the statement back too:
+``StorageUnavailable``, never a conflict. A connection lost after a write was sent (2006,
+2013, 1927 killed) is ``OutcomeUnknown``. A statement that does not fit the table (1146 no
+table, 1054 no column, 1364 a NOT NULL column we never fill, 1366/1406 a column that cannot
+hold the text) is ``ConfigError``: it fails the same way again.
+
+``delete`` removes a session's envelope and records in one multi-table ``DELETE``. The
+processing index is the ``processing``/``written_ms`` columns of both tables, written by the
+same statement as the state they describe (ADR-0085), with an index on ``processing``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import threading
+from typing import Any
+
+import pymysql  # type: ignore[import-untyped]
+from pymysql.constants import CLIENT  # type: ignore[import-untyped]
+
+from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
+from ..wire.session import SessionSnapshot
+from ._cas import (
+    check_limit,
+    check_record_key,
+    check_session_id,
+    check_sql_identifier,
+    derived_identifier,
+    loaded_text,
+    prepare_save,
+    prepare_stored_record,
+    record_prefix_matches_nothing,
+)
+from ._closing import Closing
+from ._read_only import read_only_refusal
+from ._threaded import ThreadedAsyncStorage
+from .port import ProcessingSession, StoredRecord
+
+__all__ = ["AsyncMySQLStorage", "MySQLStorage", "map_mysql_error"]
+
+DEFAULT_TABLE = "akchat_sessions"
+
+#: A create found the row already there (duplicate key): the definite conflict.
+CONFLICT_CODES = frozenset({1062})
+#: Rolled back without saying the compared value moved (deadlock; MariaDB's "record has
+#: changed since last read"): nothing applied, so the same statement is sent again.
+RESEND_CODES = frozenset({1213, 1020})
+#: How many times one call sends its statement before giving up with ``StorageUnavailable``.
+WRITE_ATTEMPTS = 8
+#: The connection is gone: server gone away, lost during the query, killed, shut down,
+#: disconnected for inactivity (MySQL 8), a packet out of order.
+LOST_CODES = frozenset({2006, 2013, 2055, 1927, 1053, 4031, 2014})
+#: The statement does not fit the table (no such table / column, a NOT NULL column we never
+#: fill, a column whose charset or width cannot hold the text, a privilege it lacks).
+SCHEMA_CODES = frozenset({1146, 1054, 1364, 1366, 1406, 1142, 1143})
+SCHEMA_HINT = (
+    "Point table= at a table akchat-fsm created (or a new name), or give it the expected "
+    "InnoDB columns: session_id VARCHAR(128) utf8mb4_bin PRIMARY KEY, `cursor` BIGINT NOT "
+    "NULL, body LONGTEXT utf8mb4 NOT NULL, processing BOOLEAN, written_ms BIGINT (see "
+    "docs/adapters.md)."
+)
+
+#: What each column of an existing table must be (``information_schema`` data types).
+_IDS = ("varchar", "char")
+_BODY = ("longtext", "mediumtext")
+_EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
+    "sessions": {
+        "session_id": _IDS,
+        "cursor": ("bigint",),
+        "body": _BODY,
+        "processing": ("tinyint",),
+        "written_ms": ("bigint",),
+    },
+    "records": {
+        "session_id": _IDS,
+        "key": _IDS,
+        "version": ("bigint",),
+        "body": _BODY,
+        "processing": ("tinyint",),
+        "written_ms": ("bigint",),
+    },
+}
+#: Columns compared as keys: a case-insensitive collation would alias ``A`` and ``a``.
+_KEY_COLUMNS = frozenset({"session_id", "key"})
+
+
+def map_mysql_error(
+    exc: BaseException, *, sent: bool, write: bool, broken: bool
+) -> StorageError | ConfigError | None:
+    """Classify a PyMySQL error; ``None`` means a definite conflict (``save`` → ``False``).
+
+    ``sent``: the statement was handed to an open connection. ``broken``: the connection
+    was lost with the error. A reply carrying an error is definite for an autocommit
+    statement (it was rolled back); a lost connection after sending a write is
+    ``OutcomeUnknown``; a read never has an unknown outcome.
+    """
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    if not sent:
+        return StorageUnavailable(f"MySQL unreachable: {exc}")
+    lost = broken or code in LOST_CODES
+    if code in SCHEMA_CODES and not lost:
+        return ConfigError(f"MySQL table does not fit akchat-fsm: {exc}", hint=SCHEMA_HINT)
+    if write and code in CONFLICT_CODES and not lost:
+        return None
+    if write and (lost or code is None or code == 0):
+        return OutcomeUnknown(f"MySQL write may have applied: {exc}")
+    return StorageUnavailable(f"MySQL: {exc}")
+
+
+def must_resend(exc: BaseException, *, write: bool, attempt: int) -> bool:
+    """Whether a write refused by ``exc`` is sent again (nothing applied; attempts remain)."""
+    code = exc.args[0] if exc.args else None
+    return write and code in RESEND_CODES and attempt + 1 < WRITE_ATTEMPTS
+
+
+def connect_error(exc: BaseException) -> StorageUnavailable | ConfigError:
+    """A failure while connecting or preparing the tables: retryable unless it is a shape."""
+    code = exc.args[0] if exc.args else None
+    if code in SCHEMA_CODES:
+        return ConfigError(f"MySQL table does not fit akchat-fsm: {exc}", hint=SCHEMA_HINT)
+    if code == 1049:  # unknown database: the same URL fails again
+        return ConfigError(f"MySQL database not found: {exc}", hint="Create it, or fix the URL.")
+    return StorageUnavailable(f"MySQL unreachable: {exc}")
+
+
+def schema_problem(table: str, kind: str, columns: dict[str, tuple[str, str]]) -> str | None:
+    """What is wrong with an existing table (``columns``: name -> (type, collation)), or None."""
+    for name, types in _EXPECTED[kind].items():
+        found = columns.get(name)
+        if found is None:
+            return f"MySQL table {table!r} has no column {name!r}: it is not an akchat-fsm table."
+        kind_found, collation = found
+        if kind_found not in types:
+            return f"MySQL table {table!r} column {name!r} is {kind_found}, expected {types[0]}."
+        if name in _KEY_COLUMNS and not collation.endswith("_bin"):
+            return (
+                f"MySQL table {table!r} column {name!r} has collation {collation}, which "
+                "compares case-insensitively: ids differing in case would collide."
+            )
+        if name == "body" and not collation.startswith("utf8mb4"):
+            return f"MySQL table {table!r} column 'body' is {collation}, not utf8mb4."
+    return None
+
+
+def _idle_and_quiet(conn: Any) -> bool:
+    """Is this connection safe to send on? Checked before every call, without a round trip.
+
+    An idle connection has nothing to read; if its socket is readable, the server hung up
+    (``KILL``, restart, ``wait_timeout``), so we reconnect *before* sending instead of
+    learning it from a write whose fate would then be unknown.
+    """
+    if not conn.open:
+        return False
+    sock = getattr(conn, "_sock", None)
+    if sock is None:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
+    except (AttributeError, OSError, ValueError):  # no poll() on this platform: trust it
+        return True
+
+
+class _Plan:
+    """Everything but the I/O: validated options, SQL text, connection setup."""
+
+    def __init__(
+        self,
+        connect: dict[str, Any],
+        table: str,
+        statement_timeout_ms: int | None,
+        read_only: bool,
+    ) -> None:
+        if statement_timeout_ms is not None and (
+            isinstance(statement_timeout_ms, bool)
+            or not isinstance(statement_timeout_ms, int)
+            or statement_timeout_ms < 0
+        ):
+            raise ConfigError("statement_timeout_ms must be a non-negative int or None.")
+        if not isinstance(connect.get("database"), str) or not connect["database"]:
+            raise ConfigError(
+                "MySQLStorage needs a database name.",
+                hint="Pass database=…, or a URL mysql://user@host:3306/dbname.",
+            )
+        self.connect = connect
+        self.statement_timeout_ms = statement_timeout_ms
+        self.read_only = bool(read_only)
+        self.table = t = check_sql_identifier(table)
+        self.records = r = derived_identifier(t, "__records")
+        ids = "VARCHAR({n}) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
+        body = "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
+        tail = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+        self.create = [
+            f"CREATE TABLE IF NOT EXISTS {t} (session_id {ids.format(n=128)},"
+            f" `cursor` BIGINT NOT NULL, body {body},"
+            " processing BOOLEAN NOT NULL DEFAULT FALSE, written_ms BIGINT NOT NULL DEFAULT 0,"
+            " PRIMARY KEY (session_id), KEY processing_idx (processing, written_ms))" + tail,
+            f"CREATE TABLE IF NOT EXISTS {r} (session_id {ids.format(n=128)},"
+            f" `key` {ids.format(n=200)}, version BIGINT NOT NULL, body {body},"
+            " processing BOOLEAN NOT NULL DEFAULT FALSE, written_ms BIGINT NOT NULL DEFAULT 0,"
+            " PRIMARY KEY (session_id, `key`), KEY processing_idx (processing, session_id))" + tail,
+        ]
+        self.columns = (
+            "SELECT BINARY c.table_name = %s, c.column_name, c.data_type,"
+            " COALESCE(c.collation_name, ''), t.engine FROM information_schema.columns c"
+            " JOIN information_schema.tables t ON t.table_schema = c.table_schema"
+            " AND t.table_name = c.table_name"
+            " WHERE c.table_schema = DATABASE() AND BINARY c.table_name IN (%s, %s)"
+        )
+        self.select = f"SELECT body, `cursor` FROM {t} WHERE session_id = %s"
+        self.insert = (
+            f"INSERT INTO {t} (session_id, `cursor`, body, processing, written_ms)"
+            " VALUES (%s, %s, %s, %s, %s)"
+        )
+        self.update = (
+            f"UPDATE {t} SET `cursor` = %s, body = %s, processing = %s, written_ms = %s"
+            " WHERE session_id = %s AND `cursor` = %s"
+        )
+        # One statement for both tables: a reader never sees the envelope without its records.
+        self.delete = (
+            f"DELETE s, x FROM (SELECT 1 AS one) d LEFT JOIN {t} s ON s.session_id = %s"
+            f" LEFT JOIN {r} x ON x.session_id = %s"
+        )
+        self.select_record = f"SELECT version, body FROM {r} WHERE session_id = %s AND `key` = %s"
+        self.insert_record = (
+            f"INSERT INTO {r} (session_id, `key`, version, body, processing, written_ms)"
+            " VALUES (%s, %s, %s, %s, %s, %s)"
+        )
+        self.update_record = (
+            f"UPDATE {r} SET version = %s, body = %s, processing = %s, written_ms = %s"
+            " WHERE session_id = %s AND `key` = %s AND version = %s"
+        )
+        self.list_records = f"SELECT `key` FROM {r} WHERE session_id = %s AND LEFT(`key`, %s) = %s"
+        self.delete_record = f"DELETE FROM {r} WHERE session_id = %s AND `key` = %s"
+        # A listed session's last write is the newest of its envelope's and its records'.
+        last = (
+            "GREATEST(COALESCE((SELECT s.written_ms FROM {t} s WHERE s.session_id = p.session_id),"
+            " 0), COALESCE((SELECT MAX(x.written_ms) FROM {r} x WHERE x.session_id ="
+            " p.session_id), 0))"
+        )
+        self.list_processing = (
+            f"SELECT session_id, last FROM (SELECT p.session_id, {last.format(t=t, r=r)} AS last"
+            f" FROM (SELECT session_id FROM {t} WHERE processing"
+            f" UNION SELECT session_id FROM {r} WHERE processing) p) q"
+            " WHERE %s IS NULL OR last < %s ORDER BY last, session_id LIMIT %s"
+        )
+        # A read-only adapter that found no records table: only envelopes can be processing.
+        self.list_processing_sessions_only = (
+            f"SELECT session_id, written_ms FROM {t} WHERE processing"
+            " AND (%s IS NULL OR written_ms < %s) ORDER BY written_ms, session_id LIMIT %s"
+        )
+
+    def setup(self, server_info: str) -> list[str]:
+        """Session settings: strict mode (an over-long value is an error, never truncated),
+        no engine substitution, REPEATABLE READ, and the read-only / timeout options."""
+        statements = [
+            "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'",
+            "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+        ]
+        if self.read_only:
+            # Belt and braces: the server refuses any write (and DDL) this session might send.
+            statements.append("SET SESSION TRANSACTION READ ONLY")
+        ms = self.statement_timeout_ms
+        if ms is not None:
+            if "mariadb" in server_info.lower():
+                statements.append(f"SET SESSION max_statement_time = {ms / 1000:.3f}")
+            else:  # MySQL bounds SELECTs only; writes are bounded by innodb_lock_wait_timeout
+                statements.append(f"SET SESSION max_execution_time = {ms}")
+        return statements
+
+    def columns_params(self) -> tuple[str, str, str]:
+        return self.table, self.table, self.records
+
+    def layout(self, rows: list[tuple[Any, ...]]) -> bool:
+        """Check the existing tables (``rows`` from ``columns``); whether records exist."""
+        found: dict[bool, dict[str, tuple[str, str]]] = {True: {}, False: {}}
+        engines: dict[bool, str] = {}
+        for is_sessions, name, kind, collation, engine in rows:
+            side = bool(is_sessions)
+            found[side][_text(name)] = (_text(kind).lower(), _text(collation).lower())
+            engines[side] = _text(engine or "")
+        problem = None
+        for side, table, kind in ((True, self.table, "sessions"), (False, self.records, "records")):
+            if found[side]:
+                problem = problem or schema_problem(table, kind, found[side])
+                if problem is None and engines[side].lower() != "innodb":
+                    problem = f"MySQL table {table!r} uses {engines[side]}, not InnoDB."
+        if problem is None and self.read_only and not found[True]:
+            problem = f"MySQL has no table {self.table!r} (a read-only adapter never creates one)."
+        if problem is not None:
+            raise ConfigError(problem, hint=SCHEMA_HINT)
+        return bool(found[False])
+
+    def refuse_if_read_only(self, what: str) -> None:
+        if self.read_only:
+            raise read_only_refusal("MySQL storage", what)
+
+    def save_statement(self, snapshot: Any, expected_cursor: Any) -> tuple[str, tuple[Any, ...]]:
+        p = prepare_save(snapshot, expected_cursor)
+        if p.expected is None:
+            return self.insert, (p.session_id, p.cursor, p.text, p.processing, p.written_ms)
+        return self.update, (p.cursor, p.text, p.processing, p.written_ms, p.session_id, p.expected)
+
+    def record_key(self, session_id: Any, key: Any) -> tuple[str, str]:
+        return check_session_id(session_id), check_record_key(key)
+
+    def save_record_statement(
+        self, session_id: Any, key: Any, text: Any, expected: Any, processing: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        p = prepare_stored_record(session_id, key, text, expected, processing)
+        if p.expected is None:
+            create = (p.session_id, p.key, p.version, p.text, p.processing, p.written_ms)
+            return self.insert_record, create
+        update = (p.version, p.text, p.processing, p.written_ms, p.session_id, p.key, p.expected)
+        return self.update_record, update
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
+
+
+class MySQLStorage(Closing):
+    """Compare-and-set storage in one InnoDB table, over one autocommit PyMySQL connection.
+
+    ``MySQLStorage(*, database, host="127.0.0.1", port=3306, user="root", password="",
+    table="akchat_sessions", statement_timeout_ms=None, connect_timeout=10.0,
+    read_only=False)``
+
+    The connection opens on first use (failure: ``StorageUnavailable``), creates both tables
+    if missing (after checking the shape of any that exist: ``ConfigError`` names the first
+    column that does not fit), and is reopened after it breaks. Calls from several threads are
+    serialised by a lock; open one adapter per worker for parallel writes.
+    ``statement_timeout_ms`` is MariaDB's ``max_statement_time`` (MySQL: ``max_execution_time``,
+    which bounds reads only). ``read_only=True`` runs no DDL, sets the session read-only and
+    refuses writes before any I/O; a missing sessions table is a ``ConfigError``.
+    """
+
+    def __init__(
+        self,
+        *,
+        database: str,
+        host: str = "127.0.0.1",
+        port: int = 3306,
+        user: str = "root",
+        password: str = "",
+        table: str = DEFAULT_TABLE,
+        statement_timeout_ms: int | None = None,
+        connect_timeout: float = 10.0,
+        read_only: bool = False,
+    ) -> None:
+        connect = {
+            "host": host,
+            "port": int(port),
+            "user": user,
+            "password": password,
+            "database": database,
+            "charset": "utf8mb4",
+            "autocommit": True,
+            # The affected-row count of an UPDATE is then the rows matched, not changed.
+            "client_flag": CLIENT.FOUND_ROWS,
+            "connect_timeout": max(1, round(connect_timeout)),
+        }
+        self._plan = _Plan(connect, table, statement_timeout_ms, read_only)
+        self.table = self._plan.table
+        self.read_only = self._plan.read_only
+        self._records = False
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        self._closed = False
+
+    def _connection(self) -> Any:
+        if self._closed:
+            raise StorageUnavailable("MySQLStorage is closed.")
+        if self._conn is not None:
+            if _idle_and_quiet(self._conn):
+                return self._conn
+            self._drop()
+        conn: Any = None
+        try:
+            conn = pymysql.connect(**self._plan.connect)
+            with conn.cursor() as cur:
+                for statement in self._plan.setup(conn.get_server_info()):
+                    cur.execute(statement)
+                cur.execute(self._plan.columns, self._plan.columns_params())
+                records = self._plan.layout(list(cur.fetchall()))
+                if not self._plan.read_only:
+                    for statement in self._plan.create:
+                        cur.execute(statement)
+                    records = True
+        except pymysql.err.Error as exc:
+            _close_quietly(conn)
+            raise connect_error(exc) from exc
+        except BaseException:
+            _close_quietly(conn)
+            raise
+        self._conn, self._records = conn, records
+        return conn
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        _close_quietly(conn)
+
+    def _run(
+        self,
+        sql: str,
+        params: tuple[Any, ...],
+        *,
+        write: bool,
+        every: bool = False,
+        records: bool = False,
+        without_records: str | None = None,
+    ) -> Any:
+        """Execute one statement: the rows (``every``), the first row, or the affected count.
+
+        A write answers its affected-row count (``None`` for a definite conflict reported as
+        an error, the duplicate key of a create). ``records``: a read of the records table,
+        answered empty when a read-only adapter found none; ``without_records``: the
+        statement sent instead in that case.
+        """
+        if write:
+            self._plan.refuse_if_read_only("a write")
+        with self._lock:
+            conn = self._connection()
+            if not self._records:
+                if records:
+                    return [] if every else None
+                sql = without_records or sql
+            for attempt in range(WRITE_ATTEMPTS):
+                try:
+                    with conn.cursor() as cur:
+                        count = cur.execute(sql, params)
+                        if write:
+                            return count
+                        rows = cur.fetchall()
+                        return list(rows) if every else (rows[0] if rows else None)
+                except pymysql.err.Error as exc:
+                    if must_resend(exc, write=write, attempt=attempt):
+                        continue
+                    broken = not conn.open
+                    if broken:
+                        self._drop()
+                    error = map_mysql_error(exc, sent=True, write=write, broken=broken)
+                    if error is None:
+                        return None
+                    raise error from exc
+                except UnicodeError as exc:
+                    raise ConfigError(
+                        f"MySQL cannot carry the text: {exc}", hint=SCHEMA_HINT
+                    ) from exc
+                except BaseException:
+                    self._drop()  # interrupted mid-protocol: never reuse
+                    raise
+            raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def load(self, session_id: str) -> str | None:
+        """The stored JSON text for ``session_id``, or ``None``."""
+        key = check_session_id(session_id)
+        row = self._run(self._plan.select, (key,), write=False)
+        return None if row is None else loaded_text(key, row[0], row[1])
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""
+        sql, params = self._plan.save_statement(snapshot, expected_cursor)
+        return bool(self._run(sql, params, write=True))
+
+    def delete(self, session_id: str) -> None:
+        """Forget ``session_id`` and its records (one statement); a missing one is no error."""
+        sid = check_session_id(session_id)
+        self._run(self._plan.delete, (sid, sid), write=True)
+
+    # ------------------------------------------------------------------ records capability
+    def load_record(self, session_id: str, key: str) -> StoredRecord | None:
+        """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
+        params = self._plan.record_key(session_id, key)
+        row = self._run(self._plan.select_record, params, write=False, records=True)
+        return None if row is None else (int(row[0]), _text(row[1]))
+
+    def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        """Store the record iff its stored version equals ``expected_version`` (see the port)."""
+        statement = self._plan.save_record_statement(
+            session_id, key, text, expected_version, processing
+        )
+        return bool(self._run(*statement, write=True))
+
+    def list_records(self, session_id: str, prefix: str = "") -> list[str]:
+        """The keys of ``session_id``'s records that start with ``prefix``, sorted."""
+        sid = check_session_id(session_id)
+        if record_prefix_matches_nothing(prefix):
+            return []
+        params = (sid, len(prefix), prefix)
+        rows = self._run(self._plan.list_records, params, write=False, every=True, records=True)
+        return sorted(_text(row[0]) for row in rows)
+
+    def delete_record(self, session_id: str, key: str) -> None:
+        """Forget one record; a missing record is not an error."""
+        self._run(self._plan.delete_record, self._plan.record_key(session_id, key), write=True)
+
+    def list_processing(
+        self, *, written_before_ms: int | None = None, limit: int = 1000
+    ) -> list[ProcessingSession]:
+        """Sessions holding processing work, oldest last write first (see the port)."""
+        count, before = check_limit(limit, written_before_ms)
+        rows = self._run(
+            self._plan.list_processing,
+            (before, before, count),
+            write=False,
+            every=True,
+            without_records=self._plan.list_processing_sessions_only,
+        )
+        return [ProcessingSession(_text(sid), int(ms)) for sid, ms in rows]
+
+    def open_connections(self) -> int:
+        """1 while a connection is open, else 0 (the kit's leak check)."""
+        return 0 if self._conn is None or not self._conn.open else 1
+
+    def close(self) -> None:
+        """Close the connection; later calls raise ``StorageUnavailable``."""
+        with self._lock:
+            self._closed = True
+            self._drop()
+
+
+def _close_quietly(conn: Any) -> None:
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+class AsyncMySQLStorage(ThreadedAsyncStorage[MySQLStorage]):
+    """The asyncio twin: a :class:`MySQLStorage` whose calls run in a worker thread.
+
+    Takes the same arguments. A task cancelled during ``save`` may still have committed:
+    treat it as an unknown outcome (see ``_threaded``).
+    """
+
+    def __init__(
+        self,
+        *,
+        database: str,
+        host: str = "127.0.0.1",
+        port: int = 3306,
+        user: str = "root",
+        password: str = "",
+        table: str = DEFAULT_TABLE,
+        statement_timeout_ms: int | None = None,
+        connect_timeout: float = 10.0,
+        read_only: bool = False,
+    ) -> None:
+        super().__init__(
+            MySQLStorage(
+                database=database,
+                host=host,
+                port=port,
+                user=user,
+                password=password,
+                table=table,
+                statement_timeout_ms=statement_timeout_ms,
+                connect_timeout=connect_timeout,
+                read_only=read_only,
+            )
+        )
+        self.table = self.sync.table
+        self.read_only = self.sync.read_only
