@@ -67,6 +67,7 @@ PLAIN_IN_BOTH: dict[str, str] = {
     "storage.sqlite.AsyncSQLiteStorage.open_connections": "a counter the conformance kit reads",
     "storage.postgres.AsyncPostgresStorage.open_connections": "a counter the conformance kit reads",
     "storage.redis.AsyncRedisStorage.open_connections": "a counter the conformance kit reads",
+    "storage.mysql.AsyncMySQLStorage.open_connections": "a counter the conformance kit reads",
     "storage.url.open_async_storage": "builds the adapter; it connects on first use",
     "testing.doubles.AsyncRecordingChatMemory.load_only": "a test double's view object",
     "testing.doubles.AsyncRecordingUpstream.calls_for": "a test double's record, read in memory",

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from cli_helpers import run
 
-from akchat_fsm.cli import _common
-from akchat_fsm.cli._common import MAX_INPUT_DEPTH
 from akchat_fsm.wire import jsontext
+
+#: The deepest nesting a verb accepts (docs/cli.md states it).
+MAX_INPUT_DEPTH = 512
 
 VERBS = [
     ["inspect", "{file}"],
@@ -37,13 +38,23 @@ def test_a_file_nested_a_million_deep_is_refused_before_parsing(
     assert f"nested deeper than {MAX_INPUT_DEPTH} levels; refused before parsing" in result.stderr
 
 
-def test_the_scan_counts_only_brackets_outside_strings() -> None:
-    limit = MAX_INPUT_DEPTH
-    assert _common._too_deep(b"[" * (limit + 1) + b"]" * (limit + 1))
-    assert not _common._too_deep(b"[" * limit + b"]" * limit)  # at the limit: accepted
-    assert not _common._too_deep(b'["' + b"[" * (limit + 1) + b'"]')  # brackets in a string
-    assert not _common._too_deep(b'["\\"' + b"{" * (limit + 1) + b'"]')  # after an escape
-    assert not _common._too_deep(b"[]" * (limit + 1))  # many brackets, never deep
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        (b"[" * (MAX_INPUT_DEPTH + 1) + b"]" * (MAX_INPUT_DEPTH + 1), True),
+        (b'["' + b"[" * (MAX_INPUT_DEPTH + 1) + b'"]', False),  # brackets inside a string
+        (b'["\\"' + b"{" * (MAX_INPUT_DEPTH + 1) + b'"]', False),  # after an escaped quote
+        (b"[" + b"[]," * (MAX_INPUT_DEPTH + 1) + b"[]]", False),  # many brackets, never deep
+    ],
+    ids=["deep", "in-a-string", "after-an-escape", "wide"],
+)
+def test_only_nesting_outside_strings_counts(text: bytes, refused: bool, tmp_path: Path) -> None:
+    source = tmp_path / "input.json"
+    source.write_bytes(text)
+    result = run("inspect", str(source))
+    assert result.exit_code == 1
+    assert ("refused before parsing" in result.stderr) is refused, result.stderr
+    assert ("SESSION_INVALID_SNAPSHOT" in result.stderr) is not refused, result.stderr
 
 
 def test_an_input_at_the_limit_is_read_and_judged_for_what_it_is(tmp_path: Path) -> None:

@@ -153,15 +153,23 @@ class Harness:
 
 def mysql_admin(mysql_url: str) -> Any:
     """A plain autocommit PyMySQL connection to the server of ``mysql_url`` (for probes)."""
-    from urllib.parse import urlsplit
-
     import pymysql
 
-    from akchat_fsm.storage.url import _mysql_args
+    return pymysql.connect(**mysql_server_args(mysql_url), autocommit=True)
 
-    args = _mysql_args(urlsplit(mysql_url), {})
-    args.pop("connect_timeout", None)
-    return pymysql.connect(**args, autocommit=True)
+
+def mysql_server_args(mysql_url: str) -> dict[str, Any]:
+    """Host, port, user, password and database of a ``mysql://`` test URL (no query part)."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(mysql_url)
+    return {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 3306,
+        "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""),
+        "database": unquote(parts.path.lstrip("/")),
+    }
 
 
 def drop_mysql_tables(mysql_url: str, table: str) -> None:

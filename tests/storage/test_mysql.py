@@ -10,7 +10,7 @@ from typing import Any
 
 import pymysql
 import pytest
-from storage_harness import Client, drop_mysql_tables, mysql_admin, snap
+from storage_harness import Client, drop_mysql_tables, mysql_admin, mysql_server_args, snap
 
 from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageUnavailable
 from akchat_fsm.storage.mysql import (
@@ -173,11 +173,7 @@ def test_unicode_bodies_round_trip_and_lone_surrogates_are_refused_before_io(
 
 
 def _args(mysql_url: str) -> dict[str, Any]:
-    from urllib.parse import urlsplit
-
-    from akchat_fsm.storage.url import _mysql_args
-
-    return _mysql_args(urlsplit(mysql_url), {})
+    return mysql_server_args(mysql_url)
 
 
 # --------------------------------------------------------------------------- real faults

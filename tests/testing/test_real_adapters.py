@@ -259,9 +259,14 @@ def _mysql_connect(mysql_url: str) -> Any:
     import pymysql
     from pymysql.constants import CLIENT
 
-    from akchat_fsm.storage.url import _mysql_args
-
-    args = _mysql_args(urlsplit(mysql_url), {})
+    parts = urlsplit(mysql_url)
+    args = {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 3306,
+        "user": parts.username or "root",
+        "password": parts.password or "",
+        "database": parts.path.lstrip("/"),
+    }
     return pymysql.connect(
         host=args["host"],
         port=args["port"],

@@ -38,6 +38,7 @@ from pymysql.constants import CLIENT  # type: ignore[import-untyped]
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
 from ._cas import (
+    DEFAULT_TABLE,
     check_limit,
     check_record_key,
     check_session_id,
@@ -55,7 +56,6 @@ from .port import ProcessingSession, StoredRecord
 
 __all__ = ["AsyncMySQLStorage", "MySQLStorage", "map_mysql_error"]
 
-DEFAULT_TABLE = "akchat_sessions"
 
 #: A create found the row already there (duplicate key): the definite conflict.
 CONFLICT_CODES = frozenset({1062})
@@ -484,7 +484,7 @@ class MySQLStorage(Closing):
         return bool(self._run(sql, params, write=True))
 
     def delete(self, session_id: str) -> None:
-        """Forget ``session_id`` and its records (one statement); a missing one is no error."""
+        """Forget ``session_id`` and its records (one transaction); a missing one is no error."""
         sid = check_session_id(session_id)
         self._run(self._plan.delete, (sid, sid), write=True)
 
@@ -542,7 +542,7 @@ class MySQLStorage(Closing):
         return 0 if self._conn is None or not self._conn.open else 1
 
     def close(self) -> None:
-        """Close the connection; later calls raise ``StorageUnavailable``."""
+        """Close the connection (after a call in flight; no transaction outlives a call)."""
         with self._lock:
             self._closed = True
             self._drop()
