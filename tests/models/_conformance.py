@@ -10,12 +10,15 @@ model step compares an abstraction of what is stored (the confirmation's status,
 relative to the proposal's, whether upstream acted and how, upstream calls per client) with
 the model's state as printed.
 
-First version, clients only: no crashes, unknown outcomes, upstream faults or reconciler
-actions (``MAXCRASH=0 MAXUNKNOWN=0 MAXUPFAULT=0 -DNO_RESUME``: with no claimant ever gone the
-release-only reconciler never moves). One model artefact is absorbed: the model's terminal
-save first goes out on the cursor the client loaded, so it always conflicts once and re-reads;
-the code saves on its claim's cursor. Such a conflict, when the code's save would apply, is a
-model-only step (it changes nothing on either side).
+Bounds (``CONFIGS``): three clients on one confirmation, two attempts each; ``races`` has no
+faults, ``faults`` one client crash, one unknown save outcome and one upstream fault (failed,
+or acted with the reply lost) per run, and the release-only reconciler (``-DNO_RESUME``) that
+then releases or completes the orphaned claim. A model crash or the end of a model attempt
+abandons the code client's plan (the process stops there); a reconciler write that applied is
+the code's whole ``reconcile(release_untouched=True)`` at that step. One model artefact is
+absorbed: the model's terminal save first goes out on the cursor the client loaded, so it
+conflicts once and re-reads; the code saves on its claim's cursor. Such a conflict, when the
+code's save would apply, is a model-only step (it changes nothing on either side).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from akchat_fsm.errors import AkchatError
+from akchat_fsm.errors import AkchatError, OutcomeUnknown
 from akchat_fsm.machines.confirmation import ConfirmationEvent
 from akchat_fsm.session import ChatDefinition, _confirm, _ops
 from akchat_fsm.session._state import SessionHolder
@@ -39,17 +42,13 @@ from akchat_fsm.wire.decode import decode_session_snapshot
 from akchat_fsm.wire.enums import ConfirmationStatus
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
-#: The bounds the first version replays (see the module docstring).
-DEFINES = (
-    "-DTRACE",
-    "-DNCLIENTS=3",
-    "-DNCONF=1",
-    "-DMAXOPS=2",
-    "-DMAXCRASH=0",
-    "-DMAXUNKNOWN=0",
-    "-DMAXUPFAULT=0",
-    "-DNO_RESUME",
-)
+#: The bounds replayed: ``races`` (clients only) and ``faults`` (a crash, an unknown save
+#: outcome and an upstream fault per run, which the release-only reconciler then settles).
+CONFIGS = {
+    "races": ("-DMAXCRASH=0", "-DMAXUNKNOWN=0", "-DMAXUPFAULT=0"),
+    "faults": ("-DMAXCRASH=1", "-DMAXUNKNOWN=1", "-DMAXUPFAULT=1"),
+}
+DEFINES = ("-DTRACE", "-DNCLIENTS=3", "-DNCONF=1", "-DMAXOPS=2", "-DNO_RESUME")
 #: The model's status codes (models/confirmation_table.pml, generated from the machine).
 STATUS = {
     0: ConfirmationStatus.PENDING,
@@ -62,7 +61,9 @@ STATUS = {
 }
 EVENTS = {0: ConfirmationEvent.APPROVE, 1: ConfirmationEvent.REJECT, 2: ConfirmationEvent.EXPIRE}
 ST_NONE = 255
-SAVE_OK, SAVE_CONFLICT = 0, 1
+SAVE_OK, SAVE_CONFLICT, SAVE_UNKNOWN = 0, 1, 2
+UP_OK, UP_LOST, UP_FAILED = 0, 1, 2
+RECONCILER = 0
 KIND = {1: "approve", 4: "approve", 2: "deny", 3: "deny", 5: "deny", 6: "deny"}
 TTL_MS = 1_000
 DEFINITION = ChatDefinition("conformance")
@@ -91,7 +92,7 @@ def parse(output: str) -> list[Step]:
     return steps
 
 
-def simulate(workdir: Path, seed: int, steps: int, extra: tuple[str, ...] = ()) -> list[Step]:
+def simulate(workdir: Path, seed: int, steps: int, config: str = "races") -> list[Step]:
     """One random simulation of the model (in ``workdir``: spin writes its temporary files
     beside the model), parsed."""
     for name in ("resolution.pml", "confirmation_table.pml", "lifecycle_tables.pml"):
@@ -99,7 +100,7 @@ def simulate(workdir: Path, seed: int, steps: int, extra: tuple[str, ...] = ()) 
     spin = shutil.which("spin")
     assert spin, "spin is not installed"
     done = subprocess.run(
-        [spin, *DEFINES, *extra, f"-u{steps}", f"-n{seed}", "resolution.pml"],
+        [spin, *DEFINES, *CONFIGS[config], f"-u{steps}", f"-n{seed}", "resolution.pml"],
         cwd=workdir,
         capture_output=True,
         text=True,
@@ -138,6 +139,13 @@ class _Run:
 
     def feed(self, value: Any) -> None:
         self._move(lambda: self.plan.send(value))
+
+    def throw(self, error: BaseException) -> None:
+        self._move(lambda: self.plan.throw(error))
+
+
+class UpstreamDown(RuntimeError):
+    """What the model's failing upstream call raises in the code."""
 
 
 ResolvePlan = Callable[[SessionHolder, str, ConfirmationEvent], Any]
@@ -214,7 +222,19 @@ class Code:
                 run.feed(execute_sync(run.next, self._ports()))
             assert self.stored().to_wire() == before
 
-    def save(self, client: int, applies: bool) -> None:
+    def reconcile(self, applies: bool) -> None:
+        """The model's release-only reconciler wrote (a release, or a completion once upstream
+        acted): the code's ``reconcile(release_untouched=True)``, run whole at that step (its
+        read and decision are the model's, on the same state, since the CAS applied)."""
+        if not applies:
+            return  # a refused reconciler write: nothing on either side
+        resume = _ops.plan_resume(DEFINITION, self.session_id, lambda: self.now)
+        holder = self._run_through(resume).result
+        self._run_through(_confirm.plan_reconcile(holder, release_untouched=True))
+
+    def save(self, client: int, res: int, applies: bool) -> None:
+        if client == RECONCILER:
+            return self.reconcile(applies)
         run = self.runs.get(client)
         if run is None:
             raise Mismatch(f"client {client} saves in the model but runs nothing in the code")
@@ -224,13 +244,17 @@ class Code:
             raise Mismatch(f"client {client} saves in the model; the code's next is {effect}")
         would_apply = self.stored().cursor == effect.expected_cursor
         if not applies and would_apply and effect.snapshot.confirmations[0].status.is_terminal:
-            return  # the model's stale first terminal save (see the module docstring)
+            return None  # the model's stale first terminal save (see the module docstring)
         applied = execute_sync(effect, self._ports())
         if bool(applied) is not applies:
             raise Mismatch(f"client {client}'s save applied={applied}; the model says {applies}")
-        run.feed(applied)
+        if res == SAVE_UNKNOWN:
+            run.throw(OutcomeUnknown("the model lost this save's reply"))
+        else:
+            run.feed(applied)
+        return None
 
-    def call_upstream(self, client: int) -> None:
+    def call_upstream(self, client: int, res: int = UP_OK) -> None:
         run = self.runs.get(client)
         if run is None:
             raise Mismatch(f"client {client} calls upstream in the model; the code runs nothing")
@@ -238,14 +262,27 @@ class Code:
         if not isinstance(run.next, CallApprove | CallDeny):
             raise Mismatch(f"client {client} calls upstream in the model; code does {run.next}")
         self.calls[client] = self.calls.get(client, 0) + 1
-        run.feed(execute_sync(run.next, self._ports()))
+        if res == UP_FAILED:
+            run.throw(UpstreamDown("upstream failed before acting"))
+            return
+        value = execute_sync(run.next, self._ports())
+        if res == UP_LOST:
+            run.throw(UpstreamDown("upstream acted, the reply was lost"))
+        else:
+            run.feed(value)
 
-    def end_attempt(self, client: int) -> None:
-        """The model's client ended this attempt; whatever the code would still do is
-        abandoned (the same as the process stopping there)."""
+    def end_attempt(self, client: int, crashed: bool) -> None:
+        """The model's client ended this attempt (or crashed); whatever the code would still
+        do is abandoned (the same as the process stopping there). Except after a crash, the
+        code may re-read and re-decide (a fresh claim), but not call upstream on what it has."""
         run = self.runs.pop(client, None)
-        if run is not None and not run.done:
-            run.plan.close()
+        if run is None or run.done:
+            return
+        if not crashed:
+            self._skip_reads(run)
+            if isinstance(run.next, CallApprove | CallDeny):
+                raise Mismatch(f"client {client} stopped in the model; the code does {run.next}")
+        run.plan.close()
 
     # ------------------------------------------------------------------ abstraction
     def abstract(self) -> tuple[ConfirmationStatus, int, str | None]:
@@ -280,17 +317,19 @@ def replay(steps: list[Step], code: Code) -> Iterator[int]:
         if step.kind == "decide":
             code.decide(w, EVENTS[step["ev"]], bool(step["past"]), step["claim"] != ST_NONE)
         elif step.kind == "save":
-            if step["res"] == SAVE_OK:
+            applied = step["cursor"] != model.cursor  # a write moves the cursor by one
+            if applied:
                 model.status = step["st"]
             model.cursor = step["cursor"]
-            code.save(w, step["res"] == SAVE_OK)
+            code.save(w, step["res"], applied)
         elif step.kind == "up":
-            model.calls[w] = model.calls.get(w, 0) + 1
+            if w != RECONCILER:
+                model.calls[w] = model.calls.get(w, 0) + 1
             if step["acted"] and model.acted is None:
                 model.acted = KIND[step["st"]]
-            code.call_upstream(w)
-        elif step.kind == "done":
-            code.end_attempt(w)
+            code.call_upstream(w, step["res"])
+        elif step.kind in ("done", "crash"):
+            code.end_attempt(w, crashed=step.kind == "crash")
         elif step.kind in ("inert", "reload", "settle"):
             pass  # reads: nothing changes on either side
         else:
