@@ -136,6 +136,36 @@ bool bad_expiry = false;     /* approved/rejected reached through a claim made a
 #define MAY_RELEASE(i) (owner[i] == 0)
 #endif
 
+/* -DTRACE: one parseable line per step for tests/models' conformance driver (model -> code).
+ * Without TRACE every TRACE_* expands to nothing: the checked model is token for token the same. */
+#ifdef TRACE
+#define TRACE_SAVE(i, expect, newst, writer, res) \
+  ; printf("TR save w=%d i=%d expect=%d st=%d res=%d cursor=%d\n", writer, i, expect, newst, res, reg_cursor)
+#define TRACE_UP(i, st, who, res) \
+  ; printf("TR up w=%d i=%d st=%d res=%d acted=%d\n", who, i, st, res, up_acted[i])
+#define TRACE_DECIDE(me, i, ev, st, claim, past) \
+  ; printf("TR decide w=%d i=%d ev=%d st=%d claim=%d past=%d cursor=%d\n", me, i, ev, st, claim, past, reg_cursor)
+#define TRACE_CRASH(me, i, res) \
+  ; printf("TR crash w=%d i=%d res=%d cursor=%d st=%d\n", me, i, res, reg_cursor, reg_st[i])
+#define TRACE_SETTLE(me, i, res) \
+  ; printf("TR settle w=%d i=%d res=%d cursor=%d st=%d\n", me, i, res, reg_cursor, reg_st[i])
+#define TRACE_RELOAD(me, i, res) \
+  ; printf("TR reload w=%d i=%d res=%d cursor=%d st=%d\n", me, i, res, reg_cursor, reg_st[i])
+#define TRACE_INERT(me, i, res) \
+  ; printf("TR inert w=%d i=%d res=%d cursor=%d st=%d\n", me, i, res, reg_cursor, reg_st[i])
+#define TRACE_DONE(me, i, res) \
+  ; printf("TR done w=%d i=%d res=%d cursor=%d st=%d\n", me, i, res, reg_cursor, reg_st[i])
+#else
+#define TRACE_SAVE(i, expect, newst, writer, res)
+#define TRACE_UP(i, st, who, res)
+#define TRACE_DECIDE(me, i, ev, st, claim, past)
+#define TRACE_CRASH(me, i, res)
+#define TRACE_SETTLE(me, i, res)
+#define TRACE_RELOAD(me, i, res)
+#define TRACE_INERT(me, i, res)
+#define TRACE_DONE(me, i, res)
+#endif
+
 /* Apply one write to the register (the compare already passed).  claimant: the client that
  * will act on a claim it just wrote (0: nobody, e.g. the host or a write landing late). */
 inline apply_write(i, expect, newst, writer, claimant, late) {
@@ -301,7 +331,7 @@ inline cas_save_as(i, expect, newst, writer, claimant, late, res) {
        :: unknowns < MAXUNKNOWN -> unknowns++; res = SAVE_UNKNOWN   /* reply lost */
        :: true -> skip
        fi
-    fi
+    fi TRACE_SAVE(i, expect, newst, writer, res)
   }
 }
 
@@ -336,7 +366,7 @@ inline upstream_call(i, st, who, res) {
     if
     :: res != UP_FAILED && !up_acted[i] -> up_acted[i] = true; up_kind[i] = KIND_OF(st)
     :: else -> skip
-    fi
+    fi TRACE_UP(i, st, who, res)
   }
 }
 
@@ -359,7 +389,7 @@ inline upstream_call(i, st, who, res) {
  * next one).  A crash loses every local variable; the client restarts from scratch. */
 #define MAYBE_CRASH \
   if \
-  :: crashes < MAXCRASH -> crashes++; crashed = true; DISOWN_ALL \
+  :: crashes < MAXCRASH -> crashes++; crashed = true; DISOWN_ALL TRACE_CRASH(me, 0, 0) \
   :: true -> skip \
   fi
 
@@ -398,7 +428,7 @@ inline finish() {
           if
           :: reg_st[i] == claim -> skip   /* still our claim: retry on the new cursor */
           :: else -> res = SAVE_OK; DISOWN(i)   /* a resume completed it */
-          fi;
+          fi TRACE_RELOAD(me, i, res);
           MAYBE_CRASH
         };
         ON_CRASH;
@@ -549,7 +579,7 @@ restart:
        fi;
        cur = reg_cursor;
        INTENT(fin);                       /* fin holds the event for a moment */
-       fsm_next(reg_st[i], fin, clock_past, claim);
+       fsm_next(reg_st[i], fin, clock_past, claim) TRACE_DECIDE(me, i, fin, reg_st[i], claim, clock_past);
        if
        :: claim != ST_NONE -> late = clock_past   /* ghost: the claim read a clock past expiry */
        :: else -> skip
@@ -559,7 +589,7 @@ restart:
      };
      ON_CRASH;
      if
-     :: claim == ST_NONE -> skip          /* processing/terminal/guarded: inert, no upstream */
+     :: claim == ST_NONE -> skip TRACE_INERT(me, i, 0)   /* processing/terminal/guarded */
      :: else ->
 #ifdef BUG_UPSTREAM_FIRST
         atomic { upstream_call(i, claim, me, up); MAYBE_CRASH };
@@ -577,7 +607,7 @@ restart:
              if
              :: OURS(i, cur, claim) -> res = SAVE_OK
              :: else -> DISOWN(i)         /* not applied, or not provably ours: never call */
-             fi;
+             fi TRACE_SETTLE(me, i, res);
              MAYBE_CRASH
            };
            ON_CRASH
@@ -608,7 +638,7 @@ restart:
         :: else -> DISOWN(i)              /* conflict: another writer won, nothing to do */
         fi
      fi;
-     atomic { i = 0; cur = 0; claim = 0; fin = 0; res = 0; up = 0; late = false }
+     atomic { i = 0; cur = 0; claim = 0; fin = 0; res = 0; up = 0; late = false TRACE_DONE(me, i, 0) }
   od
 }
 

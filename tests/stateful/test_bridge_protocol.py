@@ -10,6 +10,11 @@ body before or after its side effect). Invariants after every step; at teardown 
 dies and a recovery (reconcile, operator verdicts from the side-effect truth, the humans'
 decisions repeated) must leave every run completed, every approved call executed exactly once,
 every execution approved and nothing processing.
+
+Retention churn: the world may make decisions elsewhere in the same session (the host's own
+confirmations, through a coordinator with a small ``keep_terminal``), so the oldest decided
+confirmations of a waiting run are pruned from the envelope; the bridge must then read that
+call's ``decided:`` record rather than propose it again (ADR-0103).
 """
 
 from __future__ import annotations
@@ -43,12 +48,19 @@ from akchat_fsm.integrations._bridge import (
     plan_start,
 )
 from akchat_fsm.integrations._bridge_io import Invoke, ListRecords, LoadRecord, SaveRecord
-from akchat_fsm.integrations._bridge_runs import RunRecord, RunState
+from akchat_fsm.integrations._bridge_runs import (
+    DECISION_PREFIX,
+    RunRecord,
+    RunState,
+    decision_key,
+    decision_status,
+)
 from akchat_fsm.integrations.ledger import AsyncToolLedger, ExecutionState, ToolLedger
 from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge, _Runtime
 from akchat_fsm.machines.confirmation import ConfirmationEvent
 from akchat_fsm.storage.memory import MemoryStorage
 from akchat_fsm.storage.sqlite import SQLiteStorage
+from akchat_fsm.testing.doubles import RecordingUpstream
 from akchat_fsm.wire.enums import ConfirmationStatus
 
 from ._bridge_world import ChaosStorage, Crash, PlanStepper, Truth, build_agent, perform
@@ -80,7 +92,11 @@ FAULTS: dict[str, tuple[str, ...]] = {
     + ("body:crash-before", "body:crash-after") * 2
     + ("crash-before", "crash-after"),
 }
-WORLD = ("",) * 6 + ("tick", "tick", "reconcile")
+WORLD = ("",) * 6 + ("tick", "tick", "reconcile", "churn")
+#: Retention churn: the host decides this many of its own confirmations, admitted through a
+#: coordinator that keeps only ``CHURN_KEEP`` resolved records, so older ones are pruned.
+CHURN_DECISIONS = 2
+CHURN_KEEP = 1
 
 
 def fault_table(effect: Any) -> tuple[str, ...]:
@@ -122,6 +138,8 @@ class BridgeProtocol(RuleBasedStateMachine):
         self.terminal_seen: dict[str, ConfirmationStatus] = {}
         self.executed_seen: dict[str, Any] = {}
         self.completed_seen: dict[str, Any] = {}
+        #: Calls whose confirmation was seen ``approved`` (it may be pruned by churn later).
+        self.approved_seen: set[str] = set()
 
     # ------------------------------------------------------------------ helpers
     def clock(self) -> int:
@@ -209,6 +227,10 @@ class BridgeProtocol(RuleBasedStateMachine):
         elif world == "reconcile" and not any(client.busy for client in self.clients):
             self.coverage["world:reconcile"] += 1
             self._recover_once()
+        elif world == "churn" and not any(client.busy for client in self.clients):
+            # Only between plans: a plan that read a binding before the prune and writes its
+            # decision record after another read "no record" is a window ADR-0103 leaves open.
+            self._churn()
         client = self.clients[c]
         if not client.busy:
             if client.session is None:
@@ -240,6 +262,8 @@ class BridgeProtocol(RuleBasedStateMachine):
             value = perform(effect, self.storage, self.ports(client))
             if fault == "crash-after" and isinstance(effect, Invoke):
                 raise Crash()  # the call returned; the process died before using the result
+            if isinstance(effect, LoadRecord) and effect.key.startswith(DECISION_PREFIX):
+                self.coverage[f"read:decided:{'found' if value is not None else 'none'}"] += 1
         except Crash:
             return self._crash(client, f"in:{name}:{fault}")
         except Exception as exc:
@@ -257,6 +281,42 @@ class BridgeProtocol(RuleBasedStateMachine):
             client.run.crash()
         client.run, client.session = None, None
 
+    def _churn(self) -> None:
+        """Decisions elsewhere in the same session: the host proposes and rejects its own
+        tool calls through a coordinator that keeps ``CHURN_KEEP`` resolved records, so each
+        admission prunes older decided confirmations (a waiting run's among them)."""
+        self.coverage["world:churn"] += 1
+        session = resume_chat_session(
+            DEFINITION, session_id=self.session_id, storage=self.raw, clock=self.clock
+        )
+        decided_before = {
+            b.tool_call_id for b in session.confirmations if b.status.is_terminal
+        } & self.bridged_calls()
+        host = session.confirmations_for(RecordingUpstream(), keep_terminal=CHURN_KEEP)
+        for i in range(CHURN_DECISIONS):
+            host.reject(host.propose("host_tool", {"n": i}).token, reason="host churn")
+        left = {b.tool_call_id for b in self.bindings()}
+        if decided_before - left:
+            self.coverage["churn:pruned"] += 1
+
+    def bridged_calls(self) -> set[str]:
+        """The tool call ids of every stored run's approval calls."""
+        return {
+            call.tool_call_id
+            for run_id in self.run_ids()
+            if (record := self.run_record(run_id)) is not None
+            for call in record.approvals
+        }
+
+    def recorded_decisions(self) -> dict[str, ConfirmationStatus]:
+        """The ``decided:`` records of the bridged calls, by call id."""
+        found: dict[str, ConfirmationStatus] = {}
+        for call_id in self.bridged_calls():
+            status = decision_status(self.raw.load_record(self.session_id, decision_key(call_id)))
+            if status is not None:
+                found[call_id] = status
+        return found
+
     def _recover_once(self) -> None:
         """What a host runs after a crash, with no live claimant: reconcile, then settle the
         unknown executions the way an operator would (from the side-effect truth)."""
@@ -273,12 +333,19 @@ class BridgeProtocol(RuleBasedStateMachine):
     @invariant()
     def bridge_invariants(self) -> None:
         bindings = {b.tool_call_id: b for b in self.bindings()}
+        self.approved_seen |= {
+            c for c, b in bindings.items() if b.status is ConfirmationStatus.APPROVED
+        }
         for call_id, n in self.truth.executions.items():
             assert n <= 1, f"{call_id} ran {n} times"
             binding = bindings.get(call_id)
-            assert binding is not None and binding.status is ConfirmationStatus.APPROVED, (
-                f"{call_id} ran without an approved record: {binding}"
+            # pruned by churn: it must have been seen approved before
+            approved = (
+                binding.status is ConfirmationStatus.APPROVED
+                if binding is not None
+                else call_id in self.approved_seen
             )
+            assert approved, f"{call_id} ran without an approved record: {binding}"
         for binding in bindings.values():
             seen = self.terminal_seen.get(binding.token)
             if seen is not None:
@@ -294,6 +361,14 @@ class BridgeProtocol(RuleBasedStateMachine):
             if record is not None and record.state is RunState.COMPLETED:
                 output = self.completed_seen.setdefault(run_id, record.output)
                 assert record.output == output, f"{run_id} completed twice differently"
+        # A call whose decision the bridge recorded is never asked again: its confirmation,
+        # when the envelope still (or again) holds one, says what the record says.
+        for call_id, status in self.recorded_decisions().items():
+            binding = bindings.get(call_id)
+            assert binding is None or binding.status is status, (
+                f"{call_id} was decided {status.value} (its decision record) and is now "
+                f"{binding.status.value}: proposed again"
+            )
 
     def teardown(self) -> None:
         try:
@@ -325,6 +400,10 @@ class BridgeProtocol(RuleBasedStateMachine):
             assert self.truth.executions[call_id] == expected, (
                 f"{call_id} is {binding.status.value} and ran {self.truth.executions[call_id]}"
             )
+        for call_id in self.approved_seen - set(bindings):  # approved, then pruned by churn
+            assert self.truth.executions[call_id] == 1, (
+                f"{call_id} was approved (then pruned) and ran {self.truth.executions[call_id]}"
+            )
         ledger = {e.tool_call_id: e for e in ToolLedger(self.raw, self.session_id).entries()}
         for call_id, binding in bindings.items():
             if binding.status is ConfirmationStatus.APPROVED:
@@ -354,6 +433,8 @@ FLOOR = (
     "continue:ok",
     "approve:ok",
     "reconcile:execution_unknown",
+    "churn:pruned",
+    "read:decided:found",
 )
 
 
@@ -437,10 +518,15 @@ def pinned_program(machine: type[BridgeProtocol]) -> None:
         _start_and_step_to(m, 0, "start", lambda effect: isinstance(effect, SaveRecord))
         _step(m, 0, "unknown", hits="thrown:OutcomeUnknown")
         _finish(m, 0)
-        # one call approved; approving the other continues the run, which dies before its
-        # ledger claim applies
+        # one call approved (the run waits, so its decision is recorded); decisions elsewhere
+        # in the session prune that confirmation; approving the other call reads the pruned
+        # one's decision record and continues the run, which dies before its ledger claim
+        # applies
         _run(m, 0, "approve", hits=("approve:ok",))
-        _start_and_step_to(m, 1, "approve", _is_invoke("resume"))
+        before = [_reached(m.coverage, p) for p in ("churn:pruned", "read:decided:found")]
+        _start_and_step_to(m, 1, "approve", _is_invoke("resume"), world="churn")
+        after = [_reached(m.coverage, p) for p in ("churn:pruned", "read:decided:found")]
+        assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
         _step(m, 1, "w:crash-before", hits="crash:in:resume:w:")
     finally:
         m.teardown()
@@ -537,3 +623,33 @@ def test_bridge_protocol_redis(redis_url: str) -> None:
         run_bridge_protocol(lambda: store, stateful_step_count=80)
     finally:
         store.close()
+
+
+def test_the_suite_bites_a_bridge_that_ignores_its_decision_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same machine with a seeded bug: readiness never reads the ``decided:`` records, so
+    a waiting run's call whose confirmation retention pruned looks unproposed and is proposed
+    again (the reviewer asked twice). The pinned program prunes one on every run; the
+    invariants must catch the second proposal."""
+    from hypothesis import Phase
+    from hypothesis.errors import Flaky
+
+    from akchat_fsm.integrations import _bridge
+
+    def no_records(ctx: Any, calls: Any) -> Any:
+        return {}
+        yield  # a plan that reads nothing
+
+    monkeypatch.setattr(_bridge, "_recorded_decisions", no_records)
+    with pytest.raises((AssertionError, Flaky, BaseExceptionGroup)) as caught:
+        run_bridge_protocol(
+            MemoryStorage,
+            stateful_step_count=80,
+            max_examples=20,
+            phases=(Phase.explicit, Phase.generate),  # a failure is the point; skip shrinking
+        )
+    errors: list[BaseException] = [caught.value]
+    while any(isinstance(e, BaseExceptionGroup) for e in errors):
+        errors = [x for e in errors for x in getattr(e, "exceptions", [e])]
+    assert any("proposed again" in str(e) for e in errors), errors
