@@ -59,9 +59,12 @@ __all__ = [
     "decision_key",
     "denial_key",
     "run_key",
+    "start_key",
 ]
 
 RUN_PREFIX = "run:"
+#: ``rid:<run-id>``: the create-only claim of a run id, saved before the agent first runs.
+START_PREFIX = "rid:"
 DENIAL_PREFIX = "denial:"
 DECISION_PREFIX = "decided:"
 #: What the model reads when a reviewer rejected the call without a reason.
@@ -99,6 +102,12 @@ def run_key(run_id: str) -> str:
         raise ConfigError(
             f"Invalid run id {run_id!r}.", hint="Use letters, digits and '._:-' (max 190)."
         ) from exc
+
+
+def start_key(run_id: str) -> str:
+    """``rid:<run-id>`` (as long as the run's own key, so it fits wherever that one does)."""
+    run_key(run_id)
+    return START_PREFIX + run_id
 
 
 def denial_key(tool_call_id: str) -> str:

@@ -1,0 +1,237 @@
+"""Nothing strands (issue 22): every run with work left is in the processing index from the
+write that leaves the work, and ``reconcile_all`` with the bridge hook finishes it, or reports
+it as waiting for a person with its next step and leaves it alone.
+
+Real pydantic-ai, scripted model; a "kill" is an exception no plan catches, raised at the
+step the crash comes before, so the stored state is exactly the one a SIGKILL there leaves.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from bridge_harness import RecordsBackend, crash_inside_body
+from pai_agents import Call, Counts, build_agent
+
+from akchat_fsm import ChatDefinition, ConfigError, reconcile_all, resume_chat_session
+from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
+from akchat_fsm.session.sweep import SweepPorts
+
+DEFINITION = ChatDefinition("support")
+EMAIL = Call("send_email", {"to": "a@example.com"}, "c1")
+REFUND = Call("refund", {"amount": 5}, "c2")
+FIVE_MINUTES = 5 * 60_000
+
+
+class Killed(BaseException):
+    """The process died here: no plan catches it, nothing after it runs."""
+
+
+def later() -> int:
+    return time.time_ns() // 1_000_000 + 10 * 60_000
+
+
+def _sid() -> str:
+    import uuid
+
+    return f"chat-{uuid.uuid4().hex[:12]}"
+
+
+def _bridge(storage: Any, agent: Any, sid: str) -> PydanticAIBridge:
+    session = resume_chat_session(DEFINITION, session_id=sid, storage=storage)
+    return PydanticAIBridge(agent, session, storage)
+
+
+def _sweep(storage: Any, agent: Any) -> Any:
+    def ports_for(session_id: str) -> SweepPorts:
+        return SweepPorts(DEFINITION, bridge=lambda s: PydanticAIBridge(agent, s, storage))
+
+    return reconcile_all(storage, ports_for, older_than_ms=FIVE_MINUTES, clock=later)
+
+
+def _listed(storage: Any) -> set[str]:
+    return {row.session_id for row in storage.list_processing()}
+
+
+def test_a_fully_decided_run_killed_before_its_claim_is_continued_by_the_sweep(
+    records_backend: RecordsBackend,
+) -> None:
+    counts, sid = Counts(), _sid()
+    storage = records_backend.sync()
+    agent = build_agent([EMAIL], counts)
+    paused = _bridge(storage, agent, sid).run("do it", run_id="r1")
+    # the last decision's terminal save applied; the process died before claiming the run
+    _bridge(storage, agent, sid).approve(paused.pending[0].token, continue_run=False)
+    assert sid in _listed(storage)
+    [swept] = _sweep(storage, agent).sessions
+    assert swept.status == "settled", swept
+    run = _bridge(storage, agent, sid).run_record("r1")
+    assert run is not None and run.state == "completed"
+    assert run.output == "c1=sent to a@example.com"
+    assert counts.bodies == ["send_email:a@example.com"] and counts.requests == 2
+    assert sid not in _listed(storage)  # completed: nothing left, the index let go
+
+
+class KilledAtTheEnvelope:
+    """The storage of a process killed at its first envelope write (the first proposal)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def save(self, *args: Any, **kwargs: Any) -> bool:
+        raise Killed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_run_killed_before_its_proposals_is_proposed_by_the_sweep(
+    records_backend: RecordsBackend,
+) -> None:
+    counts, sid = Counts(), _sid()
+    storage = records_backend.sync()
+    agent = build_agent([EMAIL, REFUND], counts)
+    with pytest.raises(Killed):
+        _bridge(KilledAtTheEnvelope(storage), agent, sid).run("do it", run_id="r1")
+    assert storage.load(sid) is None  # the envelope was never created
+    assert sid in _listed(storage)
+    [swept] = _sweep(storage, agent).sessions
+    # proposed now, and waiting for a person: reported with its next step, not as stuck
+    assert swept.status == "waiting", swept
+    [(run_id, next_step)] = swept.waiting
+    assert run_id == "r1" and "c1" in next_step and "c2" in next_step
+    bridge = _bridge(storage, agent, sid)
+    tokens = {b.tool_call_id: b.token for b in bridge.session.snapshot.confirmations}
+    assert set(tokens) == {"c1", "c2"} and counts.bodies == []
+    bridge.approve(tokens["c1"])
+    done = _bridge(storage, agent, sid).approve(tokens["c2"])
+    assert done.run is not None and done.run.status == "completed"
+    assert sorted(counts.bodies) == ["refund:5", "send_email:a@example.com"]
+
+
+def test_a_run_waiting_for_a_person_is_listed_and_left_alone(
+    records_backend: RecordsBackend,
+) -> None:
+    counts, sid = Counts(), _sid()
+    storage = records_backend.sync()
+    agent = build_agent([EMAIL, REFUND], counts)
+    paused = _bridge(storage, agent, sid).run("do it", run_id="r1")
+    _bridge(storage, agent, sid).approve(paused.pending[0].token)
+    before = (
+        {key: storage.load_record(sid, key) for key in storage.list_records(sid)},
+        storage.load(sid),
+    )
+    for _ in range(2):  # a sweep, and the next one: nothing is done to a waiting run
+        [swept] = _sweep(storage, agent).sessions
+        assert swept.status == "waiting" and swept.execution_unknown == ()
+        [(run_id, next_step)] = swept.waiting
+        assert run_id == "r1" and "c2" in next_step and "c1" not in next_step
+    after = (
+        {key: storage.load_record(sid, key) for key in storage.list_records(sid)},
+        storage.load(sid),
+    )
+    assert after == before and counts.bodies == [] and counts.requests == 1
+
+
+def test_a_run_released_after_an_operators_verdict_is_continued_by_the_sweep(
+    records_backend: RecordsBackend,
+) -> None:
+    counts, sid = Counts(), _sid()
+    storage = records_backend.sync()
+    agent = build_agent([EMAIL], counts)
+    paused = _bridge(storage, agent, sid).run("do it", run_id="r1")
+    _bridge(storage, agent, sid).approve(paused.pending[0].token, continue_run=False)
+    crash_inside_body(storage, "c1", session_id=sid, tool="send_email")
+    [swept] = _sweep(storage, agent).sessions
+    assert swept.status == "execution_unknown" and swept.execution_unknown == ("c1",)
+    _bridge(storage, agent, sid).settle_execution("c1", ran=True, result="sent (ops)")
+    # the run went back to paused with every call decided: the index still holds it
+    assert sid in _listed(storage)
+    [swept] = _sweep(storage, agent).sessions
+    assert swept.status == "settled", swept
+    run = _bridge(storage, agent, sid).run_record("r1")
+    assert run is not None and run.state == "completed" and run.output == "c1=sent (ops)"
+    assert counts.bodies == [] and sid not in _listed(storage)
+
+
+def test_a_reused_run_id_is_refused_before_the_model_is_called(
+    records_backend: RecordsBackend,
+) -> None:
+    counts, sid = Counts(), _sid()
+    storage = records_backend.sync()
+    agent = build_agent([EMAIL], counts)
+    _bridge(storage, agent, sid).run("do it", run_id="r1")
+    assert counts.requests == 1
+    with pytest.raises(ConfigError, match="already used"):
+        _bridge(storage, agent, sid).run("again", run_id="r1")
+    assert counts.requests == 1 and counts.bodies == []
+
+
+def test_a_run_id_that_completed_at_once_is_refused_too(records_backend: RecordsBackend) -> None:
+    counts, sid = Counts(), _sid()
+    storage = records_backend.sync()
+    agent = build_agent([Call("clock", {}, "k1")], counts)  # no approval: it never pauses
+    assert _bridge(storage, agent, sid).run("hi", run_id="r1").status == "completed"
+    asked = counts.requests
+    with pytest.raises(ConfigError, match="already used"):
+        _bridge(storage, agent, sid).run("hi", run_id="r1")
+    assert counts.requests == asked
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_the_openai_bridge_refuses_a_reused_run_id_before_the_model(flavour: str) -> None:
+    from oai_harness import ExecutionLog, Host, make_agent
+
+    log = ExecutionLog()
+    agent, model = make_agent([[("send_email", {"to": "a@x"}), ("lookup", {"q": "z"})]], log)
+    host = Host(flavour, agent, session_id=_sid())
+    assert host.run("mail", run_id="r1").status == "paused"
+    asked, ran = model.requests, log.read()
+    with pytest.raises(ConfigError, match="already used"):
+        host.run("mail", run_id="r1")
+    assert (model.requests, log.read()) == (asked, ran)
+
+
+def test_two_hosts_starting_one_run_id_at_once_run_the_model_once(
+    records_backend: RecordsBackend,
+) -> None:
+    """Host B starts the same run id while host A's model call is in flight: B's claim of the
+    run id finds A's, so B runs neither the model nor a body."""
+    import threading
+
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    sid, storage = _sid(), records_backend.sync()
+    requests: list[str] = []
+    raced: list[BaseException] = []
+
+    def host_b() -> None:
+        try:
+            _bridge(records_backend.sync(), agent, sid).run("b", run_id="r1")
+        except BaseException as exc:  # the test reads what B got
+            raced.append(exc)
+
+    def model(messages: list[Any], info: Any) -> ModelResponse:
+        requests.append("call")
+        if len(requests) == 1:  # host A's first request: B starts now and must be refused
+            thread = threading.Thread(target=host_b)
+            thread.start()
+            thread.join()
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("send_email", {"to": "a@x"}, "c1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, Any] = Agent(FunctionModel(model), output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def send_email(to: str) -> str:
+        return f"sent to {to}"
+
+    outcome = _bridge(storage, agent, sid).run("a", run_id="r1")
+    assert outcome.status == "paused" and len(requests) == 1
+    [error] = raced
+    assert isinstance(error, ConfigError) and "already used" in str(error)
