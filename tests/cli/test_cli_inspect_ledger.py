@@ -95,6 +95,7 @@ def test_a_session_without_bridge_records_says_so(tmp_path: Path) -> None:
         "ledger": [],
         "executionUnknown": [],
         "settle": None,
+        "settleCommands": [],
     }
     assert "Agent runs" not in run("inspect", url, "p").stdout
 
@@ -136,3 +137,20 @@ def test_an_invalid_record_is_one_error_line(url: str) -> None:
     assert result.exit_code == 1 and result.stdout == ""
     assert "session 's1' has an invalid record" in result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_the_settle_hint_is_the_real_command_and_no_line_wraps(url: str) -> None:
+    """Issue 22: the hint names this store, session and tool call (copy-pasteable), and
+    ``OUTCOME UNKNOWN`` is never broken over two lines, even in a narrow terminal."""
+    import shlex
+
+    out = run("inspect", url, "s1", "--ledger", "--width", "40").stdout
+    lines = [line.split("  #")[0].strip() for line in out.splitlines()]
+    assert any("OUTCOME UNKNOWN" in line for line in lines), out
+    ran = [line for line in lines if line.startswith("akchat-fsm settle") and "--ran" in line]
+    did_not = [line for line in lines if line.endswith("--did-not-run")]
+    assert ran == [f"akchat-fsm settle {shlex.quote(url)} s1 c9 --ran"], out
+    assert did_not == [f"akchat-fsm settle {shlex.quote(url)} s1 c9 --did-not-run"], out
+    data = json.loads(run("inspect", url, "s1", "--ledger", "--json").stdout)
+    [command] = data["settleCommands"]
+    assert command == {"toolCallId": "c9", "ran": ran[0], "didNotRun": did_not[0]}
