@@ -235,3 +235,140 @@ def test_two_hosts_starting_one_run_id_at_once_run_the_model_once(
     assert outcome.status == "paused" and len(requests) == 1
     [error] = raced
     assert isinstance(error, ConfigError) and "already used" in str(error)
+
+
+# --------------------------------------------------------------------------- the lease
+
+LEASE = 30_000
+
+
+class Clock:
+    """The clock the bridges read (epoch ms): it starts at the wall clock (the adapters stamp
+    writes with theirs) and then moves only when the test moves it."""
+
+    def __init__(self) -> None:
+        self.start = self.now = time.time_ns() // 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def _one_call_agent() -> Any:
+    """An agent whose model asks for ``slow_email`` once, then answers; tools added by the test."""
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    def model(messages: list[Any], info: Any) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("slow_email", {"to": "a@example.com"}, "c1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    return Agent(FunctionModel(model), output_type=[str, DeferredToolRequests])
+
+
+class SlowAfterTheClaim:
+    """A storage after whose continuation claim 20 s pass on the bridges' clock."""
+
+    def __init__(self, inner: Any, clock: Clock) -> None:
+        self.inner, self.clock = inner, clock
+
+    def save_record(self, session_id: str, key: str, text: str, *args: Any, **kw: Any) -> bool:
+        applied = bool(self.inner.save_record(session_id, key, text, *args, **kw))
+        claim = key.startswith("run:") and '"state":"continuing"' in text
+        if applied and claim and self.clock.now == self.clock.start:
+            self.clock.now += 20_000
+        return applied
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _leased(storage: Any, agent: Any, sid: str, clock: Clock) -> PydanticAIBridge:
+    session = resume_chat_session(DEFINITION, session_id=sid, storage=storage, clock=clock)
+    return PydanticAIBridge(agent, session, storage, clock=clock, lease_ms=LEASE)
+
+
+def _leased_sweep(storage: Any, agent: Any, clock: Clock) -> Any:
+    def ports_for(session_id: str) -> SweepPorts:
+        return SweepPorts(
+            DEFINITION,
+            bridge=lambda s: PydanticAIBridge(agent, s, storage, clock=clock, lease_ms=LEASE),
+        )
+
+    # a start-up sweep that looks at everything, however recent (older_than_ms=0)
+    def cutoff() -> int:  # past every adapter write stamp; the lease reads the bridges' clock
+        return max(clock.now, time.time_ns() // 1_000_000) + 1
+
+    return reconcile_all(storage, ports_for, older_than_ms=0, clock=cutoff)
+
+
+def test_a_sweep_overlapping_a_live_continuation_leaves_it_alone(
+    records_backend: RecordsBackend,
+) -> None:
+    """Issue 22: the sweep runs while the continuer is inside a long tool body. The owner's
+    lease (renewed before the body) is live, so the sweep takes nothing over; the owner
+    finishes, and the body ran once."""
+    import threading
+
+    sid, storage, clock = _sid(), records_backend.sync(), Clock()
+    ran: list[str] = []
+    swept: list[Any] = []
+
+    def sweep_now() -> None:  # another process's start-up sweep, mid-body
+        swept.append(_leased_sweep(records_backend.sync(), agent, clock))
+
+    agent = _one_call_agent()
+
+    @agent.tool_plain(requires_approval=True)
+    def slow_email(to: str) -> str:
+        ran.append(to)
+        clock.now += LEASE // 2  # a long body: half the lease passes
+        thread = threading.Thread(target=sweep_now)
+        thread.start()
+        thread.join()
+        return f"sent to {to}"
+
+    paused = _leased(storage, agent, sid, clock).run("do it", run_id="r1")
+    # The claim is saved at start; the body starts 20 s later (a slow resume), so only the
+    # renewal before the body keeps the lease live through the sweep at start + 35 s.
+    done = _leased(SlowAfterTheClaim(storage, clock), agent, sid, clock).approve(
+        paused.pending[0].token
+    )
+    assert done.run is not None and done.run.status == "completed", done
+    assert ran == ["a@example.com"] and clock.now == clock.start + 20_000 + LEASE // 2
+    [report] = swept
+    [session] = report.sessions
+    assert session.status == "waiting" and session.execution_unknown == ()
+    [(run_id, next_step)] = session.waiting
+    assert run_id == "r1" and "another process holds" in next_step
+
+
+def test_a_dead_continuers_run_is_taken_over_once_its_lease_passed(
+    records_backend: RecordsBackend,
+) -> None:
+    sid, storage, clock = _sid(), records_backend.sync(), Clock()
+    counts = Counts()
+    agent = build_agent([EMAIL], counts)
+    paused = _leased(storage, agent, sid, clock).run("do it", run_id="r1")
+
+    def dies(*args: Any, **kwargs: Any) -> Any:
+        raise Killed
+
+    bridge = _leased(storage, agent, sid, clock)
+    bridge._runtime = lambda: type("Dead", (), {"resume": dies, "runtime": "pydantic-ai"})()  # type: ignore[method-assign]
+    with pytest.raises(Killed):  # claimed (lease until start + LEASE), then the process died
+        bridge.approve(paused.pending[0].token)
+    run = bridge.run_record("r1")
+    assert (
+        run is not None and run.state == "continuing" and run.lease_until_ms == clock.start + LEASE
+    )
+    clock.now = clock.start + LEASE - 2  # the lease has not passed: nothing is taken over
+    [swept] = _leased_sweep(storage, agent, clock).sessions
+    assert swept.status == "waiting" and counts.bodies == []
+    clock.now = clock.start + LEASE  # passed: the sweep takes the run over and finishes it
+    [swept] = _leased_sweep(storage, agent, clock).sessions
+    assert swept.status == "settled", swept
+    assert counts.bodies == ["send_email:a@example.com"]
+    run = _leased(storage, agent, sid, clock).run_record("r1")
+    assert run is not None and run.state == "completed" and run.lease_until_ms is None

@@ -28,7 +28,7 @@ import hashlib
 import inspect
 import json
 import secrets
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
@@ -71,6 +71,7 @@ from ._bridge_runs import (
     decide_continuation,
     decide_readiness,
     decide_release_run,
+    decide_renew_run,
     decide_settle_run,
     decide_start_run,
     decision_key,
@@ -223,9 +224,36 @@ class BridgeContext:
     clock: Callable[[], int]
     ledger: AsyncToolLedger
     idempotent_tools: frozenset[str] = field(default_factory=frozenset)
+    #: How long a continuation claim holds without a renewal (``None``: no lease).
+    lease_ms: int | None = None
 
-    def guard(self, approved: frozenset[str]) -> ExecutionGuard:
-        return ExecutionGuard(self.ledger, approved, self.idempotent_tools)
+    def guard(self, approved: frozenset[str], run: RunRecord | None = None) -> ExecutionGuard:
+        """The guard for tool bodies; inside our continuation of ``run`` (with a lease), each
+        body first renews the claim's lease, and does not start if the claim was lost."""
+        renew = None
+        if run is not None and self.lease_ms is not None and run.claim is not None:
+            renew = _lease_renewer(self, run.run_id, run.claim, self.lease_ms)
+        return ExecutionGuard(self.ledger, approved, self.idempotent_tools, renew)
+
+
+def _lease_renewer(
+    ctx: BridgeContext, run_id: str, claim: str, lease_ms: int
+) -> Callable[[], Awaitable[None]]:
+    async def renew() -> None:
+        await _run_async(plan_renew(ctx, run_id, claim, lease_ms), ctx.ledger.storage)
+
+    return renew
+
+
+def plan_renew(ctx: BridgeContext, run_id: str, claim: str, lease_ms: int) -> Plan[None]:
+    """Renew our continuation's lease before a tool body (a lost save re-reads and retries;
+    :class:`RunClaimLost` if the claim is no longer ours: the body then never starts)."""
+    for _ in range(SAVE_ATTEMPTS):
+        run = yield from _load_run(ctx, run_id)
+        renewed = decide_renew_run(run, claim, now_ms=ctx.clock(), lease_ms=lease_ms)
+        if (yield from _save_run(ctx, renewed, renewed.version)):
+            return
+    raise RunInProgress(f"Run {run_id!r} kept changing; its lease was not renewed.", record=run)
 
 
 def _load_run(ctx: BridgeContext, run_id: str) -> Plan[RunRecord | None]:
@@ -428,6 +456,7 @@ def plan_continue(
             now_ms=ctx.clock(),
             external=external,
             recover=recover,
+            lease_ms=ctx.lease_ms,
         )
         found = decision.record
         if decision.action is ContinueAction.COMPLETED:
@@ -460,7 +489,7 @@ def _resume(
     approved = frozenset(d.tool_call_id for d in decisions if d.approved)
     try:
         result: RuntimeResult = yield Invoke(
-            "runtime", "resume", (run, decisions, ctx.guard(approved))
+            "runtime", "resume", (run, decisions, ctx.guard(approved, run))
         )
     except Exception:  # never on GeneratorExit or a kill: a dead process releases nothing
         # Every body that ran is in the ledger, so the run may go back to paused: the next
@@ -553,21 +582,24 @@ def plan_reconcile(ctx: BridgeContext) -> Plan[BridgeReport]:
 
     confirmations = yield Invoke("session", "reconcile")
     runs: list[RunOutcome] = []
+    in_flight: set[str] = set()
     for key in (yield ListRecords(ctx.session_id, RUN_PREFIX)):
         run = RunRecord.from_stored((yield LoadRecord(ctx.session_id, key)))
         if run is None or run.state is RunState.COMPLETED:
             continue
         try:
-            runs.append(
-                (
-                    yield from plan_continue(
-                        ctx, run.run_id, {}, recover=run.state is RunState.CONTINUING
-                    )
-                )
+            outcome = yield from plan_continue(
+                ctx, run.run_id, {}, recover=run.state is RunState.CONTINUING
             )
         except ExecutionUnknown:
-            runs.append(RunOutcome(run.run_id, "waiting", snapshot=run.snapshot))
-    unknown = yield from plan_unknown(ctx.session_id)
+            outcome = RunOutcome(run.run_id, "waiting", snapshot=run.snapshot)
+        if outcome.status == "continuing":  # a live owner holds it (its lease has not passed)
+            in_flight |= {c.tool_call_id for c in run.calls}
+        runs.append(outcome)
+    # An executing entry of a run its live owner holds is a body in flight, not an unknown.
+    unknown = tuple(
+        e for e in (yield from plan_unknown(ctx.session_id)) if e.tool_call_id not in in_flight
+    )
     return BridgeReport(tuple(confirmations), tuple(runs), unknown)
 
 
@@ -604,6 +636,7 @@ class _BridgeBase:
         owner: str | None = None,
         clock: Callable[[], int] = now_ms,
         idempotent_tools: Sequence[str] = (),
+        lease_ms: int | None = None,
     ) -> None:
         if inspect.iscoroutinefunction(getattr(session, "reload", None)) is not self.is_async:
             raise ConfigError(
@@ -625,6 +658,7 @@ class _BridgeBase:
             clock,
             guard_ledger,
             self.idempotent_tools,
+            _check_lease(lease_ms),
         )
 
     def execution_guard(self, approved: Iterable[str] = ()) -> ExecutionGuard:
@@ -635,6 +669,17 @@ class _BridgeBase:
 
     def _runtime(self) -> Any:  # pragma: no cover - each runtime module supplies its port
         raise NotImplementedError
+
+
+def _check_lease(lease_ms: object) -> int | None:
+    if lease_ms is None:
+        return None
+    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms < 1:
+        raise ConfigError(
+            f"lease_ms must be an int >= 1 or None, got {lease_ms!r}.",
+            hint="Make it longer than the longest tool body: the lease is renewed between bodies.",
+        )
+    return lease_ms
 
 
 def _check_same_storage(bridge: str, session: Any, storage: Any) -> None:
