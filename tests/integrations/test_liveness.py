@@ -372,3 +372,95 @@ def test_a_dead_continuers_run_is_taken_over_once_its_lease_passed(
     assert counts.bodies == ["send_email:a@example.com"]
     run = _leased(storage, agent, sid, clock).run_record("r1")
     assert run is not None and run.state == "completed" and run.lease_until_ms is None
+
+
+# --------------------------------------------------------------------------- cancelled siblings
+
+
+def test_the_openai_sweep_records_a_cancelled_plain_def_sibling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The issue's case end to end: the sweep takes over a continuation whose first call has an
+    unknown outcome; the SDK cancels the running plain-``def`` sibling and its private loop
+    closes. The sibling's body is held until the runtime is leaving (it drains its guard, or,
+    before the fix, the run was already released): its entry must say ``executed``."""
+    import threading
+
+    from agents import Agent, function_tool
+    from oai_harness import RUN_CONFIG, Host
+    from oai_models import ScriptedModel
+
+    from akchat_fsm.integrations.ledger import ToolLedger
+    from akchat_fsm.integrations.openai_agents import OpenAIAgentsBridge
+
+    ran: list[str] = []
+    leaving = threading.Event()
+
+    @function_tool(needs_approval=True)
+    def wipe(x: int) -> str:
+        """Wipe (its execution outcome is unknown here)."""
+        ran.append("wipe")
+        return "wiped"
+
+    @function_tool(needs_approval=True)
+    def mail(to: str) -> str:
+        """Mail (still running while its sibling fails)."""
+        leaving.wait(10)
+        ran.append("mail")
+        return "mailed"
+
+    async def draining(self: Any) -> None:
+        leaving.set()
+        if drain is not None:
+            await drain(self)
+
+    agent = Agent(
+        name="a",
+        model=ScriptedModel([[("wipe", {"x": 1}), ("mail", {"to": "a"})]]),
+        tools=[wipe, mail],
+    )
+    host = Host("sync", agent, session_id=_sid())
+    guard_type = type(host.bridge().execution_guard())
+    drain = getattr(guard_type, "drain", None)
+    monkeypatch.setattr(guard_type, "drain", draining, raising=False)
+    out = host.run("go", run_id="r1")
+    leaving.clear()  # the pausing run drained too
+    ids = {p.action: p for p in out.pending}
+    host.approve(ids["wipe"].token, continue_run=False)
+    host.approve(ids["mail"].token, continue_run=False)
+    wipe_id = ids["wipe"].tool_call_id
+    crash_inside_body(host.storage, wipe_id, session_id=host.session_id, tool="wipe", args={"x": 1})
+
+    class ReleaseMeansLeaving:
+        """Before the fix nothing drains: the runtime has left once the run is released."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def save_record(self, session_id: str, key: str, text: str, *a: Any, **k: Any) -> bool:
+            applied = bool(self.inner.save_record(session_id, key, text, *a, **k))
+            if key.startswith("run:") and '"state":"paused"' in text:
+                leaving.set()
+            return applied
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    storage = ReleaseMeansLeaving(host.storage)
+    report = reconcile_all(
+        storage,
+        lambda sid: SweepPorts(
+            DEFINITION,
+            bridge=lambda s: OpenAIAgentsBridge(agent, s, storage, run_config=RUN_CONFIG),
+        ),
+        older_than_ms=0,
+        clock=later,
+    )
+    [swept] = report.sessions
+    assert swept.execution_unknown == (wipe_id,), swept
+    for _ in range(1000):  # before the fix the body thread outlives the sweep: let it end
+        if ran:
+            break
+        threading.Event().wait(0.01)
+    entries = {e.tool: e.state for e in ToolLedger(host.storage, host.session_id).entries()}
+    assert ran == ["mail"] and entries == {"wipe": "executing", "mail": "executed"}
