@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_helpers import bridged_session, postgres_url, run, sqlite_url, stuck_session
@@ -95,6 +96,7 @@ def test_a_session_without_bridge_records_says_so(tmp_path: Path) -> None:
         "ledger": [],
         "executionUnknown": [],
         "settle": None,
+        "settleCommands": [],
     }
     assert "Agent runs" not in run("inspect", url, "p").stdout
 
@@ -136,3 +138,55 @@ def test_an_invalid_record_is_one_error_line(url: str) -> None:
     assert result.exit_code == 1 and result.stdout == ""
     assert "session 's1' has an invalid record" in result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_the_settle_hint_is_the_real_command_and_no_line_wraps(url: str) -> None:
+    """Issue 22: the hint names this store, session and tool call (copy-pasteable), and
+    ``OUTCOME UNKNOWN`` is never broken over two lines, even in a narrow terminal."""
+    import shlex
+
+    out = run("inspect", url, "s1", "--ledger", "--width", "40").stdout
+    lines = [line.split("  #")[0].strip() for line in out.splitlines()]
+    assert any("OUTCOME UNKNOWN" in line for line in lines), out
+    ran = [line for line in lines if line.startswith("akchat-fsm settle") and "--ran" in line]
+    did_not = [line for line in lines if line.endswith("--did-not-run")]
+    assert ran == [f"akchat-fsm settle {shlex.quote(url)} s1 c9 --ran"], out
+    assert did_not == [f"akchat-fsm settle {shlex.quote(url)} s1 c9 --did-not-run"], out
+    data = json.loads(run("inspect", url, "s1", "--ledger", "--json").stdout)
+    [command] = data["settleCommands"]
+    assert command == {"toolCallId": "c9", "ran": ran[0], "didNotRun": did_not[0]}
+
+
+def test_reconcile_all_names_an_agent_run_left_never_stuck(tmp_path: Path) -> None:
+    """Issue 22: a paused run is in the index (it has work left); the operator's dry run says
+    it is an agent run for the bridge's sweep or a person, not a stuck or unknown session."""
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from akchat_fsm import ChatDefinition, resume_chat_session
+    from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
+
+    def model(messages: list[Any], info: Any) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("send_email", {"to": "a@x"}, "c1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, Any] = Agent(FunctionModel(model), output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def send_email(to: str) -> str:
+        return f"sent to {to}"
+
+    made = f"sqlite:///{tmp_path / 'runs.db'}"
+    storage = open_storage(made)
+    try:
+        session = resume_chat_session(ChatDefinition("cli-test"), session_id="w1", storage=storage)
+        assert PydanticAIBridge(agent, session, storage).run("go", run_id="r1").status == "paused"
+    finally:
+        storage.close()
+    result = run("reconcile", made, "--all", "--older-than", "0", "--json")
+    assert result.exit_code == 0, result.stderr
+    [entry] = json.loads(result.stdout)["sessions"]
+    assert entry["status"] == "agent run not finished", entry
+    assert [r["runId"] for r in entry["records"]] == ["r1"]

@@ -51,11 +51,14 @@ def test_the_bridge_hook_names_the_unknown_execution_and_runs_nothing(
     [swept] = report.sessions
     assert swept.execution_unknown == ("c1",) and swept.status == "execution_unknown"
     assert counts.bodies == [] and counts.requests == 1
-    # the operator's verdict settles it: the session leaves the index, the run continues once
+    # the operator's verdict settles it; the run, decided and paused, stays in the index, so
+    # the next sweep continues it once and the session leaves the index
     bridge = PydanticAIBridge(
         agent, resume_chat_session(DEFINITION, session_id=SID, storage=storage), storage
     )
     bridge.settle_execution("c1", ran=True, result="sent (confirmed by ops)")
+    [swept] = reconcile_all(storage, ports_for, older_than_ms=FIVE_MINUTES, clock=later).sessions
+    assert swept.status == "settled"
     assert reconcile_all(storage, ports_for, older_than_ms=FIVE_MINUTES, clock=later).sessions == ()
     assert bridge.continue_run("r1").output == "c1=sent (confirmed by ops)"
     assert counts.bodies == [] and counts.requests == 2

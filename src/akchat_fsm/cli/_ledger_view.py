@@ -8,6 +8,7 @@ the bridges never re-run it by themselves.
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 from rich import box
@@ -18,13 +19,36 @@ from rich.text import Text
 from ..integrations.records import SETTLE_HINT, BridgeRecords
 from ._common import inert, inert_json, pinned_rows
 
-__all__ = ["records_json", "render_records"]
+__all__ = ["records_json", "render_records", "settle_commands"]
 
 
-def records_json(records: BridgeRecords | None) -> str:
-    """``inspect --ledger --json``: the records, or ``{"records": false}`` without the
-    capability (control characters escaped)."""
+def settle_commands(
+    records: BridgeRecords | None, source: str | None, session_id: str | None
+) -> list[dict[str, str]]:
+    """For each execution whose outcome is unknown, the two ``akchat-fsm settle`` commands an
+    operator runs (``ran``: it happened; ``didNotRun``: it did not), with this store, session
+    and tool call filled in and shell-quoted, so a copied line works as it is."""
+    if not records or source is None or session_id is None:
+        return []
+    base = ["akchat-fsm", "settle", source, session_id]
+    return [
+        {
+            "toolCallId": entry.tool_call_id,
+            "ran": shlex.join([*base, entry.tool_call_id, "--ran"]),
+            "didNotRun": shlex.join([*base, entry.tool_call_id, "--did-not-run"]),
+        }
+        for entry in records.unknown
+    ]
+
+
+def records_json(
+    records: BridgeRecords | None, source: str | None = None, session_id: str | None = None
+) -> str:
+    """``inspect --ledger --json``: the records (with ``settleCommands``), or
+    ``{"records": false}`` without the capability (control characters escaped)."""
     value: Any = {"records": False} if records is None else {"records": True, **records.to_json()}
+    if records is not None:
+        value["settleCommands"] = settle_commands(records, source, session_id)
     return inert_json(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
@@ -53,7 +77,8 @@ def _ledger(records: BridgeRecords) -> RenderableType:
         box=box.SIMPLE_HEAD, title=f"Tool executions ({len(records.entries)})", title_justify="left"
     )
     for name in ("tool call", "tool", "state", "outcome", "attempt", "owner"):
-        table.add_column(name, no_wrap=name == "tool call", overflow="fold")
+        # ``state`` reads OUTCOME UNKNOWN: never broken over two lines.
+        table.add_column(name, no_wrap=name in ("tool call", "state"), overflow="fold")
     rows = [
         (
             inert(entry.tool_call_id),
@@ -68,8 +93,23 @@ def _ledger(records: BridgeRecords) -> RenderableType:
     return pinned_rows(table, rows)
 
 
-def render_records(records: BridgeRecords | None) -> list[RenderableType]:
-    """The sections ``inspect`` adds after the envelope (none when there is nothing to show)."""
+def _commands(commands: list[dict[str, str]]) -> RenderableType:
+    """One command per line, each pinned whole (never wrapped or cut: it is copied)."""
+    table = Table(box=None, show_header=False, pad_edge=False, expand=False)
+    table.add_column("command", no_wrap=True, overflow="ignore")
+    table.add_column("when", no_wrap=True, overflow="ignore")
+    rows = []
+    for command in commands:
+        rows.append((inert(command["ran"]), "# it happened (optionally --result JSON)"))
+        rows.append((inert(command["didNotRun"]), "# it did not"))
+    return pinned_rows(table, rows)
+
+
+def render_records(
+    records: BridgeRecords | None, source: str | None = None, session_id: str | None = None
+) -> list[RenderableType]:
+    """The sections ``inspect`` adds after the envelope (none when there is nothing to show);
+    given the store's ``source`` and the ``session_id``, the settle commands are the real ones."""
     if not records:
         return []
     parts: list[RenderableType] = []
@@ -84,6 +124,16 @@ def render_records(records: BridgeRecords | None) -> list[RenderableType]:
         warning.append(
             f"execution outcome unknown: {len(unknown)} ({ids}); never re-run by the bridge. "
         )
-        warning.append(SETTLE_HINT, style="red")
-        parts.append(warning)
+        commands = settle_commands(records, source, session_id)
+        if commands:
+            ids_api = inert(repr(unknown[0].tool_call_id))
+            warning.append(
+                "check the tool's side effect, then record the verdict with one of these "
+                f"(API: bridge.settle_execution({ids_api}, ran=..., result=...)):",
+                style="red",
+            )
+            parts.extend([warning, _commands(commands)])
+        else:
+            warning.append(SETTLE_HINT, style="red")
+            parts.append(warning)
     return [Group(*parts)]

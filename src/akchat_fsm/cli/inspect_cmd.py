@@ -97,11 +97,12 @@ def inspect(
             records = _records_or_fail(storage, session_id, source)
     if ledger_only:
         if as_json:
-            click.echo(records_json(records))
+            click.echo(records_json(records, source, session_id))
         else:
-            parts = render_records(records)
+            parts = render_records(records, source, session_id)
             print_renderable(Group(*parts) if parts else "No agent runs or ledger entries.", width)
     elif as_json:
         click.echo(wire_json(decoded.snapshot))
     else:
-        print_renderable(Group(render_snapshot(decoded), *render_records(records)), width)
+        parts = render_records(records, source, session_id)
+        print_renderable(Group(render_snapshot(decoded), *parts), width)

@@ -95,6 +95,25 @@ def _unknown_rows(storage: Any, session_id: str) -> list[dict[str, str]]:
     ]
 
 
+#: The status of a session held only by agent runs not completed: a bridge's work (calls to
+#: propose, a run to continue) or a person's (calls to decide), which this command cannot do.
+RUN_LEFT = "agent run not finished"
+
+
+def _run_rows(storage: Any, session_id: str) -> list[dict[str, str]]:
+    """One row per agent run of the session that is not completed (ADR-0106)."""
+    records = read_bridge_records(storage, session_id)
+    return [
+        {
+            "runId": run.run_id,
+            "status": f"run {run.state.value}",
+            "next": "sweep with the host's bridge (reconcile_all, SweepPorts.bridge); "
+            "calls awaiting a decision wait for a person",
+        }
+        for run in (records.unfinished_runs if records else ())
+    ]
+
+
 @dataclass
 class Entry:
     """One listed session as the command reports it."""
@@ -142,13 +161,17 @@ def _plan_one(
     entry = Entry(row.session_id, row.last_write_ms, "planned")
     try:
         snapshot = _stored(storage, row.session_id)
-        if snapshot is None:
-            entry.status = "gone"
+        runs = _run_rows(storage, row.session_id)
+        if snapshot is None:  # a run killed before its first proposal has no envelope yet
+            entry.status, entry.records = (RUN_LEFT, runs) if runs else ("gone", [])
             return entry
         claims = [b for b in snapshot.confirmations if b.status.is_processing]
         unknown = _unknown_rows(storage, row.session_id)
         if unknown and not claims:
             entry.status, entry.records = EXECUTION_UNKNOWN, unknown
+            return entry
+        if runs and not claims:
+            entry.status, entry.records = RUN_LEFT, runs
             return entry
         if memory_dir is None:
             entry.status = "stuck"
@@ -230,7 +253,11 @@ def _applied_entry(storage: Any, swept: SweptSession, skipped: dict[str, str]) -
     elif status == "execution_unknown":
         status = EXECUTION_UNKNOWN
         try:
-            rows += _unknown_rows(storage, swept.session_id)
+            unknown = _unknown_rows(storage, swept.session_id)
+            runs = [] if unknown else _run_rows(storage, swept.session_id)
+            if runs:  # held by an agent run only, not by an unknown execution
+                status = RUN_LEFT
+            rows += unknown or runs
         except AkchatError as exc:  # the sweep's report stands; say what could not be read
             rows.append({"status": EXECUTION_UNKNOWN, "error": describe(exc)})
     error = None if swept.error is None else describe(swept.error)

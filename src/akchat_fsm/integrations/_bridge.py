@@ -26,8 +26,9 @@ import asyncio
 import contextlib
 import hashlib
 import inspect
+import json
 import secrets
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
@@ -70,6 +71,7 @@ from ._bridge_runs import (
     decide_continuation,
     decide_readiness,
     decide_release_run,
+    decide_renew_run,
     decide_settle_run,
     decide_start_run,
     decision_key,
@@ -77,6 +79,7 @@ from ._bridge_runs import (
     decision_text,
     denial_key,
     run_key,
+    start_key,
 )
 from .ledger import (
     AsyncToolLedger,
@@ -147,6 +150,32 @@ class RunOutcome:
     #: ``True`` when this call ran nothing and reports what another call recorded.
     replayed: bool = False
 
+    @property
+    def next_step(self) -> str | None:
+        """What must happen before the run can go on, for an operator's report (``None``:
+        nothing, the run is completed). A waiting run needs a person or the host, never the
+        sweep: the sweep reports it with this and leaves it alone."""
+        if self.status == "completed":
+            return None
+        if self.status == "continuing":
+            return "another process holds its continuation; nothing to do unless it died"
+        steps = []
+        if self.pending:
+            ids = ", ".join(b.tool_call_id for b in self.pending)
+            steps.append(f"a person approves or rejects tool calls {ids}")
+        if self.external:
+            ids = ", ".join(c.tool_call_id for c in self.external)
+            steps.append(
+                f"the host passes the results of external calls {ids} with "
+                f"bridge.continue_run({self.run_id!r}, external={{...}})"
+            )
+        if not steps:
+            steps.append(
+                "an operator settles its executions whose outcome is unknown "
+                "(akchat-fsm settle); the next sweep continues it"
+            )
+        return "; ".join(steps)
+
 
 @dataclass(frozen=True, slots=True)
 class Decided:
@@ -195,9 +224,36 @@ class BridgeContext:
     clock: Callable[[], int]
     ledger: AsyncToolLedger
     idempotent_tools: frozenset[str] = field(default_factory=frozenset)
+    #: How long a continuation claim holds without a renewal (``None``: no lease).
+    lease_ms: int | None = None
 
-    def guard(self, approved: frozenset[str]) -> ExecutionGuard:
-        return ExecutionGuard(self.ledger, approved, self.idempotent_tools)
+    def guard(self, approved: frozenset[str], run: RunRecord | None = None) -> ExecutionGuard:
+        """The guard for tool bodies; inside our continuation of ``run`` (with a lease), each
+        body first renews the claim's lease, and does not start if the claim was lost."""
+        renew = None
+        if run is not None and self.lease_ms is not None and run.claim is not None:
+            renew = _lease_renewer(self, run.run_id, run.claim, self.lease_ms)
+        return ExecutionGuard(self.ledger, approved, self.idempotent_tools, renew)
+
+
+def _lease_renewer(
+    ctx: BridgeContext, run_id: str, claim: str, lease_ms: int
+) -> Callable[[], Awaitable[None]]:
+    async def renew() -> None:
+        await _run_async(plan_renew(ctx, run_id, claim, lease_ms), ctx.ledger.storage)
+
+    return renew
+
+
+def plan_renew(ctx: BridgeContext, run_id: str, claim: str, lease_ms: int) -> Plan[None]:
+    """Renew our continuation's lease before a tool body (a lost save re-reads and retries;
+    :class:`RunClaimLost` if the claim is no longer ours: the body then never starts)."""
+    for _ in range(SAVE_ATTEMPTS):
+        run = yield from _load_run(ctx, run_id)
+        renewed = decide_renew_run(run, claim, now_ms=ctx.clock(), lease_ms=lease_ms)
+        if (yield from _save_run(ctx, renewed, renewed.version)):
+            return
+    raise RunInProgress(f"Run {run_id!r} kept changing; its lease was not renewed.", record=run)
 
 
 def _load_run(ctx: BridgeContext, run_id: str) -> Plan[RunRecord | None]:
@@ -205,8 +261,13 @@ def _load_run(ctx: BridgeContext, run_id: str) -> Plan[RunRecord | None]:
 
 
 def _save_run(ctx: BridgeContext, run: RunRecord, expected: int | None) -> Plan[bool]:
-    """One CAS save of the run; an unknown outcome is reported as not applied (re-read)."""
-    processing = run.state is RunState.CONTINUING
+    """One CAS save of the run; an unknown outcome is reported as not applied (re-read).
+
+    Every run that is not completed has work left (calls to propose, a continuation to run or
+    take over), so it is saved with ``processing=True``: the same atomic write that leaves the
+    work puts the session in the processing index, where ``reconcile_all`` finds it (ADR-0106).
+    """
+    processing = run.state is not RunState.COMPLETED
     try:
         applied: bool = yield SaveRecord(
             ctx.session_id, run_key(run.run_id), run.to_json(), expected, processing
@@ -231,8 +292,9 @@ def _completed(run: RunRecord, output: Any = None, replayed: bool = True) -> Run
 def plan_start(
     ctx: BridgeContext, run_id: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> Plan[RunOutcome]:
-    """Run the agent; if it paused, save the run record (CAS create), then propose its calls."""
-    run_key(run_id)  # a bad run id is refused before the agent runs
+    """Claim the run id, run the agent; if it paused, save the run record (CAS create), then
+    propose its calls."""
+    yield from _claim_run_id(ctx, run_id)  # a bad or used run id is refused before the agent
     result: RuntimeResult = yield Invoke("runtime", "start", args, kwargs)
     if result.calls is None:
         return RunOutcome(run_id, "completed", result.output, snapshot=result.snapshot)
@@ -242,6 +304,35 @@ def plan_start(
         if stored is None or stored.snapshot != run.snapshot:
             raise ConfigError(f"Run id {run_id!r} is already used in this session.")
     return (yield from _after_pause(ctx, run))
+
+
+def _claim_run_id(ctx: BridgeContext, run_id: str) -> Plan[None]:
+    """Refuse a run id this session already used, before the model or any tool body runs.
+
+    The claim is a create-only record (``rid:<run-id>``), so of two hosts starting one run id
+    at once exactly one create applies and only that one runs the agent. A run record with no
+    claim (saved before claims existed) is refused too. A claim outlives a start that died
+    before it paused: the host cannot tell whether that start's side effects happened, so a
+    retry under the same id is refused rather than repeated.
+    """
+    used = ConfigError(
+        f"Run id {run_id!r} is already used in this session; nothing ran.",
+        hint="Continue that run (continue_run, approve, reconcile) or start under a new run id.",
+    )
+    if (yield LoadRecord(ctx.session_id, run_key(run_id))) is not None:
+        raise used
+    key = start_key(run_id)
+    claim = secrets.token_hex(16)
+    body = {"v": 1, "runId": run_id, "claim": claim, "owner": ctx.owner}
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    try:
+        applied = yield SaveRecord(ctx.session_id, key, text, None)
+    except OutcomeUnknown:  # applied only if what is stored is our own claim
+        stored = yield LoadRecord(ctx.session_id, key)
+        found = None if stored is None else stored_json(stored[1], "stored run-id claim")
+        applied = isinstance(found, dict) and found.get("claim") == claim
+    if not applied:
+        raise used
 
 
 def _index_key(tool_call_id: str, run_id: str) -> str:
@@ -365,6 +456,7 @@ def plan_continue(
             now_ms=ctx.clock(),
             external=external,
             recover=recover,
+            lease_ms=ctx.lease_ms,
         )
         found = decision.record
         if decision.action is ContinueAction.COMPLETED:
@@ -397,7 +489,7 @@ def _resume(
     approved = frozenset(d.tool_call_id for d in decisions if d.approved)
     try:
         result: RuntimeResult = yield Invoke(
-            "runtime", "resume", (run, decisions, ctx.guard(approved))
+            "runtime", "resume", (run, decisions, ctx.guard(approved, run))
         )
     except Exception:  # never on GeneratorExit or a kill: a dead process releases nothing
         # Every body that ran is in the ledger, so the run may go back to paused: the next
@@ -490,21 +582,24 @@ def plan_reconcile(ctx: BridgeContext) -> Plan[BridgeReport]:
 
     confirmations = yield Invoke("session", "reconcile")
     runs: list[RunOutcome] = []
+    in_flight: set[str] = set()
     for key in (yield ListRecords(ctx.session_id, RUN_PREFIX)):
         run = RunRecord.from_stored((yield LoadRecord(ctx.session_id, key)))
         if run is None or run.state is RunState.COMPLETED:
             continue
         try:
-            runs.append(
-                (
-                    yield from plan_continue(
-                        ctx, run.run_id, {}, recover=run.state is RunState.CONTINUING
-                    )
-                )
+            outcome = yield from plan_continue(
+                ctx, run.run_id, {}, recover=run.state is RunState.CONTINUING
             )
         except ExecutionUnknown:
-            runs.append(RunOutcome(run.run_id, "waiting", snapshot=run.snapshot))
-    unknown = yield from plan_unknown(ctx.session_id)
+            outcome = RunOutcome(run.run_id, "waiting", snapshot=run.snapshot)
+        if outcome.status == "continuing":  # a live owner holds it (its lease has not passed)
+            in_flight |= {c.tool_call_id for c in run.calls}
+        runs.append(outcome)
+    # An executing entry of a run its live owner holds is a body in flight, not an unknown.
+    unknown = tuple(
+        e for e in (yield from plan_unknown(ctx.session_id)) if e.tool_call_id not in in_flight
+    )
     return BridgeReport(tuple(confirmations), tuple(runs), unknown)
 
 
@@ -541,6 +636,7 @@ class _BridgeBase:
         owner: str | None = None,
         clock: Callable[[], int] = now_ms,
         idempotent_tools: Sequence[str] = (),
+        lease_ms: int | None = None,
     ) -> None:
         if inspect.iscoroutinefunction(getattr(session, "reload", None)) is not self.is_async:
             raise ConfigError(
@@ -562,6 +658,7 @@ class _BridgeBase:
             clock,
             guard_ledger,
             self.idempotent_tools,
+            _check_lease(lease_ms),
         )
 
     def execution_guard(self, approved: Iterable[str] = ()) -> ExecutionGuard:
@@ -572,6 +669,17 @@ class _BridgeBase:
 
     def _runtime(self) -> Any:  # pragma: no cover - each runtime module supplies its port
         raise NotImplementedError
+
+
+def _check_lease(lease_ms: object) -> int | None:
+    if lease_ms is None:
+        return None
+    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms < 1:
+        raise ConfigError(
+            f"lease_ms must be an int >= 1 or None, got {lease_ms!r}.",
+            hint="Make it longer than the longest tool body: the lease is renewed between bodies.",
+        )
+    return lease_ms
 
 
 def _check_same_storage(bridge: str, session: Any, storage: Any) -> None:
@@ -595,6 +703,15 @@ def in_a_loop_message(bridge: str) -> str:
     )
 
 
+def refuse_inside_a_loop(bridge: str) -> None:
+    """``ConfigError`` naming the async twin when called from a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise ConfigError(in_a_loop_message(bridge))
+
+
 class _OutsideALoop:
     """The sync bridges' runtime port, refusing to start or resume the agent inside a running
     event loop with a :class:`ConfigError` naming the async twin (nothing has run yet),
@@ -606,11 +723,7 @@ class _OutsideALoop:
         self.runtime = getattr(inner, "runtime", None)
 
     def _check(self) -> None:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        raise ConfigError(in_a_loop_message(self.bridge))
+        refuse_inside_a_loop(self.bridge)
 
     def start(self, *args: Any, **kwargs: Any) -> Any:
         self._check()
@@ -645,6 +758,8 @@ class Bridge(_BridgeBase):
     def _start(
         self, run_id: str | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> RunOutcome:
+        # Refused before the run id is claimed: a start that cannot run must not use it up.
+        refuse_inside_a_loop(type(self).__name__)
         return self._run(plan_start(self._ctx, run_id or secrets.token_hex(12), args, kwargs))
 
     def continue_run(self, run_id: str, *, external: Mapping[str, Any] | None = None) -> RunOutcome:

@@ -74,10 +74,25 @@ class ExecutionGuard:
         ledger: AsyncToolLedger,
         approved: frozenset[str],
         idempotent_tools: frozenset[str] = frozenset(),
+        renew: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.ledger = ledger
         self.approved = approved
         self.idempotent_tools = idempotent_tools
+        #: Inside a leased continuation: renews the lease before each body (ADR-0106).
+        self.renew = renew
+        self._in_flight: set[asyncio.Future[Execution]] = set()
+
+    async def drain(self) -> None:
+        """Wait until every execution this guard started has recorded its outcome.
+
+        A runtime that cancels its running siblings when one call fails may return before a
+        shielded sibling finishes; if its event loop then closes (``asyncio.run``), the
+        sibling's ledger write is cancelled after its body ran, and the entry stays
+        ``executing`` for ever. Runtimes await this before leaving their loop.
+        """
+        while self._in_flight:
+            await asyncio.gather(*tuple(self._in_flight), return_exceptions=True)
 
     async def execute(self, tool_call_id: str, tool: str, args: Args, body: Body) -> Execution:
         """Run an approved call's ``body`` once (a repeat replays); refuse an unapproved one."""
@@ -94,11 +109,15 @@ class ExecutionGuard:
         """Run a call that needs no approval (the runtime ran it without asking: an ungated
         tool, a sibling of the calls that paused the run) through the ledger all the same, so
         its body too runs at most once per call id when a continuation is replayed."""
+        if self.renew is not None:  # before the claim: a lost continuation starts nothing
+            await self.renew()
         claimed = asyncio.ensure_future(
             self.ledger.execute(
                 tool_call_id, tool, args, body, idempotent=tool in self.idempotent_tools
             )
         )
+        self._in_flight.add(claimed)
+        claimed.add_done_callback(self._in_flight.discard)
         try:
             return await asyncio.shield(claimed)
         except asyncio.CancelledError:

@@ -54,14 +54,19 @@ __all__ = [
     "decide_continue",
     "decide_readiness",
     "decide_release_run",
+    "decide_renew_run",
     "decide_settle_run",
     "decide_start_run",
     "decision_key",
     "denial_key",
+    "lease_expired",
     "run_key",
+    "start_key",
 ]
 
 RUN_PREFIX = "run:"
+#: ``rid:<run-id>``: the create-only claim of a run id, saved before the agent first runs.
+START_PREFIX = "rid:"
 DENIAL_PREFIX = "denial:"
 DECISION_PREFIX = "decided:"
 #: What the model reads when a reviewer rejected the call without a reason.
@@ -91,6 +96,20 @@ class RunClaimLost(BridgeError):
     new state was not saved by this process. ``record`` is the stored run."""
 
 
+def _lease(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"leaseUntilMs must be an int or null, got {value!r}")
+    return value
+
+
+def lease_expired(run: RunRecord | None, now_ms: int) -> bool:
+    """May a recovery take over ``run``'s continuation now? Only once its lease passed (a run
+    without a lease: at once, as before leases)."""
+    return run is None or run.lease_until_ms is None or run.lease_until_ms <= now_ms
+
+
 def run_key(run_id: str) -> str:
     """``run:<run-id>``; the run id must fit a record key."""
     try:
@@ -99,6 +118,12 @@ def run_key(run_id: str) -> str:
         raise ConfigError(
             f"Invalid run id {run_id!r}.", hint="Use letters, digits and '._:-' (max 190)."
         ) from exc
+
+
+def start_key(run_id: str) -> str:
+    """``rid:<run-id>`` (as long as the run's own key, so it fits wherever that one does)."""
+    run_key(run_id)
+    return START_PREFIX + run_id
 
 
 def denial_key(tool_call_id: str) -> str:
@@ -186,6 +211,10 @@ class RunRecord:
     output: Any = None
     updated_ms: int = 0
     version: int = 0
+    #: Until when (epoch ms, the bridge's clock) the continuation claim is held: the owner
+    #: renews it before each tool body; a recovery takes over only once it passed. ``None``:
+    #: no lease (a bridge without ``lease_ms``), so a recovery may take over at once.
+    lease_until_ms: int | None = None
 
     def to_json(self) -> str:
         body = {
@@ -202,6 +231,7 @@ class RunRecord:
             "external": dict(self.external),
             "output": self.output,
             "updatedMs": self.updated_ms,
+            "leaseUntilMs": self.lease_until_ms,
         }
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -226,6 +256,7 @@ class RunRecord:
                 output=raw.get("output"),
                 updated_ms=int(raw.get("updatedMs", 0)),
                 version=int(version),
+                lease_until_ms=_lease(raw.get("leaseUntilMs")),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"A run record is not valid: {exc!r}.") from exc
@@ -356,6 +387,7 @@ def decide_continuation(
     now_ms: int,
     external: Mapping[str, Any],
     recover: bool,
+    lease_ms: int | None = None,
 ) -> ContinueDecision:
     """May this process continue the run? The table's ``claim`` cell decides: no move from a
     final state is the recorded outcome (``completed``), no move otherwise is another
@@ -363,9 +395,12 @@ def decide_continuation(
     again (``hold``), any other move is the claim to save (``claim``).
 
     ``recover=True`` takes over a ``continuing`` claim (reconcile, once the host judges its
-    claimant gone); the bodies it already ran replay from the ledger. Raises
-    :class:`ConfigError` when there is no run.
+    claimant gone) whose lease has passed (:func:`lease_expired`: a live owner renews it, so
+    it is never taken over); the bodies it already ran replay from the ledger. Our claim
+    holds a lease of ``lease_ms`` (``None``: none). Raises :class:`ConfigError` when there is
+    no run.
     """
+    recover = recover and lease_expired(run, now_ms)
     state, ours, target = _cell(run, RunEvent.CLAIM, claim, recover)
     if run is None:
         raise ConfigError(f"No paused run {run_id!r} in this session.")
@@ -390,6 +425,7 @@ def decide_continuation(
             if c.tool_call_id in answered
         },
         updated_ms=now_ms,
+        lease_until_ms=None if lease_ms is None else now_ms + lease_ms,
     )
     return ContinueDecision(ContinueAction.CLAIM, write)
 
@@ -456,6 +492,7 @@ def decide_settle_run(
             output=output,
             external={},
             updated_ms=now_ms,
+            lease_until_ms=None,
         )
     return replace(
         run,
@@ -466,6 +503,7 @@ def decide_settle_run(
         claim=None,
         external={},
         updated_ms=now_ms,
+        lease_until_ms=None,
     )
 
 
@@ -476,4 +514,14 @@ def decide_release_run(run: RunRecord, claim: str, *, now_ms: int) -> RunRecord:
     _, _, target = _cell(run, RunEvent.RELEASE, claim, False)
     if target is None:
         raise _claim_lost(run)
-    return replace(run, state=target, claim=None, updated_ms=now_ms)
+    return replace(run, state=target, claim=None, updated_ms=now_ms, lease_until_ms=None)
+
+
+def decide_renew_run(run: RunRecord | None, claim: str, *, now_ms: int, lease_ms: int) -> RunRecord:
+    """Our continuation works on: its lease, renewed to ``now_ms + lease_ms`` (the claim's
+    self-loop, state unchanged). Raises :class:`RunClaimLost` unless ``run`` is still our
+    ``continuing`` claim, so a body never starts under a claim that was taken over."""
+    _, ours, target = _cell(run, RunEvent.CLAIM, claim, False)
+    if run is None or not ours or target is not run.state:
+        raise _claim_lost(run)
+    return replace(run, lease_until_ms=now_ms + lease_ms, updated_ms=now_ms)

@@ -193,6 +193,9 @@ class OpenAIRuntime:
             raise
         finally:
             _current.reset(token)
+            # A sibling the SDK cancelled may still be recording its outcome: let it, before
+            # the sync port's private loop closes and would cancel that write.
+            await (guard or self.guard).drain()
         snapshot = json.dumps(result.to_state().to_json(), separators=(",", ":"))
         if result.interruptions:
             return RuntimeResult(snapshot, tuple(_pending(i) for i in result.interruptions))

@@ -69,7 +69,7 @@ NO_INDEX = (
 WRONG_FLAVOUR = (
     "{kind}.list_processing is {what}; nothing was called: use {right} for this storage."
 )
-SweepStatus = Literal["settled", "unsettled", "execution_unknown", "failed", "skipped"]
+SweepStatus = Literal["settled", "unsettled", "waiting", "execution_unknown", "failed", "skipped"]
 NO_MEMORY = "SweepPorts for {sid!r} has neither a memory nor a bridge to reconcile with."
 
 
@@ -83,6 +83,11 @@ class BridgeSweepReport(Protocol):
     @property
     def execution_unknown(self) -> Sequence[Any]:
         """Ledger entries (each with a ``tool_call_id``) whose outcome is unknown."""
+
+    @property
+    def runs(self) -> Sequence[Any]:
+        """Each run the bridge continued or found waiting (``run_id``, ``status``,
+        ``next_step``: what a person or the host must do, ``None`` once completed)."""
 
 
 class SessionBridge(Protocol):
@@ -136,6 +141,9 @@ class SweptSession:
     the envelope: a ledger entry whose execution outcome is unknown, or a run's continuation).
     ``error``: the typed error that stopped this session (nothing after it was done for it).
     ``skipped``: the host's ``ports_for`` returned ``None`` (not its session).
+    ``waiting``: ``(run id, next step)`` of each bridged run that waits for a person or the
+    host (a confirmation to decide, an external result to pass): such a run stays in the
+    index, because it has work left, but nothing in it is the sweep's to do (ADR-0106).
     """
 
     session_id: str
@@ -145,19 +153,23 @@ class SweptSession:
     skipped: bool = False
     execution_unknown: tuple[str, ...] = ()
     held: bool = False
+    waiting: tuple[tuple[str, str], ...] = ()
 
     @property
     def status(self) -> SweepStatus:
         """``failed``, ``skipped``, ``execution_unknown`` (an execution whose outcome is
         unknown, or another processing record beside the envelope, still holds the session:
-        an operator settles it, docs/reconciliation.md), ``unsettled`` (some record left as
-        it is: its tool call is not in memory) or ``settled``."""
+        an operator settles it, docs/reconciliation.md), ``waiting`` (a bridged run waits for
+        a person or the host: :attr:`waiting` says for what), ``unsettled`` (some record left
+        as it is: its tool call is not in memory) or ``settled``."""
         if self.error is not None:
             return "failed"
         if self.skipped:
             return "skipped"
-        if self.execution_unknown or self.held:
+        if self.execution_unknown or (self.held and not self.waiting):
             return "execution_unknown"
+        if self.waiting:
+            return "waiting"
         if any(o.action == "unknown" for o in self.outcomes):
             return "unsettled"
         return "settled"
@@ -276,16 +288,24 @@ def _sweep_one(
         reconciled = yield _Reconcile(sid, ports, release_untouched, clock)
     except AkchatError as exc:
         return SweptSession(sid, last, error=exc)
-    outcomes, unknown = _read_reconciled(reconciled)
-    return SweptSession(sid, last, outcomes=outcomes, execution_unknown=unknown)
+    outcomes, unknown, waiting = _read_reconciled(reconciled)
+    return SweptSession(sid, last, outcomes=outcomes, execution_unknown=unknown, waiting=waiting)
 
 
-def _read_reconciled(value: Any) -> tuple[tuple[ReconcileOutcome, ...], tuple[str, ...]]:
-    """A session's reconcile outcomes, or a bridge's report (outcomes + unknown executions)."""
+def _read_reconciled(
+    value: Any,
+) -> tuple[tuple[ReconcileOutcome, ...], tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """A session's reconcile outcomes, or a bridge's report (outcomes, unknown executions, and
+    the runs left waiting with their next step)."""
     if hasattr(value, "execution_unknown"):
         unknown = tuple(str(e.tool_call_id) for e in value.execution_unknown)
-        return tuple(value.confirmations), unknown
-    return tuple(value), ()
+        waiting = tuple(
+            (str(run.run_id), str(run.next_step))
+            for run in getattr(value, "runs", ())
+            if getattr(run, "next_step", None) is not None
+        )
+        return tuple(value.confirmations), unknown, waiting
+    return tuple(value), (), ()
 
 
 def _plan_sweep(

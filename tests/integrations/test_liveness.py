@@ -1,0 +1,466 @@
+"""Nothing strands (issue 22): every run with work left is in the processing index from the
+write that leaves the work, and ``reconcile_all`` with the bridge hook finishes it, or reports
+it as waiting for a person with its next step and leaves it alone.
+
+Real pydantic-ai, scripted model; a "kill" is an exception no plan catches, raised at the
+step the crash comes before, so the stored state is exactly the one a SIGKILL there leaves.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from bridge_harness import RecordsBackend, crash_inside_body
+from pai_agents import Call, Counts, build_agent
+
+from akchat_fsm import ChatDefinition, ConfigError, reconcile_all, resume_chat_session
+from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
+from akchat_fsm.session.sweep import SweepPorts
+
+DEFINITION = ChatDefinition("support")
+EMAIL = Call("send_email", {"to": "a@example.com"}, "c1")
+REFUND = Call("refund", {"amount": 5}, "c2")
+FIVE_MINUTES = 5 * 60_000
+
+
+class Killed(BaseException):
+    """The process died here: no plan catches it, nothing after it runs."""
+
+
+def later() -> int:
+    return time.time_ns() // 1_000_000 + 10 * 60_000
+
+
+def _sid() -> str:
+    import uuid
+
+    return f"chat-{uuid.uuid4().hex[:12]}"
+
+
+def _bridge(storage: Any, agent: Any, sid: str) -> PydanticAIBridge:
+    session = resume_chat_session(DEFINITION, session_id=sid, storage=storage)
+    return PydanticAIBridge(agent, session, storage)
+
+
+def _sweep(storage: Any, agent: Any) -> Any:
+    def ports_for(session_id: str) -> SweepPorts:
+        return SweepPorts(DEFINITION, bridge=lambda s: PydanticAIBridge(agent, s, storage))
+
+    return reconcile_all(storage, ports_for, older_than_ms=FIVE_MINUTES, clock=later)
+
+
+def _listed(storage: Any) -> set[str]:
+    return {row.session_id for row in storage.list_processing()}
+
+
+def test_a_fully_decided_run_killed_before_its_claim_is_continued_by_the_sweep(
+    records_backend: RecordsBackend,
+) -> None:
+    counts, sid = Counts(), _sid()
+    storage = records_backend.sync()
+    agent = build_agent([EMAIL], counts)
+    paused = _bridge(storage, agent, sid).run("do it", run_id="r1")
+    # the last decision's terminal save applied; the process died before claiming the run
+    _bridge(storage, agent, sid).approve(paused.pending[0].token, continue_run=False)
+    assert sid in _listed(storage)
+    [swept] = _sweep(storage, agent).sessions
+    assert swept.status == "settled", swept
+    run = _bridge(storage, agent, sid).run_record("r1")
+    assert run is not None and run.state == "completed"
+    assert run.output == "c1=sent to a@example.com"
+    assert counts.bodies == ["send_email:a@example.com"] and counts.requests == 2
+    assert sid not in _listed(storage)  # completed: nothing left, the index let go
+
+
+class KilledAtTheEnvelope:
+    """The storage of a process killed at its first envelope write (the first proposal)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def save(self, *args: Any, **kwargs: Any) -> bool:
+        raise Killed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_run_killed_before_its_proposals_is_proposed_by_the_sweep(
+    records_backend: RecordsBackend,
+) -> None:
+    counts, sid = Counts(), _sid()
+    storage = records_backend.sync()
+    agent = build_agent([EMAIL, REFUND], counts)
+    with pytest.raises(Killed):
+        _bridge(KilledAtTheEnvelope(storage), agent, sid).run("do it", run_id="r1")
+    assert storage.load(sid) is None  # the envelope was never created
+    assert sid in _listed(storage)
+    [swept] = _sweep(storage, agent).sessions
+    # proposed now, and waiting for a person: reported with its next step, not as stuck
+    assert swept.status == "waiting", swept
+    [(run_id, next_step)] = swept.waiting
+    assert run_id == "r1" and "c1" in next_step and "c2" in next_step
+    bridge = _bridge(storage, agent, sid)
+    tokens = {b.tool_call_id: b.token for b in bridge.session.snapshot.confirmations}
+    assert set(tokens) == {"c1", "c2"} and counts.bodies == []
+    bridge.approve(tokens["c1"])
+    done = _bridge(storage, agent, sid).approve(tokens["c2"])
+    assert done.run is not None and done.run.status == "completed"
+    assert sorted(counts.bodies) == ["refund:5", "send_email:a@example.com"]
+
+
+def test_a_run_waiting_for_a_person_is_listed_and_left_alone(
+    records_backend: RecordsBackend,
+) -> None:
+    counts, sid = Counts(), _sid()
+    storage = records_backend.sync()
+    agent = build_agent([EMAIL, REFUND], counts)
+    paused = _bridge(storage, agent, sid).run("do it", run_id="r1")
+    _bridge(storage, agent, sid).approve(paused.pending[0].token)
+    before = (
+        {key: storage.load_record(sid, key) for key in storage.list_records(sid)},
+        storage.load(sid),
+    )
+    for _ in range(2):  # a sweep, and the next one: nothing is done to a waiting run
+        [swept] = _sweep(storage, agent).sessions
+        assert swept.status == "waiting" and swept.execution_unknown == ()
+        [(run_id, next_step)] = swept.waiting
+        assert run_id == "r1" and "c2" in next_step and "c1" not in next_step
+    after = (
+        {key: storage.load_record(sid, key) for key in storage.list_records(sid)},
+        storage.load(sid),
+    )
+    assert after == before and counts.bodies == [] and counts.requests == 1
+
+
+def test_a_run_released_after_an_operators_verdict_is_continued_by_the_sweep(
+    records_backend: RecordsBackend,
+) -> None:
+    counts, sid = Counts(), _sid()
+    storage = records_backend.sync()
+    agent = build_agent([EMAIL], counts)
+    paused = _bridge(storage, agent, sid).run("do it", run_id="r1")
+    _bridge(storage, agent, sid).approve(paused.pending[0].token, continue_run=False)
+    crash_inside_body(storage, "c1", session_id=sid, tool="send_email")
+    [swept] = _sweep(storage, agent).sessions
+    assert swept.status == "execution_unknown" and swept.execution_unknown == ("c1",)
+    _bridge(storage, agent, sid).settle_execution("c1", ran=True, result="sent (ops)")
+    # the run went back to paused with every call decided: the index still holds it
+    assert sid in _listed(storage)
+    [swept] = _sweep(storage, agent).sessions
+    assert swept.status == "settled", swept
+    run = _bridge(storage, agent, sid).run_record("r1")
+    assert run is not None and run.state == "completed" and run.output == "c1=sent (ops)"
+    assert counts.bodies == [] and sid not in _listed(storage)
+
+
+def test_a_reused_run_id_is_refused_before_the_model_is_called(
+    records_backend: RecordsBackend,
+) -> None:
+    counts, sid = Counts(), _sid()
+    storage = records_backend.sync()
+    agent = build_agent([EMAIL], counts)
+    _bridge(storage, agent, sid).run("do it", run_id="r1")
+    assert counts.requests == 1
+    with pytest.raises(ConfigError, match="already used"):
+        _bridge(storage, agent, sid).run("again", run_id="r1")
+    assert counts.requests == 1 and counts.bodies == []
+
+
+def test_a_run_id_that_completed_at_once_is_refused_too(records_backend: RecordsBackend) -> None:
+    counts, sid = Counts(), _sid()
+    storage = records_backend.sync()
+    agent = build_agent([Call("clock", {}, "k1")], counts)  # no approval: it never pauses
+    assert _bridge(storage, agent, sid).run("hi", run_id="r1").status == "completed"
+    asked = counts.requests
+    with pytest.raises(ConfigError, match="already used"):
+        _bridge(storage, agent, sid).run("hi", run_id="r1")
+    assert counts.requests == asked
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_the_openai_bridge_refuses_a_reused_run_id_before_the_model(flavour: str) -> None:
+    from oai_harness import ExecutionLog, Host, make_agent
+
+    log = ExecutionLog()
+    agent, model = make_agent([[("send_email", {"to": "a@x"}), ("lookup", {"q": "z"})]], log)
+    host = Host(flavour, agent, session_id=_sid())
+    assert host.run("mail", run_id="r1").status == "paused"
+    asked, ran = model.requests, log.read()
+    with pytest.raises(ConfigError, match="already used"):
+        host.run("mail", run_id="r1")
+    assert (model.requests, log.read()) == (asked, ran)
+
+
+def test_two_hosts_starting_one_run_id_at_once_run_the_model_once(
+    records_backend: RecordsBackend,
+) -> None:
+    """Host B starts the same run id while host A's model call is in flight: B's claim of the
+    run id finds A's, so B runs neither the model nor a body."""
+    import threading
+
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    sid, storage = _sid(), records_backend.sync()
+    requests: list[str] = []
+    raced: list[BaseException] = []
+
+    def host_b() -> None:
+        try:
+            _bridge(records_backend.sync(), agent, sid).run("b", run_id="r1")
+        except BaseException as exc:  # the test reads what B got
+            raced.append(exc)
+
+    def model(messages: list[Any], info: Any) -> ModelResponse:
+        requests.append("call")
+        if len(requests) == 1:  # host A's first request: B starts now and must be refused
+            thread = threading.Thread(target=host_b)
+            thread.start()
+            thread.join()
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("send_email", {"to": "a@x"}, "c1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, Any] = Agent(FunctionModel(model), output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def send_email(to: str) -> str:
+        return f"sent to {to}"
+
+    outcome = _bridge(storage, agent, sid).run("a", run_id="r1")
+    assert outcome.status == "paused" and len(requests) == 1
+    [error] = raced
+    assert isinstance(error, ConfigError) and "already used" in str(error)
+
+
+# --------------------------------------------------------------------------- the lease
+
+LEASE = 30_000
+
+
+class Clock:
+    """The clock the bridges read (epoch ms): it starts at the wall clock (the adapters stamp
+    writes with theirs) and then moves only when the test moves it."""
+
+    def __init__(self) -> None:
+        self.start = self.now = time.time_ns() // 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def _one_call_agent() -> Any:
+    """An agent whose model asks for ``slow_email`` once, then answers; tools added by the test."""
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    def model(messages: list[Any], info: Any) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("slow_email", {"to": "a@example.com"}, "c1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    return Agent(FunctionModel(model), output_type=[str, DeferredToolRequests])
+
+
+class SlowAfterTheClaim:
+    """A storage after whose continuation claim 20 s pass on the bridges' clock."""
+
+    def __init__(self, inner: Any, clock: Clock) -> None:
+        self.inner, self.clock = inner, clock
+
+    def save_record(self, session_id: str, key: str, text: str, *args: Any, **kw: Any) -> bool:
+        applied = bool(self.inner.save_record(session_id, key, text, *args, **kw))
+        claim = key.startswith("run:") and '"state":"continuing"' in text
+        if applied and claim and self.clock.now == self.clock.start:
+            self.clock.now += 20_000
+        return applied
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _leased(storage: Any, agent: Any, sid: str, clock: Clock) -> PydanticAIBridge:
+    session = resume_chat_session(DEFINITION, session_id=sid, storage=storage, clock=clock)
+    return PydanticAIBridge(agent, session, storage, clock=clock, lease_ms=LEASE)
+
+
+def _leased_sweep(storage: Any, agent: Any, clock: Clock) -> Any:
+    def ports_for(session_id: str) -> SweepPorts:
+        return SweepPorts(
+            DEFINITION,
+            bridge=lambda s: PydanticAIBridge(agent, s, storage, clock=clock, lease_ms=LEASE),
+        )
+
+    # a start-up sweep that looks at everything, however recent (older_than_ms=0)
+    def cutoff() -> int:  # past every adapter write stamp; the lease reads the bridges' clock
+        return max(clock.now, time.time_ns() // 1_000_000) + 1
+
+    return reconcile_all(storage, ports_for, older_than_ms=0, clock=cutoff)
+
+
+def test_a_sweep_overlapping_a_live_continuation_leaves_it_alone(
+    records_backend: RecordsBackend,
+) -> None:
+    """Issue 22: the sweep runs while the continuer is inside a long tool body. The owner's
+    lease (renewed before the body) is live, so the sweep takes nothing over; the owner
+    finishes, and the body ran once."""
+    import threading
+
+    sid, storage, clock = _sid(), records_backend.sync(), Clock()
+    ran: list[str] = []
+    swept: list[Any] = []
+
+    def sweep_now() -> None:  # another process's start-up sweep, mid-body
+        swept.append(_leased_sweep(records_backend.sync(), agent, clock))
+
+    agent = _one_call_agent()
+
+    @agent.tool_plain(requires_approval=True)
+    def slow_email(to: str) -> str:
+        ran.append(to)
+        clock.now += LEASE // 2  # a long body: half the lease passes
+        thread = threading.Thread(target=sweep_now)
+        thread.start()
+        thread.join()
+        return f"sent to {to}"
+
+    paused = _leased(storage, agent, sid, clock).run("do it", run_id="r1")
+    # The claim is saved at start; the body starts 20 s later (a slow resume), so only the
+    # renewal before the body keeps the lease live through the sweep at start + 35 s.
+    done = _leased(SlowAfterTheClaim(storage, clock), agent, sid, clock).approve(
+        paused.pending[0].token
+    )
+    assert done.run is not None and done.run.status == "completed", done
+    assert ran == ["a@example.com"] and clock.now == clock.start + 20_000 + LEASE // 2
+    [report] = swept
+    [session] = report.sessions
+    assert session.status == "waiting" and session.execution_unknown == ()
+    [(run_id, next_step)] = session.waiting
+    assert run_id == "r1" and "another process holds" in next_step
+
+
+def test_a_dead_continuers_run_is_taken_over_once_its_lease_passed(
+    records_backend: RecordsBackend,
+) -> None:
+    sid, storage, clock = _sid(), records_backend.sync(), Clock()
+    counts = Counts()
+    agent = build_agent([EMAIL], counts)
+    paused = _leased(storage, agent, sid, clock).run("do it", run_id="r1")
+
+    def dies(*args: Any, **kwargs: Any) -> Any:
+        raise Killed
+
+    bridge = _leased(storage, agent, sid, clock)
+    bridge._runtime = lambda: type("Dead", (), {"resume": dies, "runtime": "pydantic-ai"})()  # type: ignore[method-assign]
+    with pytest.raises(Killed):  # claimed (lease until start + LEASE), then the process died
+        bridge.approve(paused.pending[0].token)
+    run = bridge.run_record("r1")
+    assert (
+        run is not None and run.state == "continuing" and run.lease_until_ms == clock.start + LEASE
+    )
+    clock.now = clock.start + LEASE - 2  # the lease has not passed: nothing is taken over
+    [swept] = _leased_sweep(storage, agent, clock).sessions
+    assert swept.status == "waiting" and counts.bodies == []
+    clock.now = clock.start + LEASE  # passed: the sweep takes the run over and finishes it
+    [swept] = _leased_sweep(storage, agent, clock).sessions
+    assert swept.status == "settled", swept
+    assert counts.bodies == ["send_email:a@example.com"]
+    run = _leased(storage, agent, sid, clock).run_record("r1")
+    assert run is not None and run.state == "completed" and run.lease_until_ms is None
+
+
+# --------------------------------------------------------------------------- cancelled siblings
+
+
+def test_the_openai_sweep_records_a_cancelled_plain_def_sibling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The issue's case end to end: the sweep takes over a continuation whose first call has an
+    unknown outcome; the SDK cancels the running plain-``def`` sibling and its private loop
+    closes. The sibling's body is held until the runtime is leaving (it drains its guard, or,
+    before the fix, the run was already released): its entry must say ``executed``."""
+    import threading
+
+    from agents import Agent, function_tool
+    from oai_harness import RUN_CONFIG, Host
+    from oai_models import ScriptedModel
+
+    from akchat_fsm.integrations.ledger import ToolLedger
+    from akchat_fsm.integrations.openai_agents import OpenAIAgentsBridge
+
+    ran: list[str] = []
+    leaving = threading.Event()
+
+    @function_tool(needs_approval=True)
+    def wipe(x: int) -> str:
+        """Wipe (its execution outcome is unknown here)."""
+        ran.append("wipe")
+        return "wiped"
+
+    @function_tool(needs_approval=True)
+    def mail(to: str) -> str:
+        """Mail (still running while its sibling fails)."""
+        leaving.wait(10)
+        ran.append("mail")
+        return "mailed"
+
+    async def draining(self: Any) -> None:
+        leaving.set()
+        if drain is not None:
+            await drain(self)
+
+    agent = Agent(
+        name="a",
+        model=ScriptedModel([[("wipe", {"x": 1}), ("mail", {"to": "a"})]]),
+        tools=[wipe, mail],
+    )
+    host = Host("sync", agent, session_id=_sid())
+    guard_type = type(host.bridge().execution_guard())
+    drain = getattr(guard_type, "drain", None)
+    monkeypatch.setattr(guard_type, "drain", draining, raising=False)
+    out = host.run("go", run_id="r1")
+    leaving.clear()  # the pausing run drained too
+    ids = {p.action: p for p in out.pending}
+    host.approve(ids["wipe"].token, continue_run=False)
+    host.approve(ids["mail"].token, continue_run=False)
+    wipe_id = ids["wipe"].tool_call_id
+    crash_inside_body(host.storage, wipe_id, session_id=host.session_id, tool="wipe", args={"x": 1})
+
+    class ReleaseMeansLeaving:
+        """Before the fix nothing drains: the runtime has left once the run is released."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def save_record(self, session_id: str, key: str, text: str, *a: Any, **k: Any) -> bool:
+            applied = bool(self.inner.save_record(session_id, key, text, *a, **k))
+            if key.startswith("run:") and '"state":"paused"' in text:
+                leaving.set()
+            return applied
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    storage = ReleaseMeansLeaving(host.storage)
+    report = reconcile_all(
+        storage,
+        lambda sid: SweepPorts(
+            DEFINITION,
+            bridge=lambda s: OpenAIAgentsBridge(agent, s, storage, run_config=RUN_CONFIG),
+        ),
+        older_than_ms=0,
+        clock=later,
+    )
+    [swept] = report.sessions
+    assert swept.execution_unknown == (wipe_id,), swept
+    for _ in range(1000):  # before the fix the body thread outlives the sweep: let it end
+        if ran:
+            break
+        threading.Event().wait(0.01)
+    entries = {e.tool: e.state for e in ToolLedger(host.storage, host.session_id).entries()}
+    assert ran == ["mail"] and entries == {"wipe": "executing", "mail": "executed"}
