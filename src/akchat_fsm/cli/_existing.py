@@ -68,7 +68,7 @@ def _postgres(url: str) -> None:
 def _mysql(url: str) -> None:
     import pymysql  # type: ignore[import-untyped]
 
-    from ..storage.mysql import DEFAULT_TABLE
+    from ..storage.checks import DEFAULT_TABLE
     from ..storage.url import _mysql_args, _split
 
     _, parts, query = _split(url)
