@@ -246,11 +246,6 @@ def test_an_idempotent_re_claim_still_executing_is_not_finished_by_the_first_cla
     assert _processing_sessions(storage) == [SID]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: settle(ran=True) keeps the claim nonce, so the claimant's finish reads the "
-    "settled entry as its own recorded outcome and returns instead of ExecutionClaimLost",
-)
 def test_a_ran_verdict_while_the_body_runs_makes_the_claimant_lose_its_claim(
     records_backend: RecordsBackend,
 ) -> None:

@@ -385,6 +385,10 @@ def decide_finish(
     )
 
 
+#: The claim an operator's verdict records: it holds no body, and it is no claimant's nonce.
+OPERATOR_CLAIM = "operator-verdict"
+
+
 def decide_settle(
     stored: LedgerEntry | None,
     tool_call_id: str,
@@ -411,11 +415,17 @@ def decide_settle(
         )
     if target is state:
         return None
+    # The verdict takes the claim from whoever held it: a claimant whose body is still running
+    # must find its claim gone (ExecutionClaimLost), never take the operator's recorded outcome
+    # for its own. No claimant's nonce (128 random bits, hex) can equal this one.
     if not ran:
-        return replace(stored, state=target, owner=operator, finished_ms=now_ms)
+        return replace(
+            stored, state=target, claim=OPERATOR_CLAIM, owner=operator, finished_ms=now_ms
+        )
     return replace(
         stored,
         state=target,
+        claim=OPERATOR_CLAIM,
         owner=operator,
         finished_ms=now_ms,
         outcome="settled",
