@@ -46,18 +46,16 @@ from ..wire.session import SessionSnapshot
 from ._cas import (
     DEFAULT_TABLE,
     check_limit,
-    check_record_key,
     check_session_id,
     check_sql_identifier,
     derived_identifier,
     loaded_text,
-    prepare_save,
-    prepare_stored_record,
     processing_statuses,
     record_prefix_matches_nothing,
 )
 from ._closing import AsyncClosing, Closing
 from ._read_only import read_only_refusal
+from ._sql import SqlStatements
 from .port import ProcessingSession, StoredRecord
 
 __all__ = ["AsyncPostgresStorage", "PostgresStorage", "map_pg_error"]
@@ -260,7 +258,7 @@ class Layout(NamedTuple):
     indexed: bool
 
 
-class _Plan:
+class _Plan(SqlStatements):
     """Everything but the I/O: validated options, SQL text, connection setup."""
 
     def __init__(
@@ -383,28 +381,9 @@ class _Plan:
                 hint="Open it once without read_only (any host, or a writing verb).",
             )
 
-    def save_statement(self, snapshot: Any, expected_cursor: Any) -> tuple[str, tuple[Any, ...]]:
-        p = prepare_save(snapshot, expected_cursor)
-        if p.expected is None:
-            return self.insert, (p.session_id, p.cursor, p.text, p.processing, p.written_ms)
-        return self.update, (p.cursor, p.text, p.processing, p.written_ms, p.session_id, p.expected)
-
     def delete_statement(self, session_id: Any) -> tuple[str, tuple[Any, ...]]:
         sid = check_session_id(session_id)
         return self.delete, (sid, sid)
-
-    def record_key(self, session_id: Any, key: Any) -> tuple[str, str]:
-        return check_session_id(session_id), check_record_key(key)
-
-    def save_record_statement(
-        self, session_id: Any, key: Any, text: Any, expected: Any, processing: Any
-    ) -> tuple[str, tuple[Any, ...]]:
-        p = prepare_stored_record(session_id, key, text, expected, processing)
-        if p.expected is None:
-            create = (p.session_id, p.key, p.version, p.text, p.processing, p.written_ms)
-            return self.insert_record, create
-        update = (p.version, p.text, p.processing, p.written_ms, p.session_id, p.key, p.expected)
-        return self.update_record, update
 
     def list_records_statement(
         self, session_id: Any, prefix: Any
