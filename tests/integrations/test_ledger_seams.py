@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from bridge_harness import RecordsBackend
 
-from akchat_fsm.integrations._bridge_io import LoadRecord, RunBody, SaveRecord
+from akchat_fsm.integrations.ledger import LoadRecord, RunBody, SaveRecord
 from akchat_fsm.integrations.ledger import (
     ClaimRequest,
     ExecutionClaimLost,

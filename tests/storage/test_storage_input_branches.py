@@ -15,7 +15,7 @@ from storage_harness import snap
 
 import akchat_fsm.storage as storage_pkg
 from akchat_fsm.errors import ConfigError, StorageUnavailable
-from akchat_fsm.storage._cas import MAX_RECORD_CHARS
+from akchat_fsm.storage.checks import MAX_RECORD_CHARS
 from akchat_fsm.storage.sqlite import AsyncSQLiteStorage, SQLiteStorage
 from akchat_fsm.storage.url import open_storage
 
