@@ -91,8 +91,16 @@ class ExecutionGuard:
         sibling's ledger write is cancelled after its body ran, and the entry stays
         ``executing`` for ever. Runtimes await this before leaving their loop.
         """
-        while self._in_flight:
-            await asyncio.gather(*tuple(self._in_flight), return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        while True:
+            # A finished execution is done with; one left by a loop that has closed (an
+            # earlier continuation's) can never finish. Waiting on either would never return.
+            self._in_flight.difference_update(
+                [f for f in self._in_flight if f.done() or f.get_loop() is not loop]
+            )
+            if not self._in_flight:
+                return
+            await asyncio.wait(tuple(self._in_flight))
 
     async def execute(self, tool_call_id: str, tool: str, args: Args, body: Body) -> Execution:
         """Run an approved call's ``body`` once (a repeat replays); refuse an unapproved one."""
