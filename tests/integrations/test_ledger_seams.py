@@ -23,12 +23,14 @@ from typing import Any
 import pytest
 from bridge_harness import RecordsBackend
 
-from akchat_fsm.integrations.ledger import LoadRecord, RunBody, SaveRecord
 from akchat_fsm.integrations.ledger import (
     ClaimRequest,
     ExecutionClaimLost,
     ExecutionState,
     LedgerEntry,
+    LoadRecord,
+    RunBody,
+    SaveRecord,
     ToolLedger,
     args_digest,
     ledger_key,
