@@ -28,10 +28,13 @@ class Row:
     target: str
 
     def verdict(self) -> str:
-        match = re.fullmatch(r"<= ([\d.]+)", self.target)
+        match = re.fullmatch(r"(<=|>=) ([\d.]+)", self.target)
         if match is None:
             return ""
-        return "ok" if self.value <= float(match.group(1)) else "OVER"
+        bound = float(match.group(2))
+        if match.group(1) == ">=":
+            return "ok" if self.value >= bound else "UNDER"
+        return "ok" if self.value <= bound else "OVER"
 
 
 def run(script: str, *args: str) -> str:
@@ -175,6 +178,20 @@ def bridge_rows(out: str) -> list[Row]:
     )
 
 
+def load_rows(out: str) -> list[Row]:
+    found = re.findall(
+        r"^(\w+)\s+(hot|spread)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)x", out, flags=re.M
+    )
+    return [
+        Row(
+            f"approvals/s {store} {shape} x{k} / raw CAS decisions/s",
+            float(ratio),
+            ">= 0.6" if k == "16" else "",
+        )
+        for store, shape, k, ratio in found
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="the 100,000-confirmation run")
@@ -212,6 +229,8 @@ def main() -> None:
         ),
         "bench_bridge.py": (run("bench_bridge.py", "--calls", "200"), bridge_rows),
     }
+    if args.full:  # concurrent approver processes on the three servers: several minutes
+        outputs["bench_load.py"] = (run("bench_load.py", "--per", "12", "--rounds", "3"), load_rows)
     rows: list[Row] = []
     for script, (out, parse) in outputs.items():
         if args.verbose or out.startswith("FAILED"):
