@@ -26,6 +26,7 @@ __all__ = [
     "MAX_RECORD_CHARS",
     "RECORD_HINT",
     "STORAGE_HINT",
+    "PendingRow",
     "PreparedRecordSave",
     "PreparedSave",
     "cas_allows",
@@ -36,6 +37,7 @@ __all__ = [
     "holds_processing",
     "loaded_text",
     "now_ms",
+    "pending_rows",
     "prepare_record_save",
     "prepare_save",
     "snapshot_text",
@@ -162,6 +164,31 @@ def check_stored_cursor(session_id: str, column: object, text: str) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingRow:
+    """What a saved snapshot says about one pending binding (the index row without its clock)."""
+
+    token: str
+    tool_call_id: str
+    action: str
+    expires_at_ms: int
+
+
+def pending_rows(snapshot: Any) -> tuple[PendingRow, ...]:
+    """The rows of ``snapshot``'s bindings whose status is ``pending``, in snapshot order."""
+    bindings = getattr(snapshot, "confirmations", ())
+    if type(snapshot) is SessionSnapshot and _PENDING_STATUS not in map(_STATUS, bindings):
+        return ()  # the common save: one C-level pass, nothing built
+    return tuple(
+        PendingRow(b.token, b.tool_call_id, b.action, int(b.expires_at))
+        for b in bindings
+        if getattr(b, "status", None) == _PENDING_STATUS
+    )
+
+
+_PENDING_STATUS = ConfirmationStatus.PENDING
+
+
+@dataclass(frozen=True, slots=True)
 class PreparedSave:
     """What one compare-and-set writes, and the condition under which it may."""
 
@@ -176,6 +203,8 @@ class PreparedSave:
     processing: bool = False
     #: When the adapter makes this write, epoch ms (the processing index's "last write").
     written_ms: int = 0
+    #: The snapshot's pending bindings (the pending index, ADR-0027).
+    pending: tuple[PendingRow, ...] = ()
 
 
 def prepare_save(snapshot: Any, expected_cursor: object) -> PreparedSave:
@@ -201,6 +230,7 @@ def prepare_save(snapshot: Any, expected_cursor: object) -> PreparedSave:
         snapshot_text(snapshot),
         holds_processing(snapshot),
         now_ms(),
+        pending_rows(snapshot),
     )
 
 

@@ -11,6 +11,7 @@ import threading
 
 from ..wire.session import SessionSnapshot
 from ._cas import (
+    PendingRow,
     cas_allows,
     check_limit,
     check_record_key,
@@ -21,7 +22,8 @@ from ._cas import (
     record_prefix_matches_nothing,
 )
 from ._closing import AsyncClosing, Closing
-from .port import ProcessingSession, StoredRecord
+from ._pending import admits, carry_since, check_pending_query, check_token, make_page, sort_key
+from .port import PendingApproval, PendingOrder, PendingPage, ProcessingSession, StoredRecord
 
 __all__ = ["AsyncMemoryStorage", "MemoryStorage"]
 
@@ -41,6 +43,8 @@ class MemoryStorage(Closing):
         # The processing index, written under the same lock as the state it describes:
         # session id -> (envelope processing, records processing, last write ms).
         self._index: dict[str, tuple[bool, frozenset[str], int]] = {}
+        # The pending index (ADR-0027), under the same lock: session id -> its pending rows.
+        self._pending: dict[str, tuple[PendingApproval, ...]] = {}
 
     def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
@@ -59,7 +63,15 @@ class MemoryStorage(Closing):
             self._rows[prepared.session_id] = (prepared.cursor, prepared.text)
             _, busy, _ = self._index.get(prepared.session_id, (False, frozenset(), 0))
             self._index[prepared.session_id] = (prepared.processing, busy, prepared.written_ms)
+            self._save_pending(prepared.session_id, prepared.pending, prepared.written_ms)
         return True
+
+    def _save_pending(self, sid: str, rows: tuple[PendingRow, ...], written_ms: int) -> None:
+        since = {item.token: item.pending_since_ms for item in self._pending.get(sid, ())}
+        if rows:
+            self._pending[sid] = carry_since(sid, rows, since, written_ms)
+        else:
+            self._pending.pop(sid, None)
 
     def delete(self, session_id: str) -> None:
         """Forget ``session_id`` and its records; a missing session is not an error."""
@@ -68,6 +80,7 @@ class MemoryStorage(Closing):
             self._rows.pop(key, None)
             self._records.pop(key, None)
             self._index.pop(key, None)
+            self._pending.pop(key, None)
 
     # ------------------------------------------------------------------ records capability
     def load_record(self, session_id: str, key: str) -> StoredRecord | None:
@@ -131,6 +144,46 @@ class MemoryStorage(Closing):
         found.sort(key=lambda row: (row.last_write_ms, row.session_id))
         return found[:limit]
 
+    # ------------------------------------------------------------------ pending index
+    def list_pending(
+        self,
+        *,
+        action: str | None = None,
+        session_id: str | None = None,
+        expiring_before_ms: int | None = None,
+        pending_before_ms: int | None = None,
+        order: PendingOrder = "expiry",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> PendingPage:
+        """One page of the pending bindings across sessions (see the port's ``PendingIndex``)."""
+        query = check_pending_query(
+            action=action,
+            session_id=session_id,
+            expiring_before_ms=expiring_before_ms,
+            pending_before_ms=pending_before_ms,
+            order=order,
+            after=after,
+            limit=limit,
+        )
+        with self._lock:
+            if query.session_id is not None:
+                rows = list(self._pending.get(query.session_id, ()))
+            else:
+                rows = [item for items in self._pending.values() for item in items]
+        found = [item for item in rows if admits(query, item)]
+        found.sort(key=lambda item: sort_key(item, query.order), reverse=query.order == "newest")
+        return make_page(query, found[: query.limit + 1])
+
+    def find_token(self, token: str) -> str | None:
+        """The id of the session holding ``token`` pending, or ``None`` (see the port)."""
+        wanted = check_token(token)
+        with self._lock:
+            found = [
+                sid for sid, items in self._pending.items() if any(i.token == wanted for i in items)
+            ]
+        return min(found, default=None)
+
     def open_connections(self) -> int:
         """Always 0: nothing to leak (the leak-check capability of the conformance kit)."""
         return 0
@@ -191,6 +244,32 @@ class AsyncMemoryStorage(AsyncClosing):
     ) -> list[ProcessingSession]:
         """Sessions holding processing work, oldest last write first (see the port)."""
         return self.sync.list_processing(written_before_ms=written_before_ms, limit=limit)
+
+    async def list_pending(
+        self,
+        *,
+        action: str | None = None,
+        session_id: str | None = None,
+        expiring_before_ms: int | None = None,
+        pending_before_ms: int | None = None,
+        order: PendingOrder = "expiry",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> PendingPage:
+        """One page of the pending bindings across sessions (see the port's ``PendingIndex``)."""
+        return self.sync.list_pending(
+            action=action,
+            session_id=session_id,
+            expiring_before_ms=expiring_before_ms,
+            pending_before_ms=pending_before_ms,
+            order=order,
+            after=after,
+            limit=limit,
+        )
+
+    async def find_token(self, token: str) -> str | None:
+        """The id of the session holding ``token`` pending, or ``None`` (see the port)."""
+        return self.sync.find_token(token)
 
     def open_connections(self) -> int:
         """Always 0: nothing to leak (the leak-check capability of the conformance kit)."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 from ..wire.session import SessionSnapshot
 from ._cas import check_session_id
@@ -36,11 +36,16 @@ from ._cas import check_session_id
 __all__ = [
     "AsyncDeletableSessionStorage",
     "AsyncManagedSessionStorage",
+    "AsyncPendingIndex",
     "AsyncProcessingIndex",
     "AsyncRecordStorage",
     "AsyncSessionStorage",
     "DeletableSessionStorage",
     "ManagedSessionStorage",
+    "PendingApproval",
+    "PendingIndex",
+    "PendingOrder",
+    "PendingPage",
     "ProcessingIndex",
     "ProcessingSession",
     "RecordStorage",
@@ -212,3 +217,83 @@ class AsyncProcessingIndex(Protocol):
     async def list_processing(
         self, *, written_before_ms: int | None = None, limit: int = 1000
     ) -> list[ProcessingSession]: ...
+
+
+#: The two orders of :meth:`PendingIndex.list_pending`.
+PendingOrder = Literal["expiry", "newest"]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    """One confirmation waiting for a person's decision, as the pending index holds it."""
+
+    session_id: str
+    token: str
+    tool_call_id: str
+    action: str
+    #: The binding's ``expiresAt`` (epoch ms).
+    expires_at_ms: int
+    #: The adapter's clock at the write that first made it pending; later writes keep it.
+    pending_since_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPage:
+    """One page of :meth:`PendingIndex.list_pending`."""
+
+    items: tuple[PendingApproval, ...]
+    #: Opaque keyset cursor: pass it as ``after`` for the next page; ``None`` when there is none.
+    next_after: str | None
+
+
+@runtime_checkable
+class PendingIndex(Protocol):
+    """Lists the confirmations waiting for a decision across sessions, without loading envelopes.
+
+    A binding is listed iff its status is ``pending`` in the session's saved snapshot. The
+    index is maintained by the same atomic write as the envelope (never a scan) and
+    ``delete(session_id)`` removes the session's rows. Filters: ``action`` and ``session_id``
+    (equality), ``expiring_before_ms`` (``expires_at_ms`` strictly below) and
+    ``pending_before_ms`` (``pending_since_ms`` strictly below). ``order="expiry"`` sorts by
+    ascending ``(expires_at_ms, session_id, tool_call_id)``, ``order="newest"`` by descending
+    ``(pending_since_ms, session_id, tool_call_id)``. ``after`` is a page's ``next_after``
+    (keyset pagination: stable under concurrent writes, one indexed query per page);
+    ``limit`` is 1..1000. A bad argument (or an ``after`` of another order) is a
+    :class:`~akchat_fsm.errors.ConfigError` before any I/O.
+
+    ``find_token(token)`` is the id of the session holding ``token`` as a *pending* binding,
+    or ``None`` (decided, processing, unknown); if several sessions do, the smallest id.
+    """
+
+    def list_pending(
+        self,
+        *,
+        action: str | None = None,
+        session_id: str | None = None,
+        expiring_before_ms: int | None = None,
+        pending_before_ms: int | None = None,
+        order: PendingOrder = "expiry",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> PendingPage: ...
+
+    def find_token(self, token: str) -> str | None: ...
+
+
+@runtime_checkable
+class AsyncPendingIndex(Protocol):
+    """The asyncio twin of :class:`PendingIndex`."""
+
+    async def list_pending(
+        self,
+        *,
+        action: str | None = None,
+        session_id: str | None = None,
+        expiring_before_ms: int | None = None,
+        pending_before_ms: int | None = None,
+        order: PendingOrder = "expiry",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> PendingPage: ...
+
+    async def find_token(self, token: str) -> str | None: ...
