@@ -1,4 +1,5 @@
-"""Every ``$ akchat-fsm ...`` example in docs/cli.md runs, with the output the page shows."""
+"""Every ``$ akchat-fsm ...`` example in docs/cli.md runs, with the output the page shows (a line
+``# exit N: why`` right after a command is the status it ends with, output unchecked)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,11 @@ def test_every_example_runs_as_shown(tmp_path: Path, monkeypatch: pytest.MonkeyP
         argv = shlex.split(command)
         assert argv[0] == "akchat-fsm"
         result = run(*argv[1:])
-        if shown and shown[0].startswith("error:"):
+        status = re.fullmatch(r"# exit (\d+): .*", shown[0]) if shown else None
+        if status is not None:  # a documented non-zero status that is not an error
+            assert result.exit_code == int(status[1]), (command, result.stdout, result.stderr)
+            assert result.stderr == "", command
+        elif shown and shown[0].startswith("error:"):
             assert result.exit_code != 0, command
             assert result.stderr.splitlines() == shown, command
         else:

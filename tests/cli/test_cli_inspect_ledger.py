@@ -97,6 +97,7 @@ def test_a_session_without_bridge_records_says_so(tmp_path: Path) -> None:
         "executionUnknown": [],
         "settle": None,
         "settleCommands": [],
+        "nextSteps": [],
     }
     assert "Agent runs" not in run("inspect", url, "p").stdout
 
@@ -118,7 +119,7 @@ def test_reconcile_all_reports_the_unknown_execution_never_settled(
     (memories / "s1.json").write_text('{"version": 1, "messages": []}', encoding="utf-8")
     argv = ("reconcile", url, "--all", "--older-than", "0", "--memory-dir", str(memories))
     applied = run(*argv, "--apply", "--width", "300")
-    assert applied.exit_code == 0, applied.stderr
+    assert applied.exit_code == 3, applied.stderr  # a person settles it: exit 3 says so
     assert "1 execution outcome unknown" in applied.stdout and "settled" not in applied.stdout
     report = json.loads(run(*argv, "--apply", "--json").stdout)
     assert report["counts"] == {"execution outcome unknown": 1}
@@ -186,7 +187,7 @@ def test_reconcile_all_names_an_agent_run_left_never_stuck(tmp_path: Path) -> No
     finally:
         storage.close()
     result = run("reconcile", made, "--all", "--older-than", "0", "--json")
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 3, result.stderr  # the run waits: exit 3, with its next step
     [entry] = json.loads(result.stdout)["sessions"]
     assert entry["status"] == "agent run not finished", entry
     assert [r["runId"] for r in entry["records"]] == ["r1"]

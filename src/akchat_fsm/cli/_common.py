@@ -1,12 +1,15 @@
 """What every verb shares: one-line failures with exit codes, consoles, input reading, storage.
 
 Exit codes (docs/cli.md): 0 success; 1 invalid input, not conformant, or an invariant failed;
-2 usage error, unreadable file, or a store that cannot be opened or reached.
+2 usage error, unreadable file, or a store that cannot be opened or reached; 3 (``reconcile``)
+work is left for a person or for one more command, each printed as its exact next step.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
+import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -27,6 +30,7 @@ from ._existing import MissingStore, check_exists
 __all__ = [
     "DEFAULT_WIDTH",
     "EXIT_INVALID",
+    "EXIT_NEEDS_PERSON",
     "EXIT_USAGE",
     "MAX_INPUT_BYTES",
     "MAX_INPUT_DEPTH",
@@ -38,6 +42,7 @@ __all__ = [
     "fail",
     "inert",
     "inert_json",
+    "load_callable",
     "opened_storage",
     "pinned_rows",
     "print_renderable",
@@ -47,6 +52,10 @@ __all__ = [
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
+#: ``reconcile``: the store still holds work that needs a person or one more command (an
+#: execution to settle, a decision to make, a memory file or a bridge to sweep with); every
+#: piece of it is printed with its exact next step.
+EXIT_NEEDS_PERSON = 3
 
 #: The session id a read-only verb loads once to check its store before using it.
 _PROBE_ID = "akchat-fsm-read-only-probe"
@@ -102,6 +111,38 @@ class CliUsageFailure(CliFailure):
 def fail(message: str, code: int = EXIT_INVALID) -> NoReturn:
     """Stop the verb: one ``error:`` line on stderr, exit ``code`` (1 or 2)."""
     raise CliUsageFailure(message) if code == EXIT_USAGE else CliFailure(message)
+
+
+_SPEC = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*")
+
+
+def load_callable(spec: str, option: str) -> Any:
+    """The callable ``module:attribute`` names (``attribute`` may be dotted), imported from the
+    current environment with the working directory on the path, as an ASGI server names an app.
+
+    Anything wrong with ``spec`` (no colon, a module that cannot be imported, a missing
+    attribute, something not callable) is one usage line, exit 2, never a traceback: a host
+    module that raises while importing is reported with its error, too.
+    """
+    if not _SPEC.fullmatch(spec):
+        fail(
+            f"{option} {spec!r} is not module:callable (e.g. myhost.bridges:bridge_for)", EXIT_USAGE
+        )
+    module_name, _, attribute = spec.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: Any = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or the host module failing at import time
+        fail(f"{option} {spec!r}: cannot import {module_name!r}: {describe(exc)}", EXIT_USAGE)
+    for part in attribute.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            fail(f"{option} {spec!r}: {module_name!r} has no attribute {attribute!r}", EXIT_USAGE)
+    if not callable(found):
+        fail(f"{option} {spec!r} is not callable (it is a {type(found).__name__})", EXIT_USAGE)
+    return found
 
 
 def describe(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ from rich.text import Text
 from ..integrations.records import SETTLE_HINT, BridgeRecords
 from ._common import inert, inert_json, pinned_rows
 
-__all__ = ["records_json", "render_records", "settle_commands"]
+__all__ = ["next_steps", "records_json", "render_records", "settle_commands"]
 
 
 def settle_commands(
@@ -48,8 +48,44 @@ def records_json(
     ``{"records": false}`` without the capability (control characters escaped)."""
     value: Any = {"records": False} if records is None else {"records": True, **records.to_json()}
     if records is not None:
-        value["settleCommands"] = settle_commands(records, source, session_id)
+        commands = settle_commands(records, source, session_id)
+        value["settleCommands"] = commands
+        if commands:  # the sentence with this store, session and tool calls filled in
+            value["settle"] = _settle_sentence(commands)
+        value["nextSteps"] = next_steps(records, source, session_id)
     return inert_json(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def _settle_sentence(commands: list[dict[str, str]]) -> str:
+    verdicts = "; ".join(
+        f"{c['ran']} [--result JSON] if it happened, {c['didNotRun']} if it did not"
+        for c in commands
+    )
+    return f"check the tool's side effect, then record the verdict: {verdicts}"
+
+
+def next_steps(
+    records: BridgeRecords | None, source: str | None, session_id: str | None
+) -> list[str]:
+    """Every line an operator runs next for this session's records, real values filled in and
+    shell-pasteable (a sentence is a ``#`` comment): each unknown execution's two verdicts,
+    then the bridge sweep that continues or finishes each run that is not completed."""
+    if not records or source is None or session_id is None:
+        return []
+    steps: list[str] = []
+    for command in settle_commands(records, source, session_id):
+        steps.append(f"{command['ran']}  # it happened (add --result JSON)")
+        steps.append(f"{command['didNotRun']}  # it did not")
+    unfinished = records.unfinished_runs
+    if unfinished:
+        runs = ", ".join(
+            f"{r.run_id} ({r.state.value}; calls {', '.join(c.tool_call_id for c in r.calls)})"
+            for r in unfinished
+        )
+        steps.append(f"# not finished: {runs}; the host's bridge sweep continues it:")
+        sweep = ["akchat-fsm", "reconcile", source, "--all", "--older-than", "0"]
+        steps.append(shlex.join([*sweep, "--bridge", "MODULE:CALLABLE", "--apply"]))
+    return steps
 
 
 def _runs(records: BridgeRecords) -> RenderableType:
@@ -105,6 +141,13 @@ def _commands(commands: list[dict[str, str]]) -> RenderableType:
     return pinned_rows(table, rows)
 
 
+def _lines(lines: list[str]) -> RenderableType:
+    """Lines printed whole (never wrapped or cut: they are copied)."""
+    table = Table(box=None, show_header=False, pad_edge=False, expand=False)
+    table.add_column("line", no_wrap=True, overflow="ignore")
+    return pinned_rows(table, ([inert(line)] for line in lines))
+
+
 def render_records(
     records: BridgeRecords | None, source: str | None = None, session_id: str | None = None
 ) -> list[RenderableType]:
@@ -118,6 +161,9 @@ def render_records(
     if records.entries:
         parts.append(_ledger(records))
     unknown = records.unknown
+    steps = next_steps(records, source, session_id)
+    if records.unfinished_runs and steps and not unknown:
+        parts.append(_lines(steps))
     if unknown:
         ids = ", ".join(inert(e.tool_call_id) for e in unknown)
         warning = Text(style="bold red")
@@ -133,6 +179,9 @@ def render_records(
                 style="red",
             )
             parts.extend([warning, _commands(commands)])
+            rest = steps[2 * len(commands) :]
+            if rest:
+                parts.append(_lines(rest))
         else:
             warning.append(SETTLE_HINT, style="red")
             parts.append(warning)

@@ -54,7 +54,7 @@ from ._reconcile_plan import (
     session_ports,
     tool_statuses,
 )
-from .reconcile_all import Duration, reconcile_all_command
+from .reconcile_all import Cli, Duration, reconcile_all_command
 
 __all__ = ["reconcile"]
 
@@ -144,7 +144,19 @@ def _echo_json(
     show_default=True,
     help="With --all: at most this many sessions, oldest first.",
 )
+@click.option(
+    "--bridge",
+    "bridge_spec",
+    metavar="MODULE:CALLABLE",
+    default=None,
+    help="With --all: the host's bridge factory, imported like an ASGI app: called as "
+    "CALLABLE(session_id, storage) for each listed session, it returns "
+    "SweepPorts(definition, bridge=...) (its bridge finishes the run) or None (not its session).",
+)
 @click.option("--apply", "apply_", is_flag=True, help="Write the result (CAS); default: dry run.")
+@click.option(
+    "--dry-run", "dry_run", is_flag=True, help="Only say what --apply would do (the default)."
+)
 @click.option(
     "--release-untouched",
     is_flag=True,
@@ -167,7 +179,9 @@ def reconcile(
     older_than: int | None,
     memory_dir: str | None,
     limit: int,
+    bridge_spec: str | None,
     apply_: bool,
+    dry_run: bool,
     release_untouched: bool,
     as_json: bool,
     width: int | None,
@@ -184,22 +198,25 @@ def reconcile(
       akchat-fsm reconcile sqlite:///sessions.db support-42 --memory memory.json --apply
       akchat-fsm reconcile sqlite:///sessions.db --all --older-than 5m
       akchat-fsm reconcile sqlite:///sessions.db --all --older-than 5m --memory-dir memories --apply
+      akchat-fsm reconcile sqlite:///s.db --all --older-than 0 --bridge host.mod:bridge_for --apply
+
+    Exit status: 0 all settled, 1 a session failed, 2 usage, 3 work is left for a person or
+    one more command (each printed with its exact next step).
     """
+    if apply_ and dry_run:
+        fail("--apply and --dry-run contradict each other: give one", EXIT_USAGE)
     if all_:
         if session_id is not None or memory_file is not None:
             fail("--all takes no SESSION_ID and no --memory (use --memory-dir)", EXIT_USAGE)
         if older_than is None:
             fail("--all needs --older-than AGE (e.g. --older-than 5m)", EXIT_USAGE)
-        if apply_ and memory_dir is None:
-            fail("--all --apply needs --memory-dir DIR", EXIT_USAGE)
-        reconcile_all_command(
-            url, older_than, memory_dir, limit, apply_, release_untouched, as_json, width
-        )
+        cli = Cli(url, older_than, bridge_spec, memory_dir, release_untouched)
+        reconcile_all_command(cli, limit, apply_, as_json, width)
         return
     if session_id is None:
         fail("give a SESSION_ID, or --all (see 'akchat-fsm reconcile --help')", EXIT_USAGE)
     if memory_file is None:
         fail("Missing option '--memory' (a SESSION_ID is reconciled from a FILE)", EXIT_USAGE)
-    if older_than is not None or memory_dir is not None:
-        fail("--older-than and --memory-dir go with --all", EXIT_USAGE)
+    if older_than is not None or memory_dir is not None or bridge_spec is not None:
+        fail("--older-than, --memory-dir and --bridge go with --all", EXIT_USAGE)
     _one(url, session_id, memory_file, apply_, release_untouched, as_json, width)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -31,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import AkchatError, ConfigError
-from ..integrations.records import read_bridge_records
+from ..integrations.records import BridgeRecords, read_bridge_records
 from ..session.session import default_clock
 from ..session.sweep import NO_INDEX, SweepPorts, SweptSession, reconcile_all
 from ..storage.port import ProcessingIndex, ProcessingSession
@@ -39,11 +40,13 @@ from ..wire.decode import decode_session_snapshot
 from ..wire.session import SessionSnapshot
 from ._common import (
     EXIT_INVALID,
+    EXIT_NEEDS_PERSON,
     EXIT_USAGE,
     describe,
     fail,
     inert,
     inert_json,
+    load_callable,
     opened_storage,
     pinned_rows,
     print_renderable,
@@ -51,6 +54,7 @@ from ._common import (
 )
 from ._envelope import _when
 from ._reconcile_plan import (
+    LEFT,
     load_memory,
     outcome_row,
     plan_for,
@@ -59,7 +63,7 @@ from ._reconcile_plan import (
     tool_statuses,
 )
 
-__all__ = ["Duration", "reconcile_all_command"]
+__all__ = ["Cli", "Duration", "reconcile_all_command"]
 
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _AGE = re.compile(r"(\d{1,12})(ms|s|m|h|d)")
@@ -84,31 +88,64 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
 
 #: The status of a session an unknown execution (or another record beside the envelope) holds.
 EXECUTION_UNKNOWN = "execution outcome unknown"
+#: The status of a session held only by agent runs not completed: a bridge's work (calls to
+#: propose, a run to continue) or a person's (calls to decide).
+RUN_LEFT = "agent run not finished"
+NO_MEMORY_FILE = "no memory file"
+#: What stands for the host's bridge factory in a printed command when none was given.
+BRIDGE_PLACEHOLDER = "MODULE:CALLABLE"
+MEMORY_DIR_PLACEHOLDER = "MEMORY_DIR"
 
 
-def _unknown_rows(storage: Any, session_id: str) -> list[dict[str, str]]:
+@dataclass(frozen=True)
+class Cli:
+    """The command line an operator typed, so every next step is printed with its real values:
+    the URL exactly as given (shell-quoted), the age, the bridge factory, the memory dir."""
+
+    url: str
+    older_than_ms: int
+    bridge: str | None = None
+    memory_dir: str | None = None
+    release_untouched: bool = False
+
+    def age(self) -> str:
+        for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)):
+            if self.older_than_ms and self.older_than_ms % size == 0:
+                return f"{self.older_than_ms // size}{unit}"
+        return f"{self.older_than_ms}ms" if self.older_than_ms else "0"
+
+    def sweep(self, *extra: str, bridge: bool = False, memory: bool = False) -> str:
+        """``akchat-fsm reconcile URL --all --older-than AGE --apply ...``, shell-quoted."""
+        argv = ["akchat-fsm", "reconcile", self.url, "--all", "--older-than", self.age()]
+        if bridge:
+            argv += ["--bridge", self.bridge or BRIDGE_PLACEHOLDER]
+        if memory:
+            argv += ["--memory-dir", self.memory_dir or MEMORY_DIR_PLACEHOLDER]
+        return shlex.join([*argv, "--apply", *extra])
+
+    def settle(self, session_id: str, tool_call_id: str) -> list[str]:
+        base = ["akchat-fsm", "settle", self.url, session_id, tool_call_id]
+        return [
+            f"{shlex.join([*base, '--ran'])}  # it happened (add --result JSON)",
+            f"{shlex.join([*base, '--did-not-run'])}  # it did not",
+        ]
+
+
+def _unknown_rows(records: BridgeRecords | None) -> list[dict[str, str]]:
     """One row per ledger entry of the session whose execution outcome is unknown."""
-    records = read_bridge_records(storage, session_id)
     return [
         {"toolCallId": e.tool_call_id, "tool": e.tool, "status": EXECUTION_UNKNOWN}
         for e in (records.unknown if records else ())
     ]
 
 
-#: The status of a session held only by agent runs not completed: a bridge's work (calls to
-#: propose, a run to continue) or a person's (calls to decide), which this command cannot do.
-RUN_LEFT = "agent run not finished"
-
-
-def _run_rows(storage: Any, session_id: str) -> list[dict[str, str]]:
+def _run_rows(records: BridgeRecords | None) -> list[dict[str, str]]:
     """One row per agent run of the session that is not completed (ADR-0106)."""
-    records = read_bridge_records(storage, session_id)
     return [
         {
             "runId": run.run_id,
             "status": f"run {run.state.value}",
-            "next": "sweep with the host's bridge (reconcile_all, SweepPorts.bridge); "
-            "calls awaiting a decision wait for a person",
+            "calls": ", ".join(c.tool_call_id for c in run.calls),
         }
         for run in (records.unfinished_runs if records else ())
     ]
@@ -116,13 +153,15 @@ def _run_rows(storage: Any, session_id: str) -> list[dict[str, str]]:
 
 @dataclass
 class Entry:
-    """One listed session as the command reports it."""
+    """One listed session as the command reports it; ``next``: its exact next steps, one
+    copy-pasteable line each (empty: nothing is left for anyone)."""
 
     session_id: str
     last_write_ms: int
     status: str
     records: list[dict[str, str]] = field(default_factory=list)
     error: str | None = None
+    next: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -131,6 +170,7 @@ class Entry:
             "status": self.status,
             "records": self.records,
             "error": self.error,
+            "next": self.next,
         }
 
 
@@ -152,55 +192,119 @@ def _stored(storage: Any, session_id: str) -> SessionSnapshot | None:
     return result.snapshot
 
 
+def _bridged_steps(cli: Cli, session_id: str, records: BridgeRecords | None) -> list[str]:
+    """What finishes a session an agent-runtime bridge runs: settle each unknown execution,
+    then sweep it through the host's bridge (which continues the run with the verdict)."""
+    steps: list[str] = []
+    for entry in records.unknown if records else ():
+        steps += cli.settle(session_id, entry.tool_call_id)
+    why = "then the host's bridge continues the run" if steps else "the host's bridge finishes it"
+    if cli.bridge is None:
+        why += f" (name your bridge factory for {BRIDGE_PLACEHOLDER})"
+    steps.append(f"{cli.sweep(bridge=True)}  # {why}")
+    return steps
+
+
+def _claim_steps(cli: Cli, session_id: str, planned: list[dict[str, str]]) -> list[str]:
+    """What settles the claims of a session without bridge records, from its chat memory."""
+    if cli.memory_dir is None or not planned:
+        where = _memory_path(cli.memory_dir or MEMORY_DIR_PLACEHOLDER, session_id)
+        return [
+            f"# save the host's chat memory of {session_id} as {where}, then:",
+            cli.sweep(memory=True),
+        ]
+    steps: list[str] = []
+    if any(r["action"] == "complete" or r["action"] == "release" for r in planned):
+        steps.append(cli.sweep(*_release(cli), memory=True))
+    if any(r["action"].startswith(LEFT) for r in planned):
+        untouched = ", ".join(r["toolCallId"] for r in planned if r["action"].startswith(LEFT))
+        steps.append(
+            f"# {untouched}: upstream never acted; re-issue from the host "
+            "(akchat_fsm.session.reconcile with its upstream), or, once no client is still "
+            "resolving them, release them to pending:"
+        )
+        steps.append(cli.sweep("--release-untouched", memory=True))
+    return steps
+
+
+def _release(cli: Cli) -> tuple[str, ...]:
+    return ("--release-untouched",) if cli.release_untouched else ()
+
+
 # --------------------------------------------------------------------------- dry run
 
 
-def _plan_one(
-    storage: Any, row: ProcessingSession, memory_dir: str | None, release_untouched: bool
-) -> Entry:
-    entry = Entry(row.session_id, row.last_write_ms, "planned")
+def _plan_one(storage: Any, row: ProcessingSession, cli: Cli, factory: Any) -> Entry:
+    """What ``--apply`` would do for one listed session, and what is left for a person. Every
+    record that holds the session is reported (a claim never hides an unknown execution)."""
+    sid = row.session_id
+    entry = Entry(sid, row.last_write_ms, "planned")
     try:
-        snapshot = _stored(storage, row.session_id)
-        runs = _run_rows(storage, row.session_id)
-        if snapshot is None:  # a run killed before its first proposal has no envelope yet
-            entry.status, entry.records = (RUN_LEFT, runs) if runs else ("gone", [])
+        snapshot = _stored(storage, sid)
+        records = read_bridge_records(storage, sid)
+        unknown, runs = _unknown_rows(records), _run_rows(records)
+        claims = [b for b in snapshot.confirmations if b.status.is_processing] if snapshot else []
+        claim_rows = [
+            {"token": b.token, "toolCallId": b.tool_call_id, "status": b.status.value}
+            for b in claims
+        ]
+        if records:  # a bridged session: the host's bridge finishes it, after any verdict
+            entry.records = claim_rows + unknown + runs
+            entry.status = EXECUTION_UNKNOWN if unknown else RUN_LEFT if runs else "stuck"
+            if snapshot is None and not runs:
+                entry.status = "gone"
+                return entry
+            entry.next = _bridged_steps(cli, sid, records)
+            if factory is not None and not unknown and _host_takes(factory, sid, storage):
+                entry.status = "bridge would reconcile"
             return entry
-        claims = [b for b in snapshot.confirmations if b.status.is_processing]
-        unknown = _unknown_rows(storage, row.session_id)
-        if unknown and not claims:
-            entry.status, entry.records = EXECUTION_UNKNOWN, unknown
+        if snapshot is None:
+            entry.status = "gone"
             return entry
-        if runs and not claims:
-            entry.status, entry.records = RUN_LEFT, runs
+        if cli.memory_dir is None:
+            entry.status, entry.records = "stuck", claim_rows
+        elif not os.path.isfile(_memory_path(cli.memory_dir, sid)):
+            entry.status, entry.records = NO_MEMORY_FILE, claim_rows
+        else:
+            statuses = tool_statuses(load_memory(_memory_path(cli.memory_dir, sid)))
+            plans = plan_for(snapshot, statuses, cli.release_untouched)
+            entry.records = [plan_row(p) for p in plans]
+            entry.next = _claim_steps(cli, sid, entry.records)
             return entry
-        if memory_dir is None:
-            entry.status = "stuck"
-            entry.records = [
-                {"token": b.token, "toolCallId": b.tool_call_id, "status": b.status.value}
-                for b in claims
-            ]
-            return entry
-        path = _memory_path(memory_dir, row.session_id)
-        if not os.path.isfile(path):
-            entry.status = "no memory file"
-            return entry
-        statuses = tool_statuses(load_memory(path))
-        entry.records = [plan_row(p) for p in plan_for(snapshot, statuses, release_untouched)]
+        entry.next = _claim_steps(cli, sid, [])
     except AkchatError as exc:  # this session's failure; the others go on
         entry.status, entry.error = "failed", describe(exc)
     return entry
 
 
+def _host_takes(factory: Any, session_id: str, storage: Any) -> bool:
+    """Whether the host's factory claims the session (it builds ports; nothing is written)."""
+    return _ports_from(factory, session_id, storage) is not None
+
+
+def _ports_from(factory: Any, session_id: str, storage: Any) -> SweepPorts | None:
+    try:
+        ports = factory(session_id, storage)
+    except Exception as exc:  # the host's factory: its failure is this session's
+        raise ConfigError(f"--bridge factory raised {exc!r} for {session_id!r}") from exc
+    if ports is not None and not isinstance(ports, SweepPorts):
+        raise ConfigError(
+            f"--bridge factory returned {type(ports).__name__} for {session_id!r}; it must "
+            "return SweepPorts(definition, bridge=...) or None (not this host's session)"
+        )
+    return ports
+
+
 def _dry_run(
     storage: Any,
     listed: list[ProcessingSession],
-    memory_dir: str | None,
-    release_untouched: bool,
+    cli: Cli,
+    factory: Any,
     tick: Callable[[int, int], None],
 ) -> list[Entry]:
     entries: list[Entry] = []
     for row in listed:
-        entries.append(_plan_one(storage, row, memory_dir, release_untouched))
+        entries.append(_plan_one(storage, row, cli, factory))
         tick(len(entries), len(listed))
     return entries
 
@@ -210,25 +314,34 @@ def _dry_run(
 
 def _apply(
     storage: Any,
-    older_than_ms: int,
-    memory_dir: str,
+    cli: Cli,
+    factory: Any,
     limit: int,
-    release_untouched: bool,
     tick: Callable[[int, int], None],
 ) -> tuple[int, list[Entry]]:
+    """One ``reconcile_all`` sweep: a session the host's bridge factory claims goes through its
+    bridge; any other through ``--memory-dir`` (no upstream); a session neither can take is
+    skipped, with the reason and what would finish it."""
     skipped: dict[str, str] = {}
 
     def ports_for(session_id: str) -> SweepPorts | None:
-        path = _memory_path(memory_dir, session_id)
+        if factory is not None:
+            ports = _ports_from(factory, session_id, storage)
+            if ports is not None:
+                return ports
+        if cli.memory_dir is None:
+            skipped[session_id] = "no bridge" if factory is None else "not the bridge's"
+            return None
+        path = _memory_path(cli.memory_dir, session_id)
         if not os.path.isfile(path):
-            skipped[session_id] = "no memory file"
+            skipped[session_id] = NO_MEMORY_FILE
             return None
         memory = load_memory(path)
         snapshot = _stored(storage, session_id)
         if snapshot is None:
             skipped[session_id] = "gone"
             return None
-        return session_ports(snapshot, memory, release_untouched)
+        return session_ports(snapshot, memory, cli.release_untouched)
 
     def progress(swept: SweptSession, done: int, total: int) -> None:
         tick(done, total)
@@ -236,32 +349,53 @@ def _apply(
     report = reconcile_all(
         storage,
         ports_for,
-        older_than_ms=older_than_ms,
+        older_than_ms=cli.older_than_ms,
         limit=limit,
-        release_untouched=release_untouched,
+        release_untouched=cli.release_untouched,
         progress=progress,
     )
-    entries = [_applied_entry(storage, swept, skipped) for swept in report.sessions]
+    entries = [_applied_entry(storage, swept, skipped, cli) for swept in report.sessions]
     return report.written_before_ms, entries
 
 
-def _applied_entry(storage: Any, swept: SweptSession, skipped: dict[str, str]) -> Entry:
-    status: str = swept.status
-    rows = [outcome_row(o) for o in swept.outcomes]
+def _applied_entry(storage: Any, swept: SweptSession, skipped: dict[str, str], cli: Cli) -> Entry:
+    sid = swept.session_id
+    entry = Entry(sid, swept.last_write_ms, swept.status, [outcome_row(o) for o in swept.outcomes])
+    if swept.error is not None:
+        entry.error = describe(swept.error)
+        return entry
+    if swept.status == "settled":
+        return entry
+    try:
+        records = read_bridge_records(storage, sid)
+        snapshot = _stored(storage, sid)
+    except AkchatError as exc:  # the sweep's report stands; say what could not be read
+        entry.error = describe(exc)
+        return entry
     if swept.skipped:
-        status = skipped.get(swept.session_id, status)
-    elif status == "execution_unknown":
-        status = EXECUTION_UNKNOWN
-        try:
-            unknown = _unknown_rows(storage, swept.session_id)
-            runs = [] if unknown else _run_rows(storage, swept.session_id)
-            if runs:  # held by an agent run only, not by an unknown execution
-                status = RUN_LEFT
-            rows += unknown or runs
-        except AkchatError as exc:  # the sweep's report stands; say what could not be read
-            rows.append({"status": EXECUTION_UNKNOWN, "error": describe(exc)})
-    error = None if swept.error is None else describe(swept.error)
-    return Entry(swept.session_id, swept.last_write_ms, status, rows, error)
+        entry.status = skipped.get(sid, entry.status)
+        if entry.status == "gone":
+            return entry
+        claims = [b for b in snapshot.confirmations if b.status.is_processing] if snapshot else []
+        entry.records = [
+            {"token": b.token, "toolCallId": b.tool_call_id, "status": b.status.value}
+            for b in claims
+        ]
+    unknown, runs = _unknown_rows(records), _run_rows(records)
+    if records:
+        entry.records += unknown + runs
+        if swept.status == "execution_unknown":
+            entry.status = EXECUTION_UNKNOWN if unknown else RUN_LEFT
+        waiting = [f"# run {run_id}: {step}" for run_id, step in swept.waiting]
+        if waiting and not unknown:
+            entry.next = waiting  # a person decides; the bridge continues the run by itself
+        else:
+            entry.next = [*waiting, *_bridged_steps(cli, sid, records)]
+        return entry
+    planned = [r for r in entry.records if r.get("action") == LEFT]
+    left = [{**r, "action": r["action"]} for r in planned]
+    entry.next = _claim_steps(cli, sid, left if not swept.skipped else [])
+    return entry
 
 
 # --------------------------------------------------------------------------- output
@@ -294,13 +428,18 @@ def _detail(entry: Entry) -> str:
     return ", ".join(f"{name} {count}" for name, count in actions.items()) or "-"
 
 
+def _who(record: dict[str, str]) -> str:
+    return record.get("toolCallId") or record.get("runId") or "-"
+
+
 def _summary(entries: Iterable[Entry], cutoff_ms: int, limit: int, applied: bool) -> Group:
+    """The sessions table, then each session's next steps, one whole line each: nothing an
+    operator copies (an id, a status, a command) is ever wrapped; a line wider than the
+    terminal is printed whole and the terminal folds it."""
     entries = list(entries)
     table = Table(box=box.SIMPLE_HEAD, title="Sessions", title_justify="left")
-    table.add_column("session", no_wrap=True)
-    table.add_column("last write (UTC)", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("records", overflow="fold")
+    for name in ("session", "last write (UTC)", "status", "records"):
+        table.add_column(name, no_wrap=True, overflow="ignore")
     pinned_rows(
         table,
         (
@@ -314,37 +453,47 @@ def _summary(entries: Iterable[Entry], cutoff_ms: int, limit: int, applied: bool
     if len(entries) >= limit:
         lines.append(f"limit {limit} reached: more may be waiting; run again or raise --limit")
     lines.append("applied" if applied else "dry run: nothing written")
+    left = [e for e in entries if e.next]
+    if left:
+        lines.append(
+            f"needs a person or one more command: {len(left)} session(s), next steps below"
+        )
     parts: list[Any] = [table] if entries else []
-    return Group(*parts, Text("\n".join(lines)))
+    parts.append(Text("\n".join(lines)))
+    steps: list[tuple[str]] = []
+    for entry in left:
+        named = ", ".join(inert(_who(r)) for r in entry.records) or "-"
+        steps.append((f"{inert(entry.session_id)} ({entry.status}: {named}):",))
+        steps.extend((f"  {inert(step)}",) for step in entry.next)
+    if steps:
+        next_table = Table(box=None, show_header=False, pad_edge=False, expand=False)
+        next_table.add_column("next", no_wrap=True, overflow="ignore")
+        parts.append(pinned_rows(next_table, steps))
+    return Group(*parts)
 
 
 def reconcile_all_command(
-    url: str,
-    older_than_ms: int,
-    memory_dir: str | None,
-    limit: int,
-    apply_: bool,
-    release_untouched: bool,
-    as_json: bool,
-    width: int | None,
+    cli: Cli, limit: int, apply_: bool, as_json: bool, width: int | None
 ) -> None:
-    """The ``--all`` form of ``reconcile`` (arguments already checked by the command)."""
-    with opened_storage(url, create=False, read_only=not apply_) as storage:
+    """The ``--all`` form of ``reconcile`` (arguments already checked by the command).
+
+    Exit status: 0 when every listed session is settled (or none is listed), 1 when one
+    failed, 3 (:data:`EXIT_NEEDS_PERSON`) when work is left, each session with its next steps.
+    """
+    factory = None if cli.bridge is None else load_callable(cli.bridge, "--bridge")
+    with opened_storage(cli.url, create=False, read_only=not apply_) as storage:
         if not isinstance(storage, ProcessingIndex):
             fail(NO_INDEX.format(kind=type(storage).__name__), EXIT_USAGE)
         with _progress_bar() as tick:
             if apply_:
-                assert memory_dir is not None  # checked by the command
-                cutoff, entries = _apply(
-                    storage, older_than_ms, memory_dir, limit, release_untouched, tick
-                )
+                cutoff, entries = _apply(storage, cli, factory, limit, tick)
             else:
-                cutoff = default_clock() - older_than_ms
+                cutoff = default_clock() - cli.older_than_ms
                 try:
                     listed = storage.list_processing(written_before_ms=cutoff, limit=limit)
                 except ConfigError as exc:  # a 0.1.0 table a dry run must not upgrade
-                    fail(f"cannot read storage {url!r}: {describe(exc)}", EXIT_USAGE)
-                entries = _dry_run(storage, listed, memory_dir, release_untouched, tick)
+                    fail(f"cannot read storage {cli.url!r}: {describe(exc)}", EXIT_USAGE)
+                entries = _dry_run(storage, listed, cli, factory, tick)
     if as_json:
         document = {
             "writtenBeforeMs": cutoff,
@@ -352,10 +501,13 @@ def reconcile_all_command(
             "truncated": len(entries) >= limit,
             "applied": apply_,
             "counts": dict(Counter(e.status for e in entries)),
+            "needsPerson": sum(1 for e in entries if e.next),
             "sessions": [e.as_json() for e in entries],
         }
         click.echo(inert_json(json.dumps(document, ensure_ascii=False)))
     else:
         print_renderable(_summary(entries, cutoff, limit, apply_), width)
-    if any(e.status == "failed" for e in entries):
+    if any(e.status == "failed" or e.error is not None for e in entries):
         raise SystemExit(EXIT_INVALID)
+    if any(e.next for e in entries):
+        raise SystemExit(EXIT_NEEDS_PERSON)
