@@ -203,7 +203,7 @@ class PreparedSave:
     processing: bool = False
     #: When the adapter makes this write, epoch ms (the processing index's "last write").
     written_ms: int = 0
-    #: The snapshot's pending bindings (the pending index, ADR-0027).
+    #: The snapshot's pending bindings (the pending index, ADR-0029).
     pending: tuple[PendingRow, ...] = ()
 
 

@@ -1,4 +1,4 @@
-"""The pending index's decisions, shared by every adapter and made once without I/O (ADR-0027).
+"""The pending index's decisions, shared by every adapter and made once without I/O (ADR-0029).
 
 An adapter keeps one row per pending confirmation binding, written by the same atomic
 statement (or transaction) as the envelope save that makes it pending or not. What a save

@@ -43,7 +43,7 @@ class MemoryStorage(Closing):
         # The processing index, written under the same lock as the state it describes:
         # session id -> (envelope processing, records processing, last write ms).
         self._index: dict[str, tuple[bool, frozenset[str], int]] = {}
-        # The pending index (ADR-0027), under the same lock: session id -> its pending rows.
+        # The pending index (ADR-0029), under the same lock: session id -> its pending rows.
         self._pending: dict[str, tuple[PendingApproval, ...]] = {}
 
     def load(self, session_id: str) -> str | None:
