@@ -1,0 +1,524 @@
+"""The approver's inbox: an ASGI app over the pending index and the session API (ADR-0130).
+
+Every request is authorized by the host's hook (or refused unless it comes from loopback in
+the explicit local-only mode); every POST is checked for its CSRF token and its origin, then
+its body is read within a bound, all *before* storage is touched, so a refused request
+changes nothing. A decision is the session's own two-CAS approve / reject, or the host's
+bridge for the session (``bridge_for``), run in a worker thread: the storage ports are sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import parse_qsl
+
+from jinja2 import Environment, PackageLoader
+from sse_starlette import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from ..errors import (
+    ConfigError,
+    ConfirmationError,
+    InvalidConfirmationToken,
+    OutcomeUnknown,
+    SessionConflict,
+    StorageUnavailable,
+)
+from ..integrations import BridgeError
+from ..session import ChatDefinition, UpstreamChat, UpstreamFailed, resume_chat_session
+from ..storage.port import PendingApproval, PendingIndex, PendingPage, SessionStorage
+from ..wire import ConfirmationBinding, ConfirmationStatus
+from ._render import DEFAULT_BOUNDS, Bounds, countdown, pretty_arguments, visible
+from ._security import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    Csrf,
+    SecurityHeaders,
+    is_loopback_client,
+    same_origin,
+)
+
+Principal = Any
+Authorize = Callable[[Request], "Principal | Awaitable[Principal | None] | None"]
+CanDecide = Callable[[Principal, PendingApproval], bool]
+
+#: The principal of the local-only mode, when the host gives no ``authorize`` hook.
+LOCAL_PRINCIPAL = "local"
+
+
+class InboxStorage(SessionStorage, PendingIndex, Protocol):
+    """A sync storage adapter with the pending index (memory, SQLite, PostgreSQL, ...)."""
+
+
+class Bridge(Protocol):
+    """What ``bridge_for`` returns: an agent-runtime bridge's two decisions."""
+
+    def approve(self, token: str) -> object: ...
+
+    def reject(self, token: str, reason: str | None = None) -> object: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Located:
+    session_id: str
+    binding: ConfirmationBinding
+    #: The index's row while the call is pending; ``None`` once it left the index.
+    pending: PendingApproval | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What a decision request showed: a page name, its HTTP status and what it says."""
+
+    status_code: int
+    kind: str  # won | decided | expired | missing | forbidden | failed | busy
+    located: _Located | None = None
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class _Changes:
+    """Wakes every event stream of this process when a decision here changed the index."""
+
+    _event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, timeout_s: float) -> None:
+        with contextlib.suppress(TimeoutError):  # the poll: other processes write too
+            await asyncio.wait_for(self._event.wait(), timeout_s)
+
+
+async def pending_changes(
+    fingerprint: Callable[[], Awaitable[object]], wait: Callable[[], Awaitable[None]]
+) -> AsyncIterator[dict[str, str]]:
+    """One ``pending`` event each time the index's fingerprint differs after a ``wait``."""
+    last = await fingerprint()
+    while True:
+        await wait()
+        now = await fingerprint()
+        if now != last:
+            last = now
+            yield {"event": "pending", "data": "changed"}
+
+
+def _system_clock() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Inbox:
+    """The routes' shared configuration; one per :func:`create_inbox` call."""
+
+    def __init__(self, **options: Any) -> None:
+        self.storage: InboxStorage = options["storage"]
+        self.definition_for: Callable[[str], ChatDefinition] = options["definition_for"]
+        self.authorize: Authorize | None = options["authorize"]
+        self.can_decide: CanDecide = options["can_decide"]
+        self.local_only: bool = options["local_only"]
+        self.bridge_for: Callable[[str], Bridge | None] | None = options["bridge_for"]
+        self.upstream_for: Callable[[str], UpstreamChat] | None = options["upstream_for"]
+        self.clock: Callable[[], int] = options["clock"]
+        self.csrf = Csrf(options["csrf_secret"])
+        self.trusted_origins: frozenset[str] = options["trusted_origins"]
+        self.bounds: Bounds = options["bounds"]
+        self.page_size: int = options["page_size"]
+        self.max_reason: int = options["max_reason"]
+        self.max_body: int = options["max_body"]
+        self.poll_s: float = options["poll_interval_s"]
+        self.changes = _Changes()
+        env = Environment(
+            loader=PackageLoader("akchat_fsm.inbox", "templates"),
+            autoescape=True,  # every template, whatever its name: arguments are hostile
+        )
+        env.filters["visible"] = visible
+        self.templates = Jinja2Templates(env=env)
+
+    # ------------------------------------------------------------------ the gate
+    async def principal(self, request: Request) -> Principal | None:
+        if self.local_only and not is_loopback_client(request):
+            return None
+        if self.authorize is None:
+            return LOCAL_PRINCIPAL
+        found = self.authorize(request)
+        if inspect.isawaitable(found):
+            found = await found
+        return found
+
+    def refuse(self, request: Request, status_code: int, message: str) -> Response:
+        return self.page(request, "refused.html", {"message": message}, status_code, nonce=None)
+
+    def page(
+        self,
+        request: Request,
+        name: str,
+        context: dict[str, Any],
+        status_code: int = 200,
+        *,
+        nonce: str | None = "",
+    ) -> Response:
+        """A rendered page; ``nonce=""`` gives it a CSRF token (and the cookie, if new)."""
+        fresh = None
+        if nonce == "":
+            nonce = request.cookies.get(CSRF_COOKIE) or ""
+            if not 20 <= len(nonce) <= 128:
+                nonce = fresh = Csrf.new_nonce()
+        context = {**context, "csrf_field": CSRF_FIELD, "local_only": self.local_only}
+        context["csrf_token"] = self.csrf.form_token(nonce) if nonce else ""
+        response = self.templates.TemplateResponse(request, name, context, status_code)
+        if fresh is not None:
+            response.set_cookie(
+                CSRF_COOKIE,
+                fresh,
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+                path=request.scope.get("root_path") or "/",
+            )
+        return response
+
+    async def form(self, request: Request) -> dict[str, str] | Response:
+        """The POST's fields, once its origin, size and CSRF token passed; else the refusal."""
+        own = f"{request.url.scheme}://{request.url.netloc}"
+        if not same_origin(request.headers, own, self.trusted_origins):
+            return self.refuse(request, 403, "This request did not come from the inbox page.")
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/x-www-form-urlencoded":
+            return self.refuse(request, 415, "Send the inbox's own form.")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > self.max_body:
+                return self.refuse(request, 413, "The form is too large.")
+        try:
+            pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=8)
+        except (UnicodeDecodeError, ValueError):
+            return self.refuse(request, 400, "The form could not be read.")
+        fields = dict(pairs)
+        if not self.csrf.valid(request.cookies.get(CSRF_COOKIE), fields.get(CSRF_FIELD)):
+            return self.refuse(request, 403, "The form expired: reload the page and try again.")
+        return fields
+
+    # ------------------------------------------------------------------ storage (worker thread)
+    def pending_row(self, session_id: str, token: str) -> PendingApproval | None:
+        after = None
+        while True:
+            page = self.storage.list_pending(session_id=session_id, after=after, limit=1000)
+            for item in page.items:
+                if item.token == token:
+                    return item
+            if page.next_after is None:
+                return None
+            after = page.next_after
+
+    def locate(self, token: str, session_hint: str | None) -> _Located | None:
+        """The call behind ``token``: from the index while pending, else from the hinted session.
+
+        The hint (the page's ``session`` field) is only a place to look: the binding must be in
+        that session's stored envelope, so a hint names nothing an attacker could not see.
+        """
+        session_id = self.storage.find_token(token) or session_hint
+        if not session_id:
+            return None
+        try:
+            session = resume_chat_session(
+                self.definition_for(session_id),
+                session_id=session_id,
+                storage=self.storage,
+                clock=self.clock,
+            )
+        except ConfigError:
+            return None
+        binding = next((b for b in session.confirmations if b.token == token), None)
+        if binding is None:
+            return None
+        pending = None
+        if binding.status is ConfirmationStatus.PENDING:
+            pending = self.pending_row(session_id, token)
+        return _Located(session_id, binding, pending)
+
+    def decide(
+        self, principal: Principal, token: str, hint: str | None, reason: str | None, approve: bool
+    ) -> _Outcome:
+        located = self.locate(token, hint)
+        if located is None:
+            return _Outcome(404, "missing")
+        if located.pending is None:
+            return _Outcome(409, "decided", located)
+        if not self.can_decide(principal, located.pending):
+            return _Outcome(403, "forbidden", located)
+        session_id = located.session_id
+        won: list[bool] = []
+        try:
+            bridge = self.bridge_for(session_id) if self.bridge_for is not None else None
+            if bridge is not None:
+                bridge.approve(token) if approve else bridge.reject(token, reason)
+                won.append(True)  # a loser's bridge raises ConfirmationError
+            else:
+                won += self._decide_plain(session_id, token, reason, approve)
+        except UpstreamFailed as exc:
+            return _Outcome(502, "failed", located, f"{type(exc.__cause__).__name__}")
+        except ConfirmationError:
+            return _Outcome(409, "decided", self.locate(token, session_id) or located)
+        except InvalidConfirmationToken:
+            return _Outcome(404, "missing")
+        except (SessionConflict, StorageUnavailable, OutcomeUnknown, BridgeError) as exc:
+            return _Outcome(503, "busy", located, type(exc).__name__)
+        after = self.locate(token, session_id) or located
+        if after.binding.status is ConfirmationStatus.EXPIRED:
+            return _Outcome(409, "expired", after)
+        return _Outcome(200 if won else 409, "won" if won else "decided", after)
+
+    def _decide_plain(
+        self, session_id: str, token: str, reason: str | None, approve: bool
+    ) -> list[bool]:
+        if self.upstream_for is None:
+            raise ConfigError(
+                "The inbox has no upstream for this session.",
+                hint="Give create_inbox upstream_for, or a bridge_for that returns a bridge.",
+            )
+        # Our own transition, seen by an observer, is what says this request won: an approve
+        # that finds the call already approved returns the stored record without an error.
+        won: list[bool] = []
+
+        def observe(event: Any) -> None:
+            record = getattr(event, "record", None)
+            if record is not None and record.token == token and record.status.is_terminal:
+                won.append(True)
+
+        session = resume_chat_session(
+            self.definition_for(session_id),
+            session_id=session_id,
+            storage=self.storage,
+            clock=self.clock,
+            observers=[observe],
+        )
+        coordinator = session.confirmations_for(self.upstream_for(session_id))
+        if approve:
+            coordinator.approve(token, session_id=session_id)
+        else:
+            coordinator.reject(token, session_id=session_id, reason=reason)
+        return won[:1]
+
+    def fingerprint(self) -> tuple[str, ...]:
+        page = self.storage.list_pending(order="newest", limit=100)
+        return tuple(item.token for item in page.items)
+
+
+# ---------------------------------------------------------------------- routes
+def _inbox(request: Request) -> _Inbox:
+    inbox: _Inbox = request.app.state.inbox
+    return inbox
+
+
+def _filters(request: Request) -> dict[str, Any]:
+    query = request.query_params
+    order = query.get("order", "expiry")
+    return {
+        "action": query.get("action") or None,
+        "session_id": query.get("session") or None,
+        "order": order if order in ("expiry", "newest") else "expiry",
+        "after": query.get("after") or None,
+    }
+
+
+async def list_page(request: Request) -> Response:
+    inbox = _inbox(request)
+    principal = await inbox.principal(request)
+    if principal is None:
+        return inbox.refuse(request, 401 if not inbox.local_only else 403, _NOT_AUTHORIZED)
+    filters = _filters(request)
+    if any(len(value or "") > 512 for value in filters.values()):
+        return inbox.refuse(request, 400, "A filter is too long.")
+    try:
+        page: PendingPage = await run_in_threadpool(
+            inbox.storage.list_pending, limit=inbox.page_size, **filters
+        )
+    except ConfigError as exc:
+        return inbox.refuse(request, 400, exc.message)
+    now = inbox.clock()
+    rows = [
+        {
+            "item": item,
+            "remaining_ms": item.expires_at_ms - now,
+            "countdown": countdown(item.expires_at_ms - now),
+        }
+        for item in page.items
+    ]
+    context = {"rows": rows, "filters": filters, "next_after": page.next_after}
+    return inbox.page(request, "list.html", context)
+
+
+async def detail_page(request: Request) -> Response:
+    inbox = _inbox(request)
+    principal = await inbox.principal(request)
+    if principal is None:
+        return inbox.refuse(request, 401 if not inbox.local_only else 403, _NOT_AUTHORIZED)
+    token = request.path_params["token"]
+    hint = request.query_params.get("session")
+    if len(token) > 256 or len(hint or "") > 256:
+        return inbox.refuse(request, 404, "No such call.")
+    located = await run_in_threadpool(inbox.locate, token, hint)
+    if located is None:
+        return inbox.refuse(request, 404, "No such call.")
+    return inbox.page(request, "detail.html", _call_context(inbox, principal, located))
+
+
+def _call_context(inbox: _Inbox, principal: Principal, located: _Located) -> dict[str, Any]:
+    remaining = located.binding.expires_at - inbox.clock()
+    pending = located.pending
+    return {
+        "call": located,
+        "arguments": pretty_arguments(located.binding.input, inbox.bounds),
+        "remaining_ms": remaining,
+        "countdown": countdown(remaining),
+        "can_decide": pending is not None
+        and remaining > 0
+        and bool(inbox.can_decide(principal, pending)),
+        "max_reason": inbox.max_reason,
+    }
+
+
+async def _decision(request: Request, approve: bool) -> Response:
+    inbox = _inbox(request)
+    principal = await inbox.principal(request)
+    if principal is None:
+        return inbox.refuse(request, 401 if not inbox.local_only else 403, _NOT_AUTHORIZED)
+    fields = await inbox.form(request)
+    if isinstance(fields, Response):
+        return fields
+    token = request.path_params["token"]
+    hint = fields.get("session") or None
+    reason = (fields.get("reason") or "").strip() or None
+    if len(token) > 256 or len(hint or "") > 256:
+        return inbox.refuse(request, 404, "No such call.")
+    if reason is not None and len(reason) > inbox.max_reason:
+        return inbox.refuse(request, 400, f"The reason is longer than {inbox.max_reason}.")
+    outcome = await run_in_threadpool(inbox.decide, principal, token, hint, reason, approve)
+    if outcome.kind in ("won", "expired"):
+        inbox.changes.notify()
+    context = {"outcome": outcome, "call": outcome.located, "approve": approve}
+    return inbox.page(request, "result.html", context, outcome.status_code)
+
+
+async def approve(request: Request) -> Response:
+    return await _decision(request, approve=True)
+
+
+async def reject(request: Request) -> Response:
+    return await _decision(request, approve=False)
+
+
+async def events(request: Request) -> Response:
+    inbox = _inbox(request)
+    if await inbox.principal(request) is None:
+        return Response(status_code=401 if not inbox.local_only else 403)
+
+    async def fingerprint() -> object:
+        return await run_in_threadpool(inbox.fingerprint)
+
+    async def wait() -> None:
+        await inbox.changes.wait(inbox.poll_s)
+
+    return EventSourceResponse(pending_changes(fingerprint, wait), ping=15)
+
+
+_NOT_AUTHORIZED = "You are not authorized to use this inbox."
+
+
+def _deny(principal: Principal, pending: PendingApproval) -> bool:
+    return False
+
+
+def _allow(principal: Principal, pending: PendingApproval) -> bool:
+    return True
+
+
+def create_inbox(
+    storage: InboxStorage,
+    *,
+    definition: ChatDefinition | Callable[[str], ChatDefinition],
+    authorize: Authorize | None = None,
+    can_decide: CanDecide | None = None,
+    local_only: bool = False,
+    bridge_for: Callable[[str], Bridge | None] | None = None,
+    upstream_for: Callable[[str], UpstreamChat] | None = None,
+    clock: Callable[[], int] | None = None,
+    csrf_secret: bytes | None = None,
+    trusted_origins: tuple[str, ...] = (),
+    bounds: Bounds = DEFAULT_BOUNDS,
+    page_size: int = 50,
+    max_reason: int = 1_000,
+    max_body: int = 16_384,
+    poll_interval_s: float = 2.0,
+) -> Starlette:
+    """The approver's inbox as a Starlette app; mount it anywhere (docs/inbox.md).
+
+    ``authorize(request)`` returns the host's principal or ``None`` (refused); it may be async.
+    ``can_decide(principal, pending)`` allows each decision; without it nobody may decide,
+    except in ``local_only`` mode without ``authorize`` (the developer's own machine), which
+    serves loopback clients only. A decision goes to ``bridge_for(session_id)`` when it returns
+    a bridge, else to the session's coordinator over ``upstream_for(session_id)``.
+    """
+    if authorize is None and not local_only:
+        raise ConfigError(
+            "The inbox needs an authorize hook.",
+            hint="Pass authorize=(request -> principal | None), or local_only=True on loopback.",
+        )
+    if not isinstance(storage, PendingIndex) or inspect.iscoroutinefunction(storage.find_token):
+        raise ConfigError(
+            "The inbox needs a sync storage with the pending index.",
+            hint="Pass a MemoryStorage, SQLiteStorage or another adapter with list_pending.",
+        )
+    if bridge_for is None and upstream_for is None:
+        raise ConfigError(
+            "The inbox needs a way to decide.",
+            hint="Pass upstream_for=(session_id -> UpstreamChat), bridge_for, or both.",
+        )
+    if not (1 <= page_size <= 1000 and max_reason >= 1 and max_body >= 1024):
+        raise ConfigError("The inbox's bounds are invalid.", hint="See docs/inbox.md.")
+    if can_decide is None:
+        can_decide = _allow if authorize is None else _deny
+    inbox = _Inbox(
+        storage=storage,
+        definition_for=definition if callable(definition) else (lambda _sid: definition),
+        authorize=authorize,
+        can_decide=can_decide,
+        local_only=local_only,
+        bridge_for=bridge_for,
+        upstream_for=upstream_for,
+        clock=clock or _system_clock,
+        csrf_secret=csrf_secret,
+        trusted_origins=frozenset(trusted_origins),
+        bounds=bounds,
+        page_size=page_size,
+        max_reason=max_reason,
+        max_body=max_body,
+        poll_interval_s=poll_interval_s,
+    )
+    app = Starlette(
+        routes=[
+            Route("/", list_page, name="list"),
+            Route("/call/{token}", detail_page, name="detail"),
+            Route("/call/{token}/approve", approve, methods=["POST"], name="approve"),
+            Route("/call/{token}/reject", reject, methods=["POST"], name="reject"),
+            Route("/events", events, name="events"),
+            Mount("/static", StaticFiles(packages=[("akchat_fsm.inbox", "static")]), name="static"),
+        ],
+    )
+    app.state.inbox = inbox
+    app.add_middleware(SecurityHeaders)
+    return app

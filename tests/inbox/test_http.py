@@ -1,0 +1,236 @@
+"""The inbox over HTTP (Starlette's TestClient): security, refusals that change nothing, decisions.
+
+Real memory storage and the recording upstream; the clock is injected, so expiry is a step.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from akchat_fsm import ConfigError
+from akchat_fsm.inbox import create_inbox
+from akchat_fsm.storage import AsyncMemoryStorage
+
+from ._world import DEFINITION, World, by_header, only_ana
+
+ORIGIN = "http://127.0.0.1"
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+def client(app: Any, user: str | None = "ana", host: str = "127.0.0.1") -> TestClient:
+    headers = {"x-user": user} if user else {}
+    return TestClient(app, base_url=ORIGIN, client=(host, 50000), headers=headers)
+
+
+def csrf_of(page: str) -> str:
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    assert match, "the page has no CSRF field"
+    return match.group(1)
+
+
+def open_call(c: TestClient, token: str, session_id: str) -> str:
+    response = c.get(f"/call/{token}", params={"session": session_id})
+    assert response.status_code == 200, response.text
+    return csrf_of(response.text)
+
+
+def post(c: TestClient, path: str, fields: dict[str, str], **headers: str) -> Any:
+    same = {"origin": ORIGIN, "sec-fetch-site": "same-origin"}
+    return c.post(path, data=fields, headers={**same, **headers})
+
+
+# ------------------------------------------------------------------ configuration
+def test_refuses_to_start_without_authorize(world: World) -> None:
+    with pytest.raises(ConfigError, match="authorize"):
+        create_inbox(world.storage, definition=DEFINITION, upstream_for=lambda s: world.upstream)
+
+
+def test_refuses_async_storage_and_no_way_to_decide(world: World) -> None:
+    with pytest.raises(ConfigError, match="pending index"):
+        create_inbox(AsyncMemoryStorage(), definition=DEFINITION, local_only=True,
+                     upstream_for=lambda s: world.upstream)  # fmt: skip
+    with pytest.raises(ConfigError, match="way to decide"):
+        create_inbox(world.storage, definition=DEFINITION, local_only=True)
+
+
+def test_local_only_refuses_a_remote_client_and_a_rebound_host(world: World) -> None:
+    app = world.app(local_only=True)
+    assert client(app, host="127.0.0.1").get("/").status_code == 200
+    assert client(app, host="10.1.2.3").get("/").status_code == 403
+    rebound = TestClient(app, base_url="http://evil.example", client=("127.0.0.1", 5))
+    assert rebound.get("/").status_code == 403  # DNS rebinding: loopback peer, foreign Host
+
+
+# ------------------------------------------------------------------ headers
+def test_every_response_carries_the_security_headers(world: World) -> None:
+    c = client(world.app(authorize=by_header))
+    for response in (c.get("/"), c.get("/static/inbox.js"), c.get("/nope"), client(
+            world.app(authorize=by_header), user=None).get("/")):  # fmt: skip
+        csp = response.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+        assert "unsafe-inline" not in csp and "default-src 'none'" in csp
+        assert response.headers["x-frame-options"] == "DENY"
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "no-referrer"
+
+
+def test_the_csrf_cookie_is_strict_and_http_only(world: World) -> None:
+    response = client(world.app(authorize=by_header)).get("/")
+    cookie = response.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie
+    assert "<script>" not in response.text.replace('<script src="', "")  # no inline script
+
+
+# ------------------------------------------------------------------ the list
+def test_list_filters_orders_and_counts_down(world: World) -> None:
+    a = world.propose("s-a", "email.send", {"to": "x"}, ttl_ms=250_000)
+    world.clock.now_ms += 1000
+    b = world.propose("s-b", "payment.send", {"amount": 3}, ttl_ms=600_000)
+    c = client(world.app(authorize=by_header))
+    page = c.get("/").text
+    assert page.index(a.token) < page.index(b.token)  # soonest to expire first
+    assert "expires in 4m 9s" in page  # 250 s, one second later
+    newest = c.get("/", params={"order": "newest"}).text
+    assert newest.index(b.token) < newest.index(a.token)
+    only = c.get("/", params={"action": "payment.send"}).text
+    assert b.token in only and a.token not in only
+    assert c.get("/", params={"after": "garbage"}).status_code == 400
+
+
+def test_list_paginates_with_after(world: World) -> None:
+    tokens = [world.propose(f"s-{i}", "email.send", {"i": i}).token for i in range(3)]
+    c = client(world.app(authorize=by_header, page_size=2))
+    first = c.get("/").text
+    match = re.search(r'rel="next" href="[^"]*after=([^"&]+)"', first)
+    assert match
+    second = c.get("/", params={"after": match.group(1).replace("%3D", "=")}).text
+    assert sum(t in first for t in tokens) == 2 and sum(t in second for t in tokens) == 1
+
+
+# ------------------------------------------------------------------ decisions
+def test_approve_runs_upstream_once_and_a_second_approve_shows_it_was_decided(
+    world: World,
+) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a@example.com"})
+    tab1 = client(world.app(authorize=by_header, can_decide=only_ana))
+    tab2 = client(tab1.app)
+    csrf1, csrf2 = open_call(tab1, record.token, "s-1"), open_call(tab2, record.token, "s-1")
+    path = f"/call/{record.token}/approve"
+    won = post(tab1, path, {"csrf": csrf1, "session": "s-1"})
+    assert won.status_code == 200 and 'data-kind="won"' in won.text
+    lost = post(tab2, path, {"csrf": csrf2, "session": "s-1"})
+    assert lost.status_code == 409 and 'data-kind="decided"' in lost.text
+    assert "approved" in lost.text
+    assert world.upstream.calls_for(record.tool_call_id) == [("approve", record.tool_call_id)]
+
+
+def test_reject_sends_the_reason_upstream(world: World) -> None:
+    record = world.propose("s-1", "payment.send", {"amount": 10})
+    c = client(world.app(authorize=by_header, can_decide=only_ana))
+    csrf = open_call(c, record.token, "s-1")
+    reason = "wrong <b>amount</b>"
+    response = post(c, f"/call/{record.token}/reject", {"csrf": csrf, "session": "s-1",
+                                                        "reason": reason})  # fmt: skip
+    assert response.status_code == 200
+    assert world.upstream.denied == [(record.tool_call_id, reason)]
+    assert world.status("s-1", record.token) == "rejected"
+
+
+def test_an_expired_call_cannot_be_approved(world: World) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a"}, ttl_ms=1_000)
+    c = client(world.app(authorize=by_header, can_decide=only_ana))
+    csrf = open_call(c, record.token, "s-1")
+    world.clock.now_ms += 1_000
+    detail = c.get(f"/call/{record.token}", params={"session": "s-1"}).text
+    assert 'id="approve"' not in detail and "expired" in detail
+    response = post(c, f"/call/{record.token}/approve", {"csrf": csrf, "session": "s-1"})
+    assert response.status_code == 409 and 'data-kind="expired"' in response.text
+    assert world.upstream.executed[record.tool_call_id] == 0
+    assert world.status("s-1", record.token) == "expired"
+
+
+# ------------------------------------------------------------------ refusals change nothing
+def refused_cases() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        ("no csrf", {"fields": {}}),
+        ("forged csrf", {"fields": {"csrf": "0" * 64}}),
+        ("cross-site origin", {"headers": {"origin": "https://evil.example"}}),
+        ("cross-site fetch", {"headers": {"sec-fetch-site": "cross-site"}}),
+        ("unknown user", {"user": None}),
+        ("not permitted", {"user": "bob"}),
+        ("huge body", {"fields": {"reason": "x" * 20_000}}),
+        ("long reason", {"fields": {"reason": "x" * 1_001}}),
+        ("json body", {"json": True}),
+    ]
+
+
+@pytest.mark.parametrize(("case", "spec"), refused_cases(), ids=[c for c, _ in refused_cases()])
+def test_a_refused_post_changes_nothing(world: World, case: str, spec: dict[str, Any]) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a"})
+    app = world.app(authorize=by_header, can_decide=only_ana)
+    ana = client(app)
+    csrf = open_call(ana, record.token, "s-1")
+    before = world.stored("s-1")
+    c = ana
+    if "user" in spec:  # the same browser (cookie, token), another or no principal
+        c = client(app, user=spec["user"])
+        c.cookies = ana.cookies
+    fields = {"csrf": csrf, "session": "s-1", **spec.get("fields", {})}
+    if case in ("no csrf",):
+        del fields["csrf"]
+    path = f"/call/{record.token}/approve"
+    if spec.get("json"):
+        response = c.post(path, json=fields, headers={"origin": ORIGIN})
+    else:
+        response = post(c, path, fields, **spec.get("headers", {}))
+    assert response.status_code in (400, 401, 403, 413, 415), (case, response.status_code)
+    assert world.stored("s-1") == before
+    assert world.upstream.calls == []
+
+
+def test_a_principal_without_permission_sees_no_buttons(world: World) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a"})
+    page = client(world.app(authorize=by_header), user="ana").get(
+        f"/call/{record.token}", params={"session": "s-1"}
+    )
+    assert 'id="approve"' not in page.text and "You may not decide" in page.text
+
+
+def test_a_token_hinted_into_another_session_is_inert(world: World) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a"})
+    world.propose("s-2", "email.send", {"to": "b"})
+    c = client(world.app(authorize=by_header, can_decide=only_ana))
+    assert c.get(f"/call/{record.token}x", params={"session": "s-2"}).status_code == 404
+
+
+# ------------------------------------------------------------------ hostile arguments
+HOSTILE = {
+    "html": "<img src=x onerror=alert(1)><script>window.pwned=1</script>",
+    "bidi": "pay\u202eevil\u2066",
+    "controls": "a\x00b\x1bc\u2028d",
+    "big": "y" * 16_384,  # the stored bound; the renderer's own is tested in test_render
+    "deep": [[[[[[[[[[[["bottom"]]]]]]]]]]]],
+}
+
+
+def test_hostile_arguments_are_escaped_and_bounded(world: World) -> None:
+    record = world.propose("s-1", "email.send", HOSTILE)
+    page = client(world.app(authorize=by_header)).get(
+        f"/call/{record.token}", params={"session": "s-1"}
+    )
+    text = page.text
+    assert "<img src=x" not in text and "<script>window" not in text
+    assert "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert "\u202e" not in text and "\\u202e" in text and "\\u2066" in text
+    assert "\x00" not in text and "\x1b" not in text and "\\u2028" in text
+    assert "[14,384 more characters]" in text
+    assert "nested deeper than 8 levels" in text and "bottom" not in text
+    assert len(text) < 50_000
