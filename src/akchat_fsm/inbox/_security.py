@@ -97,10 +97,15 @@ def same_origin(headers: Headers, own_origin: str, trusted: frozenset[str]) -> b
     """Whether a state-changing request comes from this page (Fetch Metadata, then Origin).
 
     A browser sends both on every POST; a missing header passes this check (an old client or
-    a script with no cookie), and the CSRF token is what refuses it then.
+    a script with no cookie), and the CSRF token is what refuses it then. Our own
+    ``Referrer-Policy: no-referrer`` makes Chromium send ``Origin: null`` on the page's own
+    form posts, so ``null`` passes only beside ``Sec-Fetch-Site: same-origin``, a header a page
+    cannot forge.
     """
     site = headers.get("sec-fetch-site")
     if site is not None and site != "same-origin":
         return False
     origin = headers.get("origin")
+    if origin == "null":
+        return site == "same-origin"
     return origin is None or origin == own_origin or origin in trusted
