@@ -83,6 +83,22 @@ def test_every_response_carries_the_security_headers(world: World) -> None:
         assert response.headers["referrer-policy"] == "no-referrer"
 
 
+def test_even_a_crash_page_carries_the_headers(world: World) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a"})
+
+    def broken(session_id: str) -> None:
+        raise RuntimeError("the host's hook is broken")
+
+    app = world.app(authorize=by_header, can_decide=only_ana, bridge_for=broken)
+    c = TestClient(app, base_url=ORIGIN, headers={"x-user": "ana"}, raise_server_exceptions=False)
+    csrf = open_call(c, record.token, "s-1")
+    response = post(c, f"/call/{record.token}/approve", {"csrf": csrf, "session": "s-1"})
+    assert response.status_code == 500
+    assert response.headers["x-frame-options"] == "DENY"
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    assert world.upstream.calls == []
+
+
 def test_the_csrf_cookie_is_strict_and_http_only(world: World) -> None:
     response = client(world.app(authorize=by_header)).get("/")
     cookie = response.headers["set-cookie"].lower()
@@ -152,6 +168,21 @@ def test_reject_sends_the_reason_upstream(world: World) -> None:
     assert response.status_code == 200
     assert world.upstream.denied == [(record.tool_call_id, reason)]
     assert world.status("s-1", record.token) == "rejected"
+
+
+def test_an_upstream_failure_is_reported_and_leaves_the_call_processing(world: World) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a"})
+    c = client(world.app(authorize=by_header, can_decide=only_ana))
+    csrf = open_call(c, record.token, "s-1")
+    world.upstream.fail_next = 1
+    response = post(c, f"/call/{record.token}/approve", {"csrf": csrf, "session": "s-1"})
+    assert response.status_code == 502 and 'data-kind="failed"' in response.text
+    assert "UpstreamDown" in response.text
+    assert world.status("s-1", record.token) == "approving"  # never a false completion
+
+
+def test_the_event_stream_needs_a_principal(world: World) -> None:
+    assert client(world.app(authorize=by_header), user=None).get("/events").status_code == 401
 
 
 def test_an_expired_call_cannot_be_approved(world: World) -> None:

@@ -8,12 +8,13 @@ the session's own two-CAS decision (or the host's bridge for the session), ADR-0
 from __future__ import annotations
 
 from ._render import Bounds, countdown, pretty_arguments
-from .app import LOCAL_PRINCIPAL, Bridge, InboxStorage, create_inbox, pending_changes
+from .app import LOCAL_PRINCIPAL, Bridge, InboxApp, InboxStorage, create_inbox, pending_changes
 
 __all__ = [
     "LOCAL_PRINCIPAL",
     "Bounds",
     "Bridge",
+    "InboxApp",
     "InboxStorage",
     "countdown",
     "create_inbox",

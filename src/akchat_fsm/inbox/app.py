@@ -27,6 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp
 
 from ..errors import (
     ConfigError,
@@ -447,6 +448,15 @@ def _allow(principal: Principal, pending: PendingApproval) -> bool:
     return True
 
 
+class InboxApp(Starlette):
+    """The inbox's Starlette app; its security headers wrap even the 500 page."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        # Middleware added the usual way sits inside Starlette's ServerErrorMiddleware, whose
+        # "Internal Server Error" would then leave without the headers.
+        return SecurityHeaders(super().build_middleware_stack())
+
+
 def create_inbox(
     storage: InboxStorage,
     *,
@@ -464,7 +474,7 @@ def create_inbox(
     max_reason: int = 1_000,
     max_body: int = 16_384,
     poll_interval_s: float = 2.0,
-) -> Starlette:
+) -> InboxApp:
     """The approver's inbox as a Starlette app; mount it anywhere (docs/inbox.md).
 
     ``authorize(request)`` returns the host's principal or ``None`` (refused); it may be async.
@@ -509,7 +519,7 @@ def create_inbox(
         max_body=max_body,
         poll_interval_s=poll_interval_s,
     )
-    app = Starlette(
+    app = InboxApp(
         routes=[
             Route("/", list_page, name="list"),
             Route("/call/{token}", detail_page, name="detail"),
@@ -520,5 +530,4 @@ def create_inbox(
         ],
     )
     app.state.inbox = inbox
-    app.add_middleware(SecurityHeaders)
     return app

@@ -1,0 +1,103 @@
+"""The inbox's bridge path with the real pydantic-ai bridge: a decision continues the agent run.
+
+pydantic-ai's own offline ``FunctionModel`` asks for one approval-gated tool, then reports
+what it was given; the tool body counts its runs. No network, no key.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent, DeferredToolRequests
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import FunctionModel
+from starlette.testclient import TestClient
+
+from akchat_fsm import resume_chat_session
+from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
+
+from ._world import DEFINITION, World, by_header, only_ana
+
+
+def scripted(messages: Any, info: Any) -> ModelResponse:
+    results = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+    if not results:
+        return ModelResponse(parts=[ToolCallPart("send_email", {"to": "ana@example.com"})])
+    return ModelResponse(parts=[TextPart(f"Done: {results[0].content}")])
+
+
+@pytest.fixture
+def agent_world() -> tuple[World, Any, list[str]]:
+    world = World()
+    agent = Agent(FunctionModel(scripted), output_type=[str, DeferredToolRequests])
+    sent: list[str] = []
+
+    @agent.tool_plain(requires_approval=True)
+    def send_email(to: str) -> str:
+        sent.append(to)
+        return f"email sent to {to}"
+
+    return world, agent, sent
+
+
+def bridge(world: World, agent: Any, session_id: str) -> PydanticAIBridge:
+    session = resume_chat_session(
+        DEFINITION, session_id=session_id, storage=world.storage, clock=world.clock
+    )
+    return PydanticAIBridge(agent, session, world.storage)
+
+
+def tab(world: World, agent: Any, token: str) -> tuple[TestClient, str]:
+    """A browser tab on the call's detail page: its client and the form's CSRF token."""
+    app = world.app(
+        authorize=by_header,
+        can_decide=only_ana,
+        bridge_for=lambda sid: bridge(world, agent, sid),
+        upstream_for=None,
+    )
+    c = TestClient(app, base_url="http://127.0.0.1", headers={"x-user": "ana"})
+    page = c.get(f"/call/{token}", params={"session": "chat-1"}).text
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    assert match
+    return c, match.group(1)
+
+
+def decide(opened: tuple[TestClient, str], token: str, verb: str, **fields: str) -> Any:
+    c, csrf = opened
+    return c.post(
+        f"/call/{token}/{verb}",
+        data={"csrf": csrf, "session": "chat-1", **fields},
+        headers={"origin": "http://127.0.0.1", "sec-fetch-site": "same-origin"},
+    )
+
+
+def test_approve_in_the_inbox_continues_the_run_and_runs_the_body_once(
+    agent_world: tuple[World, Any, list[str]],
+) -> None:
+    world, agent, sent = agent_world
+    paused = bridge(world, agent, "chat-1").run("Email Ana", run_id="run-1")
+    assert paused.status == "paused"
+    token = paused.pending[0].token
+    first, second = tab(world, agent, token), tab(world, agent, token)
+    response = decide(first, token, "approve")
+    assert response.status_code == 200 and 'data-kind="won"' in response.text
+    assert sent == ["ana@example.com"]
+    again = bridge(world, agent, "chat-1").continue_run("run-1")
+    assert again.replayed and again.output == "Done: email sent to ana@example.com"
+    late = decide(second, token, "approve")  # the second tab: decided, nothing runs again
+    assert late.status_code == 409 and 'data-kind="decided"' in late.text
+    assert sent == ["ana@example.com"]
+
+
+def test_a_reason_given_in_the_inbox_reaches_the_model(
+    agent_world: tuple[World, Any, list[str]],
+) -> None:
+    world, agent, sent = agent_world
+    paused = bridge(world, agent, "chat-1").run("Email Ana", run_id="run-1")
+    token = paused.pending[0].token
+    response = decide(tab(world, agent, token), token, "reject", reason="Ana has it")
+    assert response.status_code == 200
+    done = bridge(world, agent, "chat-1").continue_run("run-1")
+    assert done.output == "Done: Ana has it" and sent == []
