@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from akchat_fsm import ConfigError
+from akchat_fsm import ConfigError, resume_chat_session
 from akchat_fsm.inbox import create_inbox
 from akchat_fsm.storage import AsyncMemoryStorage
 
@@ -276,3 +276,78 @@ def test_hostile_arguments_are_escaped_and_bounded(world: World) -> None:
     assert "[14,384 more characters]" in text
     assert "nested deeper than 8 levels" in text and "bottom" not in text
     assert len(text) < 50_000
+
+
+# ------------------------------------------------------------------ races and the rest
+def racing(world: World, token: str, verb: str) -> Any:
+    """A ``can_decide`` that lets another client decide first, between the inbox's read and
+    its decision: the deterministic form of two approvers clicking at once."""
+
+    def hook(principal: Any, pending: Any) -> bool:
+        session = resume_chat_session(DEFINITION, session_id=pending.session_id,
+                                      storage=world.storage, clock=world.clock)  # fmt: skip
+        getattr(session.confirmations_for(world.upstream), verb)(token)
+        return True
+
+    return hook
+
+
+@pytest.mark.parametrize("ours", ["approve", "reject"])
+def test_the_loser_of_a_race_is_told_and_calls_nothing(world: World, ours: str) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a"})
+    reader = client(world.app(authorize=by_header, can_decide=only_ana))
+    csrf = open_call(reader, record.token, "s-1")
+    c = client(world.app(authorize=by_header, can_decide=racing(world, record.token, "approve")))
+    c.cookies = reader.cookies
+    c.app.state.inbox.csrf = reader.app.state.inbox.csrf  # one deployment, one secret
+    response = post(c, f"/call/{record.token}/{ours}", {"csrf": csrf, "session": "s-1"})
+    assert response.status_code == 409 and 'data-kind="decided"' in response.text
+    assert "approved" in response.text
+    assert world.upstream.calls_for(record.tool_call_id) == [("approve", record.tool_call_id)]
+
+
+def test_local_only_without_authorize_lets_the_local_user_decide(world: World) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a"})
+    c = client(world.app(local_only=True), user=None)
+    csrf = open_call(c, record.token, "s-1")
+    response = post(c, f"/call/{record.token}/approve", {"csrf": csrf, "session": "s-1"})
+    assert response.status_code == 200 and world.status("s-1", record.token) == "approved"
+
+
+def test_an_async_authorize_hook_is_awaited(world: World) -> None:
+    async def authorize(request: Any) -> str | None:
+        return by_header(request)
+
+    app = world.app(authorize=authorize)
+    assert client(app).get("/").status_code == 200
+    assert client(app, user=None).get("/").status_code == 401
+
+
+def test_a_decided_token_hinted_into_another_session_is_not_found(world: World) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a"})
+    world.propose("s-2", "email.send", {"to": "b"})
+    c = client(world.app(authorize=by_header, can_decide=only_ana))
+    csrf = open_call(c, record.token, "s-1")
+    assert post(c, f"/call/{record.token}/approve", {"csrf": csrf, "session": "s-1"}).is_success
+    before = world.stored("s-2")
+    response = post(c, f"/call/{record.token}/reject", {"csrf": csrf, "session": "s-2"})
+    assert response.status_code == 404 and world.stored("s-2") == before
+    assert c.get(f"/call/{record.token}", params={"session": "s-2"}).status_code == 404
+
+
+def test_a_body_that_is_not_utf8_is_refused(world: World) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a"})
+    c = client(world.app(authorize=by_header, can_decide=only_ana))
+    open_call(c, record.token, "s-1")
+    before = world.stored("s-1")
+    response = c.post(
+        f"/call/{record.token}/approve",
+        content=b"csrf=\xff\xfe",
+        headers={"origin": ORIGIN, "content-type": "application/x-www-form-urlencoded"},
+    )
+    assert response.status_code == 400 and world.stored("s-1") == before
+
+
+def test_bad_bounds_are_a_config_error(world: World) -> None:
+    with pytest.raises(ConfigError, match="bounds"):
+        world.app(local_only=True, page_size=0)
