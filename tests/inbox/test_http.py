@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 from akchat_fsm import ConfigError, resume_chat_session
 from akchat_fsm.inbox import create_inbox
 from akchat_fsm.storage import AsyncMemoryStorage
+from akchat_fsm.testing.doubles import RecordingChatMemory
 
 from ._world import DEFINITION, World, by_header, only_ana
 
@@ -351,3 +352,33 @@ def test_a_body_that_is_not_utf8_is_refused(world: World) -> None:
 def test_bad_bounds_are_a_config_error(world: World) -> None:
     with pytest.raises(ConfigError, match="bounds"):
         world.app(local_only=True, page_size=0)
+
+
+def message(i: int, content: str, role: str = "user") -> dict[str, Any]:
+    return {"id": f"m{i}", "role": role, "content": content, "status": "complete",
+            "createdAt": "2026-07-14T00:00:00.000Z"}  # fmt: skip
+
+
+def test_the_recent_conversation_is_shown_escaped_and_bounded(world: World) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a"})
+    chat = [message(i, f"old {i}") for i in range(20)]
+    chat += [message(20, "<script>window.x=1</script>\u202eevil", role="assistant")]
+    memory = RecordingChatMemory({}, messages=chat)  # no tool calls: the chat alone
+    app = world.app(authorize=by_header, memory_for=lambda sid: memory, recent_messages=3)
+    page = client(app).get(f"/call/{record.token}", params={"session": "s-1"}).text
+    assert "Recent conversation" in page
+    assert "old 17" not in page and "old 18" in page and "old 19" in page
+    assert "&lt;script&gt;window.x=1&lt;/script&gt;\\u202eevil" in page
+    assert "<script>window" not in page and "\u202e" not in page
+
+
+def test_a_memory_that_is_not_a_valid_record_shows_no_messages(world: World) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a"})
+
+    class Broken:
+        def load(self) -> object:
+            return {"version": 99}
+
+    app = world.app(authorize=by_header, memory_for=lambda sid: Broken())
+    page = client(app).get(f"/call/{record.token}", params={"session": "s-1"}).text
+    assert "No messages." in page

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qsl
@@ -33,14 +33,21 @@ from ..errors import (
     ConfigError,
     ConfirmationError,
     InvalidConfirmationToken,
+    InvalidMemoryRecord,
     OutcomeUnknown,
     SessionConflict,
     StorageUnavailable,
 )
 from ..integrations import BridgeError
-from ..session import ChatDefinition, UpstreamChat, UpstreamFailed, resume_chat_session
+from ..session import (
+    ChatDefinition,
+    ChatMemory,
+    UpstreamChat,
+    UpstreamFailed,
+    resume_chat_session,
+)
 from ..storage.port import PendingApproval, PendingIndex, PendingPage, SessionStorage
-from ..wire import ConfirmationBinding, ConfirmationStatus
+from ..wire import ConfirmationBinding, ConfirmationStatus, MemoryRecord, validate_memory_record
 from ._render import DEFAULT_BOUNDS, Bounds, countdown, pretty_arguments, visible
 from ._security import (
     CSRF_COOKIE,
@@ -132,6 +139,8 @@ class _Inbox:
         self.local_only: bool = options["local_only"]
         self.bridge_for: Callable[[str], Bridge | None] | None = options["bridge_for"]
         self.upstream_for: Callable[[str], UpstreamChat] | None = options["upstream_for"]
+        self.memory_for: Callable[[str], ChatMemory | None] | None = options["memory_for"]
+        self.recent: int = options["recent_messages"]
         self.clock: Callable[[], int] = options["clock"]
         self.csrf = Csrf(options["csrf_secret"])
         self.trusted_origins: frozenset[str] = options["trusted_origins"]
@@ -314,6 +323,31 @@ class _Inbox:
             coordinator.reject(token, session_id=session_id, reason=reason)
         return won[:1]
 
+    def conversation(self, session_id: str) -> list[tuple[str, str]] | None:
+        """The last messages of the session's chat, as (role, bounded text), when the host
+        gives a memory; ``None`` without one. A memory that fails shows as an empty chat."""
+        memory = self.memory_for(session_id) if self.memory_for is not None else None
+        if memory is None:
+            return None
+        try:
+            loaded = memory.load()
+            if isinstance(loaded, MemoryRecord):
+                record = loaded
+            elif isinstance(loaded, Mapping):
+                record = validate_memory_record(loaded)
+            else:
+                record = validate_memory_record({"version": 1, "messages": list(loaded)})
+        except InvalidMemoryRecord:
+            return []
+        limit = self.bounds.max_string
+        out = []
+        for message in record.messages[-self.recent :]:
+            text = message.content
+            cut = len(text) - limit
+            shown = visible(text[:limit]) + (f" … [{cut:,} more characters]" if cut > 0 else "")
+            out.append((message.role.value, shown))
+        return out
+
     def fingerprint(self) -> tuple[str, ...]:
         page = self.storage.list_pending(order="newest", limit=100)
         return tuple(item.token for item in page.items)
@@ -375,7 +409,9 @@ async def detail_page(request: Request) -> Response:
     located = await run_in_threadpool(inbox.locate, token, hint)
     if located is None:
         return inbox.refuse(request, 404, "No such call.")
-    return inbox.page(request, "detail.html", _call_context(inbox, principal, located))
+    context = _call_context(inbox, principal, located)
+    context["conversation"] = await run_in_threadpool(inbox.conversation, located.session_id)
+    return inbox.page(request, "detail.html", context)
 
 
 def _call_context(inbox: _Inbox, principal: Principal, located: _Located) -> dict[str, Any]:
@@ -466,6 +502,8 @@ def create_inbox(
     local_only: bool = False,
     bridge_for: Callable[[str], Bridge | None] | None = None,
     upstream_for: Callable[[str], UpstreamChat] | None = None,
+    memory_for: Callable[[str], ChatMemory | None] | None = None,
+    recent_messages: int = 10,
     clock: Callable[[], int] | None = None,
     csrf_secret: bytes | None = None,
     trusted_origins: tuple[str, ...] = (),
@@ -481,7 +519,8 @@ def create_inbox(
     ``can_decide(principal, pending)`` allows each decision; without it nobody may decide,
     except in ``local_only`` mode without ``authorize`` (the developer's own machine), which
     serves loopback clients only. A decision goes to ``bridge_for(session_id)`` when it returns
-    a bridge, else to the session's coordinator over ``upstream_for(session_id)``.
+    a bridge, else to the session's coordinator over ``upstream_for(session_id)``. With
+    ``memory_for(session_id)`` a call's page shows the chat's last ``recent_messages``.
     """
     if authorize is None and not local_only:
         raise ConfigError(
@@ -498,7 +537,9 @@ def create_inbox(
             "The inbox needs a way to decide.",
             hint="Pass upstream_for=(session_id -> UpstreamChat), bridge_for, or both.",
         )
-    if not (1 <= page_size <= 1000 and max_reason >= 1 and max_body >= 1024):
+    if not (
+        1 <= page_size <= 1000 and max_reason >= 1 and max_body >= 1024 and recent_messages >= 1
+    ):
         raise ConfigError("The inbox's bounds are invalid.", hint="See docs/inbox.md.")
     if can_decide is None:
         can_decide = _allow if authorize is None else _deny
@@ -510,6 +551,8 @@ def create_inbox(
         local_only=local_only,
         bridge_for=bridge_for,
         upstream_for=upstream_for,
+        memory_for=memory_for,
+        recent_messages=recent_messages,
         clock=clock or _system_clock,
         csrf_secret=csrf_secret,
         trusted_origins=frozenset(trusted_origins),
