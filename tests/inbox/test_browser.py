@@ -26,7 +26,9 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from ._world import World
+from akchat_fsm import resume_chat_session
+
+from ._world import DEFINITION, World
 
 WAIT_S = 20
 
@@ -231,3 +233,8 @@ def test_the_list_updates_without_a_reload(browser: Any, inbox: Served, world: W
     row = f'tr[data-token="{later.token}"]'
     wait(browser).until(ec.presence_of_element_located((By.CSS_SELECTOR, row)))
     assert marker.is_displayed()  # not a reload: the old heading element is still attached
+    session = resume_chat_session(DEFINITION, session_id="chat-2", storage=world.storage,
+                                  clock=world.clock)  # fmt: skip
+    session.confirmations_for(world.upstream).approve(later.token)  # decided elsewhere
+    wait(browser).until(ec.invisibility_of_element_located((By.CSS_SELECTOR, row)))
+    assert marker.is_displayed()
