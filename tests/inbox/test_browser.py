@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import uvicorn
 from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions as ec
@@ -238,3 +239,26 @@ def test_the_list_updates_without_a_reload(browser: Any, inbox: Served, world: W
     session.confirmations_for(world.upstream).approve(later.token)  # decided elsewhere
     wait(browser).until(ec.invisibility_of_element_located((By.CSS_SELECTOR, row)))
     assert marker.is_displayed()
+
+
+def tab_to(browser: Any, matches: str) -> None:
+    """Press Tab until the focused element matches the CSS selector (at most 40 presses)."""
+    for _ in range(40):
+        ActionChains(browser).send_keys(Keys.TAB).perform()
+        if browser.execute_script("return document.activeElement.matches(arguments[0])", matches):
+            return
+    raise AssertionError(f"Tab never reached {matches}")
+
+
+def test_the_whole_decision_by_keyboard(browser: Any, inbox: Served, world: World) -> None:
+    record = world.propose("chat-1", "email.send", {"to": "kb@example.com"})
+    browser.get(inbox.url + "/")
+    tab_to(browser, f'tr[data-token="{record.token}"] a')
+    ActionChains(browser).send_keys(Keys.ENTER).perform()
+    wait(browser).until(ec.presence_of_element_located((By.ID, "arguments")))
+    tab_to(browser, "#reason")
+    ActionChains(browser).send_keys("not this one").perform()
+    tab_to(browser, "#reject")
+    ActionChains(browser).send_keys(Keys.ENTER).perform()
+    assert outcome(browser) == "won"
+    assert world.upstream.denied == [(record.tool_call_id, "not this one")]
