@@ -7,7 +7,9 @@ finds a violation, so the verdict comes from its output:
 * a protocol check passes only with ``errors: 0``, no trail, and a complete search (no
   "Search not completed", no "max search depth too small", no memory bound hit, no timeout);
 * a seeded-bug check passes only when ``pan`` reports ``errors: >= 1`` for the named property
-  AND writes a trail: a seeded bug that goes unnoticed fails the run.
+  AND writes a trail: a seeded bug that goes unnoticed fails the run; a seeded liveness bug
+  (``LIVENESS_BUGS``) passes only when the error is an acceptance cycle, so a run that never
+  ends well is what was found, not a safety violation on the way.
 
 Everything is built in a temporary directory; nothing is written into the repository.
 
@@ -42,7 +44,7 @@ SAFETY_CLAIMS = (
 )
 LIVENESS_CLAIMS = ("claim_settles", "processing_resolves")
 #: The tool-execution ledger's claims (only in -DLEDGER builds; ADR-0100, ADR-0109).
-LEDGER_SAFETY_CLAIMS = ("body_once", "body_approved")
+LEDGER_SAFETY_CLAIMS = ("body_once", "body_approved", "flag_only_dead")
 LEDGER_LIVENESS_CLAIMS = ("run_settles",)
 #: DESIGN's strict wording ("no call at all once upstream acted"): holds only when the
 #: reconciler never resumes (-DNO_RESUME); ADR-0012's resume re-issues a no-op call by design.
@@ -71,7 +73,19 @@ LEDGER_BUGS = {
     # reconcile does not re-claim a crashed continuation: the run is left processing, which
     # the assertion run's check of the state after reconcile reports
     "BUG_NO_RECLAIM": ASSERTIONS,
+    # the sweep takes over a continuation whose lease has not passed: it then reports the live
+    # owner's execution as unknown (ADR-0106 item 5)
+    "BUG_SWEEP_TAKES_LIVE": "flag_only_dead",
 }
+#: Seeded bugs of the sweep (-DLEDGER) whose counterexample must be an ACCEPTANCE CYCLE of a
+#: liveness claim under weak fairness: a run that is never finished, not a bad step.
+LIVENESS_BUGS = {
+    # the paused run record saved without the processing flag (before ADR-0106): a continuer
+    # that dies before its run claim leaves a decided run the sweep never visits
+    "BUG_RUN_UNINDEXED": "run_settles",
+}
+#: pan's error line for a liveness counterexample (not the "acceptance cycles" setting line)
+ACCEPTANCE_CYCLE = re.compile(r"^pan:\d+: acceptance cycle", re.MULTILINE)
 
 _TRUNCATED = (
     "search not completed",
@@ -109,6 +123,10 @@ class Check:
     def label(self) -> str:
         note = self.bug or self.documented
         return f"{self.prop} [{note}]" if note else self.prop
+
+    @property
+    def expects_cycle(self) -> bool:
+        return self.bug in LIVENESS_BUGS
 
     @property
     def fair(self) -> bool:
@@ -261,7 +279,8 @@ def _seeded(
 ) -> list[Check]:
     checks = [Check(config, prop, bug) for bug, prop in SEEDED_BUGS.items()]
     checks += [Check(inflight, prop, bug) for bug, prop in INFLIGHT_BUGS.items()]
-    return [*checks, *(Check(ledger, prop, bug) for bug, prop in LEDGER_BUGS.items())]
+    ledger_bugs = {**LEDGER_BUGS, **LIVENESS_BUGS}
+    return [*checks, *(Check(ledger, prop, bug) for bug, prop in ledger_bugs.items())]
 
 
 PROFILES: dict[str, list[Check]] = {
@@ -270,7 +289,8 @@ PROFILES: dict[str, list[Check]] = {
         *_props(QUICK_RELEASE, SINGLE_CALL),
         _resume_finding(QUICK),
         _late_release_fixed(QUICK_INFLIGHT),
-        *_props(QUICK_LEDGER, ASSERTIONS),
+        # run_settles: the continuer may die before its claim; the fair sweep must finish it
+        *_props(QUICK_LEDGER, ASSERTIONS, "run_settles"),
         *_seeded(QUICK),
     ],
     "default": [
@@ -399,6 +419,8 @@ def _parse(check: Check, out: str, returncode: int, has_trail: bool) -> Result:
             result.why = "seeded bug NOT caught" if check.bug else "expected counterexample gone"
         elif not has_trail:
             result.why = "error reported but no trail written"
+        elif check.expects_cycle and not ACCEPTANCE_CYCLE.search(out):
+            result.why = "counterexample is not an acceptance cycle"
         else:
             result.ok = True
     elif int(errors.group(1)) != 0 or has_trail:

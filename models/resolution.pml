@@ -42,6 +42,11 @@
  *   -DBUG_RUN_APPROVING    (with -DLEDGER) a body runs once the approve claim is saved, before
  *                          the record is `approved` (the continuation does not wait)
  *   -DBUG_NO_RECLAIM       (with -DLEDGER) reconcile never re-claims a crashed continuation
+ *   -DBUG_RUN_UNINDEXED    (with -DLEDGER) the paused run record is saved without the processing
+ *                          flag (the code before ADR-0106): the sweep never visits a run whose
+ *                          continuer died before its claim (an acceptance cycle of run_settles)
+ *   -DBUG_SWEEP_TAKES_LIVE (with -DLEDGER) the sweep takes over a continuation whose lease has
+ *                          not passed (its owner is alive): caught by flag_only_dead
  */
 
 #include "confirmation_table.pml"
@@ -221,6 +226,15 @@ inline apply_write(i, expect, newst, writer, claimant, late) {
 
 byte run_st = RUN_PAUSED;
 byte run_ver = 1;            /* the run record's version: every save is a CAS on it */
+/* The run record's `processing` flag (ADR-0106): the session is in the processing index, the
+ * only place the sweep looks.  It is a field of the run record, so every run save writes it in
+ * the same atomic step as run_st: paused and continuing with it, completed without it.  The
+ * pause save that stored the run before the model's first step wrote it too. */
+#ifdef BUG_RUN_UNINDEXED
+bool run_idx = false;        /* before ADR-0106: only a `continuing` record was indexed */
+#else
+bool run_idx = true;
+#endif
 byte ex_st[NCONF];           /* call:<i>: absent / executing / executed (EX_ABSENT is 0) */
 byte ex_by[NCONF];           /* its stored claimant (the record's owner field) */
 /* ghosts */
@@ -229,6 +243,7 @@ byte ex_owner[NCONF];        /* the live claimant of call i's execution, 0: gone
 bool ran[NCONF];             /* the tool body of call i has run */
 bool bad_double = false;     /* a tool body ran twice */
 bool bad_unapproved = false; /* a tool body ran while its confirmation was not approved */
+bool bad_flag = false;       /* an execution reported unknown while its claimant was alive */
 
 /* A call is settled for the continuation when its record is final; whether it runs, when it is
  * approved. */
@@ -254,18 +269,30 @@ bool bad_unapproved = false; /* a tool body ran while its confirmation was not a
 #define EX_UNKNOWN(i) (ex_st[i] == EX_EXECUTING && ex_owner[i] == 0)
 /* Every executed (or executing) call's confirmation is approved. */
 #define EX_APPROVED(i) (ex_st[i] == EX_ABSENT || reg_st[i] == ST_APPROVED)
-/* The run reconciler continues a run when every call is settled and no continuation is
- * alive; it reads the ledger first and leaves a run that waits on an unknown outcome to the
- * operator (never re-run). */
+/* Flagged for a person: the run waits on an unknown execution and the sweep lists it (its
+ * session is in the processing index), so the operator's sweep output names it. */
+#define FLAGGED (BLOCKED && run_idx)
+/* The continuation's lease (leaseUntilMs, ADR-0106): a live owner renews it before every body
+ * and it outlasts the longest body, so it passes only after the owner died.  The model lets it
+ * pass at the death (the ghost run_owner is 0): a sweep that comes later is one of the sweep's
+ * later visits, and a visit while it has not passed writes nothing. */
+#ifdef BUG_SWEEP_TAKES_LIVE
+#define LEASE_PASSED true
+#else
+#define LEASE_PASSED (run_owner == 0)
+#endif
+/* The run reconciler (the sweep's bridge hook) continues a run when every call is settled and
+ * no continuation is alive; it reads the ledger first and leaves a run that waits on an
+ * unknown outcome to the operator (never re-run).  It visits only indexed sessions. */
 #ifdef BUG_NO_RECLAIM
-#define RECLAIMABLE (run_st == RUN_PAUSED && ALL_SETTLED)
+#define RECLAIMABLE (run_idx && run_st == RUN_PAUSED && ALL_SETTLED)
 #elif defined(BUG_RERUN_UNKNOWN)
 #define RECLAIMABLE \
-  ((run_st == RUN_PAUSED && ALL_SETTLED) || (run_st == RUN_CONTINUING && run_owner == 0))
+  (run_idx && ((run_st == RUN_PAUSED && ALL_SETTLED) || (run_st == RUN_CONTINUING && LEASE_PASSED)))
 #else
 #define RECLAIMABLE \
-  ((run_st == RUN_PAUSED && ALL_SETTLED) || \
-   (run_st == RUN_CONTINUING && run_owner == 0 && !BLOCKED))
+  (run_idx && \
+   ((run_st == RUN_PAUSED && ALL_SETTLED) || (run_st == RUN_CONTINUING && LEASE_PASSED && !BLOCKED)))
 #endif
 
 #if NCONF > 1
@@ -464,8 +491,15 @@ inline execute(k) {
     :: EX_NEXT(ex_st[k], EXEV_CLAIM, 0, 0) == EX_NONE && EX_FINAL(ex_st[k]) -> res = LED_RECORDED
     /* executing under another claim: outcome unknown, never re-run (BUG_RERUN_UNKNOWN is a
      * generated mutant table whose claim moves here instead) */
-    :: EX_NEXT(ex_st[k], EXEV_CLAIM, 0, 0) == EX_NONE && !EX_FINAL(ex_st[k]) -> res = LED_UNKNOWN
+    :: EX_NEXT(ex_st[k], EXEV_CLAIM, 0, 0) == EX_NONE && !EX_FINAL(ex_st[k]) -> res = LED_UNKNOWN;
+       if                                 /* reported to the operator as unknown */
+       :: ex_owner[k] != 0 -> bad_flag = true
+       :: else -> skip
+       fi
     fi;
+#ifdef ASSERTS
+    assert(!bad_flag);
+#endif
 #endif
     MAYBE_CRASH                           /* after the claim */
   };
@@ -540,7 +574,8 @@ inline run_calls() {
      atomic {
        if
        :: RUN_NEXT(run_st, RUNEV_COMPLETE, run_ver == rv, 0) != RUN_NONE ->  /* ours: our CAS */
-          run_st = RUN_NEXT(run_st, RUNEV_COMPLETE, run_ver == rv, 0); run_ver++
+          run_st = RUN_NEXT(run_st, RUNEV_COMPLETE, run_ver == rv, 0); run_ver++;
+          run_idx = false                 /* completed: saved without it, out of the index */
        :: else -> skip
        fi
      };
@@ -711,28 +746,48 @@ end_idle:
 }
 
 #ifdef LEDGER
-/* The processes that continue the agent run.  The continuer (the host's worker, or the last
- * approver) continues the run once all its calls are settled; the run reconciler does too, and
- * also re-claims a continuation whose process is gone.  Either claims the run with one CAS on
- * its version (paused -> continuing, or continuing -> continuing for a re-claim), so two of
+/* The processes that continue the agent run.  The continuer (the last decider, or the host's
+ * worker) continues the run once all its calls are settled; the run reconciler (the sweep,
+ * `reconcile_all` with the bridge hook) does too, and also takes over a continuation whose
+ * lease passed, but it visits only indexed sessions.  Either claims the run with one CAS on
+ * its version (paused -> continuing, or continuing -> continuing for a takeover), so two of
  * them never hold it at once; the ledger then says, per approved call, run it (absent), return
  * its result (executed) or leave it (executing, claimant gone: outcome unknown).  Either may
- * crash after any step, like a client; a restarted reconciler picks the run up again. */
+ * crash after any step, like a client; a restarted sweep picks the run up again.  The
+ * continuer may also die before its claim (after the last decision's terminal save): then
+ * only the sweep can continue the run. */
+#define RUN_CLAIMABLE (reclaims -> RECLAIMABLE : (run_st == RUN_PAUSED && ALL_SETTLED))
+#define RECOVER (reclaims && LEASE_PASSED)   /* the recover guard's input: the lease passed */
 proctype Runner(byte me; bool reclaims) {
   byte k, rv, res;
   bool crashed;
 restart:
   atomic { crashed = false; k = 0; rv = 0; res = 0 };
 end_idle:
-  atomic {
-    ((run_st == RUN_PAUSED && ALL_SETTLED) || (reclaims && RECLAIMABLE)) &&
-    RUN_NEXT(run_st, RUNEV_CLAIM, 0, reclaims) != RUN_NONE ->
-    run_st = RUN_NEXT(run_st, RUNEV_CLAIM, 0, reclaims); run_ver++; rv = run_ver; run_owner = me;
-    MAYBE_CRASH                           /* after the run claim */
-  };
-  ON_CRASH;
-  run_calls();
-  goto end_idle
+  if
+  :: atomic {
+       RUN_CLAIMABLE && RUN_NEXT(run_st, RUNEV_CLAIM, 0, RECOVER) != RUN_NONE ->
+       run_st = RUN_NEXT(run_st, RUNEV_CLAIM, 0, RECOVER); run_idx = true;   /* one save */
+       run_ver++; rv = run_ver; run_owner = me;
+       MAYBE_CRASH                        /* after the run claim */
+     };
+     ON_CRASH;
+     run_calls()
+  :: atomic {                             /* the decider dies before the run claim */
+       !reclaims && RUN_CLAIMABLE && crashes < MAXCRASH -> crashes++
+     };
+     goto end_gone
+#ifndef ASSERTS
+  /* A sweep that finds nothing of its own (the session is not listed, or its run waits for a
+   * person or a live owner) writes nothing: it comes back.  So the sweep runs infinitely often
+   * and weak fairness is a fair sweep.  Not in assertion runs: their Quiet monitor needs a
+   * state where nothing moves. */
+  :: atomic { reclaims && !(RUN_CLAIMABLE && RUN_NEXT(run_st, RUNEV_CLAIM, 0, RECOVER) != RUN_NONE) }
+#endif
+  fi;
+  goto end_idle;
+end_gone:
+  skip
 }
 
 #ifdef ASSERTS
@@ -753,7 +808,8 @@ active proctype Quiet() {
     timeout ->
     assert(QUIET_CALLS);
     assert(run_st != RUN_CONTINUING || BLOCKED);
-    assert(!ALL_FINAL || run_st != RUN_PAUSED)
+    assert(!ALL_FINAL || run_st != RUN_PAUSED);
+    assert(run_idx == (run_st != RUN_COMPLETED))   /* ADR-0106: indexed iff work is left */
   }
 }
 #endif
@@ -787,9 +843,13 @@ ltl expiry_honoured { [] !bad_expiry }
 ltl body_once { [] !bad_double }
 /* A body runs only for an approved confirmation; every execution's confirmation is approved. */
 ltl body_approved { [] (!bad_unapproved && EXEC_APPROVED) }
-/* Once every call is settled, the run is eventually completed, or waits only on an execution
- * whose outcome is unknown (never re-run). */
-ltl run_settles { [] (ALL_FINAL -> <> (run_st == RUN_COMPLETED || BLOCKED)) }
+/* body_once's companion for the lease: an execution is reported unknown (flagged for a
+ * person) only when its claimant is gone, never while a live continuation runs it. */
+ltl flag_only_dead { [] !bad_flag }
+/* Under a fair sweep, every run whose calls are all decided eventually completes or is flagged
+ * for a person: it waits on an unknown execution, and its session is in the processing index
+ * (issue 22; ADR-0106). */
+ltl run_settles { [] (ALL_FINAL -> <> (run_st == RUN_COMPLETED || FLAGGED)) }
 #endif
 /* A claimed record is eventually terminal, or orphaned (its claimant gone). */
 ltl claim_settles { [] (PROC(0) -> <> (FINAL(0) || ORPHANED(0))) }

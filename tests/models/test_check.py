@@ -26,6 +26,14 @@ Warning: Search not completed
 State-vector 76 byte, depth reached 122, errors: 1
       234 states, stored
 """
+_CYCLE = """
+pan: ltl formula run_settles
+pan:1: acceptance cycle (at depth 185)
+pan: wrote resolution.pml.trail
+Warning: Search not completed
+State-vector 128 byte, depth reached 242, errors: 1
+      796 states, stored (1522 visited)
+"""
 
 
 def _check(bug: str | None = None) -> object:
@@ -72,8 +80,27 @@ def test_a_seeded_bug_needs_an_error_and_a_trail() -> None:
     assert not no_trail.ok and "trail" in no_trail.why
 
 
+def test_a_seeded_liveness_bug_needs_an_acceptance_cycle() -> None:
+    # BUG_RUN_UNINDEXED strands a run: its counterexample must be a run that never ends
+    # well (an acceptance cycle under weak fairness), not an assertion violated on the way.
+    bug = check.Check(check.QUICK_LEDGER_BUGS, "run_settles", "BUG_RUN_UNINDEXED")
+    assert bug.expects_cycle and bug.fair
+    assert check._parse(bug, _CYCLE, 0, has_trail=True).ok
+    settings = "\tacceptance   cycles \t+ (fairness enabled)\n"  # pan's header, not a verdict
+    safety = check._parse(bug, _FOUND + settings, 0, has_trail=True)
+    assert not safety.ok and "acceptance cycle" in safety.why
+    assert not check._parse(bug, _CLEAN, 0, has_trail=False).ok
+    # a safety bug's counterexample is not asked to be a cycle
+    assert check._parse(_check("BUG_UPSTREAM_FIRST"), _FOUND, 0, has_trail=True).ok
+
+
 def test_every_profile_proves_with_three_clients_and_catches_every_seeded_bug() -> None:
-    every_bug = set(check.SEEDED_BUGS) | set(check.INFLIGHT_BUGS) | set(check.LEDGER_BUGS)
+    every_bug = (
+        set(check.SEEDED_BUGS)
+        | set(check.INFLIGHT_BUGS)
+        | set(check.LEDGER_BUGS)
+        | set(check.LIVENESS_BUGS)
+    )
     for name, checks in check.PROFILES.items():
         assert all(dict(c.config.defines)["NCLIENTS"] >= 2 for c in checks), name
         caught = {c.bug for c in checks if c.bug}
@@ -108,6 +135,9 @@ def test_every_profile_proves_the_ledger_with_three_clients_and_catches_its_bugs
             if c.bug in check.LEDGER_BUGS:
                 assert _ledger(c.config), name
                 assert c.prop in {*check.LEDGER_SAFETY_CLAIMS, check.ASSERTIONS}, name
+            elif c.bug in check.LIVENESS_BUGS:
+                assert _ledger(c.config), name
+                assert c.prop in check.LEDGER_LIVENESS_CLAIMS and c.fair, name
             elif c.bug:
                 assert not _ledger(c.config), name
     default = {c.prop for c in check.PROFILES["default"] if _ledger(c.config)}
@@ -119,8 +149,23 @@ def test_ledger_claims_are_only_asked_of_ledger_builds() -> None:
         for c in checks:
             if c.prop in (*check.LEDGER_SAFETY_CLAIMS, *check.LEDGER_LIVENESS_CLAIMS):
                 assert _ledger(c.config), c
-    (settles,) = [c for c in check.PROFILES["default"] if c.prop == "run_settles"]
-    assert settles.fair, "a liveness claim is checked under weak fairness (pan -f)"
+    settles = [c for c in check.PROFILES["default"] if c.prop == "run_settles"]
+    assert len(settles) == 2  # the proof and the seeded BUG_RUN_UNINDEXED
+    assert all(c.fair for c in settles), "a liveness claim is checked under weak fairness (pan -f)"
+
+
+def test_every_profile_proves_that_a_fair_sweep_finishes_every_decided_run() -> None:
+    # Issue 22: with 3 clients and a crash to spend (the continuer may die before its run
+    # claim), run_settles holds in every profile, quick included.
+    for name, checks in check.PROFILES.items():
+        assert any(
+            c.prop == "run_settles"
+            and not c.expects_counterexample
+            and _ledger(c.config)
+            and dict(c.config.defines)["NCLIENTS"] >= 3
+            and dict(c.config.defines)["MAXCRASH"] >= 1
+            for c in checks
+        ), name
 
 
 def test_a_counterexample_build_is_compiled_without_optimisation(
@@ -180,7 +225,37 @@ def test_quick_profile_proves_the_protocol_and_catches_the_seeded_bugs() -> None
     assert proc.returncode == 0, proc.stdout + proc.stderr
     total = len(check.PROFILES["quick"])
     assert f"profile quick: {total}/{total} checks ok" in proc.stdout
-    for bug in (*check.SEEDED_BUGS, *check.INFLIGHT_BUGS, *check.LEDGER_BUGS):
+    bugs = (*check.SEEDED_BUGS, *check.INFLIGHT_BUGS, *check.LEDGER_BUGS, *check.LIVENESS_BUGS)
+    for bug in bugs:
         (line,) = [row for row in proc.stdout.splitlines() if f"[{bug}]" in row]
         assert "counterexample  ok" in line
     assert set(MODELS.iterdir()) == before, "check.py must not leave files in models/"
+
+
+@pytest.mark.slow
+def test_the_unindexed_run_is_an_acceptance_cycle_and_the_indexed_one_settles(
+    tmp_path: Path,
+) -> None:
+    # The seeded bug and the correct model on the same small bounds (2 clients, 1 crash):
+    # pan calls the bug's counterexample an acceptance cycle, and its trail, replayed, loops
+    # with the run `paused` and out of the index while the sweep keeps coming back.
+    _require_spin()
+    runner = check.Runner(tmp_path, memlim_mb=1024, timeout_s=120, depth=100_000, cc_opt="-O0")
+    bug = check.Check(check.QUICK_LEDGER_BUGS, "run_settles", "BUG_RUN_UNINDEXED")
+    found = runner.run(bug)
+    assert found.ok, found.why + found.output
+    assert check.ACCEPTANCE_CYCLE.search(found.output)
+    build = runner._built[check.Runner.key(bug)]
+    replay = subprocess.run(
+        ["spin", "-t", "-g", *check.Runner.key(bug), "resolution.pml"],
+        cwd=build,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "START OF CYCLE" in replay.stdout, replay.stdout + replay.stderr
+    final = replay.stdout[replay.stdout.index("START OF CYCLE") :]
+    assert "run_idx = 0" in final and "run_st = 1" in final  # paused, not indexed
+    held = runner.run(check.Check(check.QUICK_LEDGER_BUGS, "run_settles"))
+    assert held.ok and held.errors == "0", held.why + held.output
