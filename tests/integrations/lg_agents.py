@@ -1,0 +1,124 @@
+"""A real langchain ``create_agent`` graph driven by an offline scripted chat model (no network).
+
+The model is langchain-core's ``FakeMessagesListChatModel`` answering as a pure function of its
+input (so it behaves the same after a resume, on another graph object or in another process):
+with no tool result since the last human message it asks for the scripted calls, otherwise it
+answers with every tool result it was given, by call id. Tool bodies and model requests are
+counted in a :class:`Counts` (or a file, across processes), so "ran once" is counted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware, hook_config
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import StructuredTool
+
+from akchat_fsm.integrations.langgraph import ToolBoundaryMiddleware
+
+GATED = ("pay", "send_email")
+
+
+@dataclass
+class Counts:
+    bodies: list[str] = field(default_factory=list)
+    requests: int = 0
+    #: A file every body appends a line to (bodies counted across processes).
+    file: Path | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def body(self, text: str) -> None:
+        with self.lock:
+            self.bodies.append(text)
+            if self.file is not None:
+                with self.file.open("a", encoding="utf-8") as out:
+                    out.write(text + "\n")
+
+
+@dataclass(frozen=True)
+class Call:
+    tool: str
+    args: dict[str, Any]
+    id: str
+
+
+def answer(messages: Sequence[Any]) -> str:
+    """The model's final text: every tool result it saw, by call id, in id order."""
+    seen = {m.tool_call_id: m.text for m in messages if isinstance(m, ToolMessage)}
+    return "; ".join(f"{k}={v}" for k, v in sorted(seen.items()))
+
+
+class ScriptedModel(FakeMessagesListChatModel):
+    """Asks for ``script`` first, then answers with the tool results (``bind_tools`` is a no-op:
+    the script already names the tools)."""
+
+    script: list[Any]
+    counts: Any = None
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+    def _generate(self, messages: list[Any], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:  # fmt: skip
+        if self.counts is not None:
+            with self.counts.lock:
+                self.counts.requests += 1
+        last_human = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
+        if not any(isinstance(m, ToolMessage) for m in messages[last_human:]):
+            calls = [{"id": c.id, "name": c.tool, "args": c.args} for c in self.script]
+            message = AIMessage("", tool_calls=calls)
+        else:
+            message = AIMessage(answer(messages))
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def tools(counts: Counts) -> list[StructuredTool]:
+    def send_email(to: str) -> str:
+        """Send an e-mail."""
+        counts.body(f"send_email:{to}")
+        return f"sent to {to}"
+
+    def pay(amount: int) -> str:
+        """Pay an amount."""
+        counts.body(f"pay:{amount}")
+        return f"paid {amount}"
+
+    def lookup(order: str) -> str:
+        """Look an order up (needs no approval)."""
+        counts.body(f"lookup:{order}")
+        return f"order {order} shipped"
+
+    return [StructuredTool.from_function(f) for f in (send_email, pay, lookup)]
+
+
+class JumpToTools(AgentMiddleware[Any, Any, Any]):
+    """Another middleware's ``after_model`` jumping straight to the tools (the HITL bypass)."""
+
+    @hook_config(can_jump_to=["tools"])
+    def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        return {"jump_to": "tools"}
+
+
+def build_graph(
+    calls: Sequence[Call],
+    counts: Counts,
+    checkpointer: Any,
+    *,
+    mode: str = "per_call",
+    extra: Sequence[Any] = (),
+) -> Any:
+    hitl = HumanInTheLoopMiddleware(
+        {name: True for name in GATED},
+        interrupt_mode=mode,  # type: ignore[arg-type]
+    )
+    model = ScriptedModel(responses=[], script=list(calls), counts=counts)
+    middleware = [hitl, *extra, ToolBoundaryMiddleware(hitl)]
+    return create_agent(model, tools(counts), middleware=middleware, checkpointer=checkpointer)
