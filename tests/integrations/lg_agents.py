@@ -10,7 +10,7 @@ counted in a :class:`Counts` (or a file, across processes), so "ran once" is cou
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,3 +122,27 @@ def build_graph(
     model = ScriptedModel(responses=[], script=list(calls), counts=counts)
     middleware = [hitl, *extra, ToolBoundaryMiddleware(hitl)]
     return create_agent(model, tools(counts), middleware=middleware, checkpointer=checkpointer)
+
+
+def open_saver(spec: str) -> tuple[Any, Callable[[], None]]:
+    """LangGraph's own checkpointer from ``sqlite:<path>`` or ``postgres:<url>|<schema>`` (a
+    schema of its own, so its fixed table names meet no other test's), and its closer."""
+    kind, _, rest = spec.partition(":")
+    if kind == "sqlite":
+        import sqlite3
+
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = sqlite3.connect(rest, check_same_thread=False)
+        return SqliteSaver(conn), conn.close
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg.rows import dict_row
+
+    url, _, schema = rest.partition("|")
+    pg = psycopg.connect(
+        url, autocommit=True, row_factory=dict_row, options=f"-c search_path={schema}"
+    )
+    saver = PostgresSaver(pg)  # type: ignore[arg-type]
+    saver.setup()
+    return saver, pg.close

@@ -9,17 +9,18 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
-import sqlite3
 import threading
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from bridge_harness import RecordsBackend
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
-from lg_agents import Call, Counts, JumpToTools, build_graph
+from lg_agents import Call, Counts, JumpToTools, build_graph, open_saver
+from process_helpers import new_store_spec, open_store
 
 from akchat_fsm import (
     ChatDefinition,
@@ -34,7 +35,6 @@ from akchat_fsm.integrations.langgraph import (
     ToolBoundaryMiddleware,
     use_guard,
 )
-from akchat_fsm.storage.sqlite import SQLiteStorage
 
 DEFINITION = ChatDefinition("support")
 SID = "chat-1"
@@ -245,35 +245,60 @@ def test_the_async_bridge_runs_the_same_plans(records_backend: RecordsBackend) -
     assert counts.bodies == ["send_email:a@example.com"] and counts.requests == 2
 
 
-# --------------------------------------------------------------------------- SQLite, processes
+# --------------------------------------------------------------------------- processes
 
 
-def _sqlite_graph(path: Path, counts: Counts) -> tuple[Any, Any]:
-    conn = sqlite3.connect(path, check_same_thread=False)
-    return build_graph([EMAIL], counts, SqliteSaver(conn)), conn
+@pytest.fixture(params=["sqlite", "postgres"])
+def stores(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """(the session's store spec, LangGraph's checkpointer spec) on one kind of server."""
+    if request.param == "sqlite":
+        yield f"sqlite:{tmp_path / 'sessions.db'}", f"sqlite:{tmp_path / 'checkpoints.db'}"
+        return
+    import psycopg
 
-
-def _continue_in_a_process(db: str, checkpoints: str, bodies: str) -> str:
-    counts = Counts(file=Path(bodies))
-    graph, conn = _sqlite_graph(Path(checkpoints), counts)
+    url = request.getfixturevalue("pg_url")
+    store, table = new_store_spec("postgres", tmp_path, url)
+    schema = f"lg_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
     try:
-        return _bridge(SQLiteStorage(db), graph).continue_run("r1").status
+        yield store, f"postgres:{url}|{schema}"
     finally:
-        conn.close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
 
 
-def test_on_sqlite_with_sqlite_saver_a_second_process_runs_the_body_zero_more_times(
-    tmp_path: Path,
+def _continue_in_a_process(store: str, saver_spec: str, bodies: str) -> tuple[str, bool]:
+    saver, close = open_saver(saver_spec)
+    try:
+        graph = build_graph([EMAIL], Counts(file=Path(bodies)), saver)
+        outcome = _bridge(open_store(store), graph).continue_run("r1")
+        return outcome.status, outcome.replayed
+    finally:
+        close()
+
+
+def test_two_processes_continuing_one_pause_run_the_body_once_on_langgraphs_own_savers(
+    stores: tuple[str, str], tmp_path: Path
 ) -> None:
-    db, checkpoints, bodies = tmp_path / "a.db", tmp_path / "lg.db", tmp_path / "bodies.txt"
-    counts = Counts(file=bodies)
-    graph, conn = _sqlite_graph(checkpoints, counts)
-    paused = _start(SQLiteStorage(db), graph)
-    done = _bridge(SQLiteStorage(db), graph).approve(paused.pending[0].token)
-    conn.close()
-    assert done.run is not None and done.run.status == "completed"
+    """SQLite storage with ``SqliteSaver``, PostgreSQL with ``PostgresSaver``: the pause is
+    decided here, then two processes continue it; LangGraph alone would run the body in both."""
+    store, saver_spec = stores
+    bodies = tmp_path / "bodies.txt"
+    saver, close = open_saver(saver_spec)
+    try:
+        graph = build_graph([EMAIL], Counts(file=bodies), saver)
+        paused = _start(open_store(store), graph)
+        decided = _bridge(open_store(store), graph).approve(
+            paused.pending[0].token, continue_run=False
+        )
+        assert decided.run is None and not bodies.exists()
+    finally:
+        close()
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(1) as pool:
-        status = pool.apply(_continue_in_a_process, (str(db), str(checkpoints), str(bodies)))
-    assert status == "completed"
+    with ctx.Pool(2) as pool:
+        results = pool.starmap(_continue_in_a_process, [(store, saver_spec, str(bodies))] * 2)
+    assert [replayed for _, replayed in results].count(False) == 1  # one continued, once
+    assert {status for status, _ in results} <= {"completed", "continuing"}
     assert bodies.read_text(encoding="utf-8").splitlines() == ["send_email:a@example.com"]
