@@ -31,6 +31,8 @@ GATED = ("pay", "send_email")
 class Counts:
     bodies: list[str] = field(default_factory=list)
     requests: int = 0
+    #: How many answers (requests after a tool result) fail, as a provider going away would.
+    fail_next_answer: int = 0
     #: A file every body appends a line to (bodies counted across processes).
     file: Path | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -68,9 +70,17 @@ class ScriptedModel(FakeMessagesListChatModel):
 
     def _generate(self, messages: list[Any], stop: Any = None, run_manager: Any = None,
                   **kwargs: Any) -> ChatResult:  # fmt: skip
+        failing = False
         if self.counts is not None:
             with self.counts.lock:
                 self.counts.requests += 1
+                failing = self.counts.fail_next_answer > 0 and any(
+                    isinstance(m, ToolMessage) for m in messages
+                )
+                if failing:
+                    self.counts.fail_next_answer -= 1
+        if failing:
+            raise ConnectionError("model provider went away")
         last_human = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
         if not any(isinstance(m, ToolMessage) for m in messages[last_human:]):
             calls = [{"id": c.id, "name": c.tool, "args": c.args} for c in self.script]

@@ -64,6 +64,8 @@ def test_a_pause_becomes_confirmations_and_the_snapshot_is_only_what_resuming_ne
     paused = _start(records_backend.sync(), graph)
     assert paused.status == "paused" and counts.requests == 1
     assert counts.bodies == ["lookup:o-9"]  # the ungated sibling ran before the pause
+    ungated = _bridge(records_backend.sync(), graph).ledger.get("c3")
+    assert ungated is not None and ungated.state.value == "executed"  # through the ledger
     by_id = {b.tool_call_id: b for b in paused.pending}
     assert set(by_id) == {"c1", "c2"}
     assert by_id["c1"].action == "send_email" and dict(by_id["c1"].input) == EMAIL.args
@@ -173,6 +175,25 @@ def test_concurrent_continuations_run_the_body_and_the_model_once(
     assert {r.status for r in results} <= {"completed", "continuing"}
 
 
+def test_a_continuation_failing_after_the_body_ran_replays_it_on_the_next_one(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    graph = build_graph([EMAIL], counts, InMemorySaver())
+    paused = _start(records_backend.sync(), graph)
+    counts.fail_next_answer = 1  # the model fails after the body ran, before the run is saved
+    with pytest.raises(ConnectionError):
+        _bridge(records_backend.sync(), graph).approve(paused.pending[0].token)
+    bridge = _bridge(records_backend.sync(), graph)
+    record = bridge.run_record("r1")
+    assert record is not None and record.state.value == "paused"  # released for a retry
+    entry = bridge.ledger.get("c1")
+    assert entry is not None and entry.state.value == "executed"
+    done = bridge.continue_run("r1")
+    assert done.status == "completed" and done.output == "c1=sent to a@example.com"
+    assert counts.bodies == ["send_email:a@example.com"]
+
+
 def test_a_gated_tool_reached_without_approval_is_refused_whatever_skipped_hitl(
     records_backend: RecordsBackend,
 ) -> None:
@@ -185,6 +206,21 @@ def test_a_gated_tool_reached_without_approval_is_refused_whatever_skipped_hitl(
     with pytest.raises(ConfirmationError, match="'c2'"):
         _start(records_backend.sync(), graph)
     assert "pay:5" not in counts.bodies
+
+
+def test_the_async_boundary_refuses_the_bypass_too(records_backend: RecordsBackend) -> None:
+    counts = Counts()
+    graph = build_graph([PAY], counts, InMemorySaver(), mode="batched", extra=[JumpToTools()])
+
+    async def scenario() -> None:
+        storage = records_backend.async_()
+        session = await resume_chat_session_async(DEFINITION, session_id=SID, storage=storage)
+        bridge = AsyncLangGraphBridge(graph, session, storage)
+        with pytest.raises(ConfirmationError, match="'c2'"):
+            await bridge.run(USER, thread_id="t1", run_id="r1")
+
+    asyncio.run(scenario())
+    assert counts.bodies == []
 
 
 def test_a_graph_run_outside_the_bridge_refuses_gated_tools() -> None:
