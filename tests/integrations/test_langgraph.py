@@ -194,6 +194,21 @@ def test_a_continuation_failing_after_the_body_ran_replays_it_on_the_next_one(
     assert counts.bodies == ["send_email:a@example.com"]
 
 
+def test_reconcile_continues_a_decided_pause_and_a_second_reconcile_runs_nothing(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    graph = build_graph([EMAIL], counts, InMemorySaver())
+    paused = _start(records_backend.sync(), graph)
+    _bridge(records_backend.sync(), graph).approve(paused.pending[0].token, continue_run=False)
+    report = _bridge(records_backend.sync(), graph).reconcile()
+    assert [(r.run_id, r.status) for r in report.runs] == [("r1", "completed")]
+    assert report.execution_unknown == ()
+    again = _bridge(records_backend.sync(), graph).reconcile()
+    assert again.runs == () and counts.bodies == ["send_email:a@example.com"]
+    assert counts.requests == 2
+
+
 def test_a_gated_tool_reached_without_approval_is_refused_whatever_skipped_hitl(
     records_backend: RecordsBackend,
 ) -> None:
