@@ -21,6 +21,7 @@ from langchain_core.language_models.fake_chat_models import FakeMessagesListChat
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import StructuredTool
+from pydantic import Field
 
 from akchat_fsm.integrations.langgraph import ToolBoundaryMiddleware
 
@@ -63,6 +64,8 @@ class ScriptedModel(FakeMessagesListChatModel):
     the script already names the tools)."""
 
     script: list[Any]
+    #: The calls of later turns, one list per turn (asked after the previous turn's results).
+    then: list[list[Any]] = Field(default_factory=list)
     counts: Any = None
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
@@ -82,8 +85,10 @@ class ScriptedModel(FakeMessagesListChatModel):
         if failing:
             raise ConnectionError("model provider went away")
         last_human = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
-        if not any(isinstance(m, ToolMessage) for m in messages[last_human:]):
-            calls = [{"id": c.id, "name": c.tool, "args": c.args} for c in self.script]
+        turn = sum(1 for m in messages[last_human:] if isinstance(m, AIMessage) and m.tool_calls)
+        turns = [self.script, *self.then]
+        if turn < len(turns):
+            calls = [{"id": c.id, "name": c.tool, "args": c.args} for c in turns[turn]]
             message = AIMessage("", tool_calls=calls)
         else:
             message = AIMessage(answer(messages))
@@ -124,12 +129,15 @@ def build_graph(
     *,
     mode: str = "per_call",
     extra: Sequence[Any] = (),
+    then: Sequence[Sequence[Call]] = (),
 ) -> Any:
     hitl = HumanInTheLoopMiddleware(
         {name: True for name in GATED},
         interrupt_mode=mode,  # type: ignore[arg-type]
     )
-    model = ScriptedModel(responses=[], script=list(calls), counts=counts)
+    model = ScriptedModel(
+        responses=[], script=list(calls), then=[list(t) for t in then], counts=counts
+    )
     middleware = [hitl, *extra, ToolBoundaryMiddleware(hitl)]
     return create_agent(model, tools(counts), middleware=middleware, checkpointer=checkpointer)
 

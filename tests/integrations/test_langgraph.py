@@ -99,6 +99,24 @@ def test_approve_and_reject_continue_once_and_the_reason_reaches_the_model(
     assert counts.bodies == ["send_email:a@example.com"] and counts.requests == 2
 
 
+def test_a_continuation_that_pauses_again_proposes_the_next_turns_calls(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    graph = build_graph([EMAIL], counts, InMemorySaver(), then=[[PAY]])
+    paused = _start(records_backend.sync(), graph)
+    again = _bridge(records_backend.sync(), graph).approve(paused.pending[0].token)
+    assert again.run is not None and again.run.status == "paused"
+    assert [(b.tool_call_id, b.action) for b in again.run.pending] == [("c2", "pay")]
+    state = graph.get_state({"configurable": {"thread_id": "t1"}})
+    assert json.loads(again.run.snapshot)["interrupts"] == {"c2": state.interrupts[0].id}
+    assert counts.bodies == ["send_email:a@example.com"]
+    done = _bridge(records_backend.sync(), graph).approve(again.run.pending[0].token)
+    assert done.run is not None and done.run.status == "completed"
+    assert done.run.output == "c1=sent to a@example.com; c2=paid 5"
+    assert counts.bodies == ["send_email:a@example.com", "pay:5"] and counts.requests == 3
+
+
 def test_an_expired_call_tells_the_model_and_never_runs(records_backend: RecordsBackend) -> None:
     counts = Counts()
     graph = build_graph([PAY], counts, InMemorySaver())
