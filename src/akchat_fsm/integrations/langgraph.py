@@ -236,7 +236,7 @@ class ToolBoundaryMiddleware(AgentMiddleware[Any, Any, Any]):
             ran.append(handler(request))
             return _record(ran[0])
 
-        # The guard is asyncio (ADR-0100); a sync graph calls this from its own worker thread,
+        # The guard is asyncio (ADR-0107); a sync graph calls this from its own worker thread,
         # where no loop runs, so the guard gets a loop of its own for this one body.
         execution = asyncio.run(_execute(guard, tool, tool_call_id, args, body))
         return ran[0] if execution.ran else _replayed(execution.entry)
