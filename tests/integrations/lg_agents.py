@@ -34,6 +34,8 @@ class Counts:
     requests: int = 0
     #: How many answers (requests after a tool result) fail, as a provider going away would.
     fail_next_answer: int = 0
+    #: Tools whose body raises (after it is counted), as a failed side effect would.
+    failing_tools: set[str] = field(default_factory=set)
     #: A file every body appends a line to (bodies counted across processes).
     file: Path | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -44,6 +46,8 @@ class Counts:
             if self.file is not None:
                 with self.file.open("a", encoding="utf-8") as out:
                     out.write(text + "\n")
+        if text.partition(":")[0] in self.failing_tools:
+            raise RuntimeError(f"{text} failed")
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from akchat_fsm import (
 from akchat_fsm.integrations.langgraph import (
     AsyncLangGraphBridge,
     LangGraphBridge,
+    RecordedToolFailure,
     ToolBoundaryMiddleware,
     use_guard,
 )
@@ -227,6 +228,17 @@ def test_reconcile_continues_a_decided_pause_and_a_second_reconcile_runs_nothing
     assert counts.requests == 2
 
 
+def test_a_body_that_raised_is_never_run_again(records_backend: RecordsBackend) -> None:
+    counts = Counts(failing_tools={"pay"})
+    graph = build_graph([PAY], counts, InMemorySaver())
+    paused = _start(records_backend.sync(), graph)
+    with pytest.raises(RuntimeError, match="pay:5 failed"):
+        _bridge(records_backend.sync(), graph).approve(paused.pending[0].token)
+    with pytest.raises(RecordedToolFailure, match="RuntimeError: pay:5 failed"):
+        _bridge(records_backend.sync(), graph).continue_run("r1")
+    assert counts.bodies == ["pay:5"]
+
+
 def test_a_gated_tool_reached_without_approval_is_refused_whatever_skipped_hitl(
     records_backend: RecordsBackend,
 ) -> None:
@@ -272,6 +284,8 @@ def test_settings_the_bridge_cannot_keep_are_refused_before_anything_runs(
     graph = build_graph([PAY], Counts(), InMemorySaver())
     with pytest.raises(ConfigError, match="durability"):
         _bridge(records_backend.sync(), graph, durability="exit")
+    with pytest.raises(ConfigError, match="thread_id"):
+        _bridge(records_backend.sync(), graph).run(USER, thread_id="", run_id="r1")
     only_approve = HumanInTheLoopMiddleware({"pay": {"allowed_decisions": ["approve"]}})
     with pytest.raises(ConfigError, match="reject"):
         ToolBoundaryMiddleware(only_approve)
