@@ -1,0 +1,382 @@
+"""LangGraph bridge: ``create_agent`` approvals decided in the session, each body run at most once.
+
+Needs the ``langgraph`` extra. The agent is langchain's ``create_agent(model, tools,
+middleware=[HumanInTheLoopMiddleware(interrupt_on, interrupt_mode="per_call"),
+ToolBoundaryMiddleware(hitl)], checkpointer=...)``. LangGraph serialises nothing across
+processes: two resumes of one pause both run the body, a crash after the body re-runs it, and
+another middleware's ``jump_to="tools"`` can skip the approval (docs/adr/0107-langgraph-bridge.md).
+What this module adds to the shared bridge (:mod:`._bridge`) is only LangGraph's side:
+
+* a run that ends with per-call ``tool_approval`` interrupts becomes a paused run: each
+  interrupt's tool call (id, tool, args) a confirmation; the snapshot is only what resuming
+  needs (thread id, the paused checkpoint id, the interrupt id of each call), never the state;
+* continuing sends one ``Command(resume={interrupt_id: decision})`` with every decision, which
+  the session already holds (approve, or reject with the reviewer's reason or the expiry
+  sentence, which HITL hands the model as the tool's message), on the thread's head;
+* :class:`ToolBoundaryMiddleware`, listed after HITL, runs every tool body through the
+  execution guard keyed by the tool-call id (the ledger binds the id to the effective args),
+  and refuses a gated tool that has no approved decision in the session, whatever skipped HITL.
+
+:class:`LangGraphBridge` (sync: ``graph.invoke``) and :class:`AsyncLangGraphBridge` (asyncio:
+``graph.ainvoke``) differ only in how they call the graph.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import json
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
+from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict, messages_from_dict
+from langgraph.types import Command
+
+from ..errors import ConfigError, ConfirmationError
+from ._bridge import (
+    AsyncBridge,
+    Bridge,
+    CallDecision,
+    ExecutionGuard,
+    PendingCall,
+    RunOutcome,
+    RunRecord,
+    RuntimeResult,
+)
+from .ledger import Execution, LedgerEntry, RecordedToolFailure, recorded_failure
+
+__all__ = [
+    "RUNTIME",
+    "AsyncLangGraphBridge",
+    "LangGraphBridge",
+    "RecordedToolFailure",
+    "RunOutcome",
+    "ToolBoundaryMiddleware",
+    "pending_calls",
+    "resume_command",
+    "use_guard",
+]
+
+RUNTIME = "langgraph"
+#: The HITL decisions the bridge sends; a gated tool must allow both.
+NEEDED_DECISIONS = ("approve", "reject")
+UNGATED = (
+    "Tool call {id!r} ({tool}) is gated but reached execution without an approved "
+    "confirmation in this session; refusing to run it."
+)
+
+# The guard of the bridge call running the graph (LangGraph copies the context into the
+# threads and tasks it runs tool calls in); unset when the graph runs outside a bridge.
+_current: contextvars.ContextVar[ExecutionGuard | None] = contextvars.ContextVar(
+    "akchat_langgraph_guard", default=None
+)
+
+
+@contextlib.contextmanager
+def use_guard(guard: ExecutionGuard) -> Iterator[ExecutionGuard]:
+    """Run the graph calls made inside with ``guard`` at the :class:`ToolBoundaryMiddleware`.
+
+    The bridge does this around each of its own ``invoke``; a host that drives the graph
+    itself (streaming it, say) wraps that call with ``bridge.execution_guard(approved)``.
+    """
+    token = _current.set(guard)
+    try:
+        yield guard
+    finally:
+        _current.reset(token)
+
+
+# --------------------------------------------------------------------------- pure mapping
+
+
+def pending_calls(interrupts: Sequence[Any]) -> tuple[PendingCall, ...]:
+    """The approval calls of a pause: one per per-call ``tool_approval`` interrupt (by call id).
+
+    The interrupt id and the reviewer's description ride in each call's ``metadata``. Any other
+    interrupt (batched HITL, a node's own ``interrupt()``) is refused: its answer cannot be
+    tied to one tool call.
+    """
+    calls = []
+    for found in interrupts:
+        value = found.value
+        if not (isinstance(value, Mapping) and value.get("type") == "tool_approval"):
+            raise ConfigError(
+                f"The graph paused on an interrupt the bridge cannot decide: {value!r}.",
+                hint='Use HumanInTheLoopMiddleware(..., interrupt_mode="per_call").',
+            )
+        metadata = {"interrupt_id": found.id, "description": str(value.get("description", ""))}
+        calls.append(
+            PendingCall(
+                str(value["tool_call_id"]),
+                str(value["name"]),
+                dict(value.get("args") or {}),
+                "approval",
+                metadata,
+            )
+        )
+    return tuple(sorted(calls, key=lambda c: c.tool_call_id))
+
+
+def _decision(decision: CallDecision) -> dict[str, str]:
+    if decision.approved:
+        return {"type": "approve"}
+    return {"type": "reject", "message": decision.message or ""}
+
+
+def resume_command(run: RunRecord, decisions: Sequence[CallDecision]) -> Command[Any]:
+    """The ``Command(resume=...)`` answering every interrupt of ``run`` with ``decisions``."""
+    interrupts = json.loads(run.snapshot)["interrupts"]
+    return Command(resume={interrupts[d.tool_call_id]: _decision(d) for d in decisions})
+
+
+def _snapshot(thread_id: str, checkpoint_id: str | None, calls: Sequence[PendingCall]) -> str:
+    interrupts = {c.tool_call_id: c.metadata["interrupt_id"] for c in calls}
+    body = {"thread_id": thread_id, "checkpoint_id": checkpoint_id, "interrupts": interrupts}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _final_text(value: Any) -> str:
+    messages = value.get("messages") if isinstance(value, Mapping) else None
+    if not messages:
+        return ""
+    last = messages[-1]
+    return last.text if isinstance(last, BaseMessage) else str(last)
+
+
+def _config(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def _checkpoint_id(state: Any) -> str | None:
+    found = (state.config or {}).get("configurable", {}).get("checkpoint_id")
+    return None if found is None else str(found)
+
+
+def _result(thread_id: str, output: Any, checkpoint_id: str | None) -> RuntimeResult:
+    if output.interrupts:
+        calls = pending_calls(output.interrupts)
+        return RuntimeResult(_snapshot(thread_id, checkpoint_id, calls), calls)
+    text = _final_text(output.value)
+    return RuntimeResult(_snapshot(thread_id, checkpoint_id, ()), None, text, text)
+
+
+# --------------------------------------------------------------------------- the boundary
+
+
+def _gated_names(gated: HumanInTheLoopMiddleware | Iterable[str]) -> frozenset[str]:
+    if not isinstance(gated, HumanInTheLoopMiddleware):
+        return frozenset(gated)
+    for name, config in gated.interrupt_on.items():
+        missing = [d for d in NEEDED_DECISIONS if d not in config["allowed_decisions"]]
+        if missing or config.get("when") is not None:
+            # A `when` that says "no review" lets HITL run the call; the boundary would then
+            # refuse it, so the predicate could never do what it says.
+            raise ConfigError(
+                f"Tool {name!r} is gated in a way the bridge cannot decide "
+                f"({'no ' + ', '.join(missing) if missing else 'a when predicate'}).",
+                hint="Allow approve and reject, without `when`, for every gated tool.",
+            )
+    return frozenset(gated.interrupt_on)
+
+
+def _record(message: Any) -> Any:
+    """What the ledger keeps of a tool's result: the ``ToolMessage`` as a dict."""
+    if isinstance(message, ToolMessage):
+        return {"message": message_to_dict(message)}
+    return {"unreplayable": type(message).__name__}
+
+
+def _replayed(entry: LedgerEntry) -> ToolMessage:
+    if entry.outcome == "raised":
+        raise recorded_failure(entry)
+    result = entry.result if isinstance(entry.result, Mapping) else {}
+    if "message" not in result:
+        raise ConfigError(
+            f"Tool call {entry.tool_call_id!r} already ran and returned something other than a "
+            "ToolMessage; the bridge cannot hand it to the model again.",
+            hint="Make guarded tools return content (a ToolMessage), not a Command.",
+        )
+    message = messages_from_dict([result["message"]])[0]
+    assert isinstance(message, ToolMessage)
+    return message
+
+
+class ToolBoundaryMiddleware(AgentMiddleware[Any, Any, Any]):
+    """Runs every tool body through the bridge's execution guard; refuses unapproved gated calls.
+
+    ``ToolBoundaryMiddleware(gated)``: ``gated`` is the agent's ``HumanInTheLoopMiddleware``
+    (its ``interrupt_on`` tools) or tool names. List it **after** HITL, so it sees the calls
+    HITL let through, with the reviewer's edited args. A gated call runs only when the bridge's
+    continuation holds an approved decision for its tool-call id, once per id (a repeat gets the
+    recorded message); any other tool runs through the ledger too, so a replayed continuation
+    does not run it twice. Outside a bridge, a gated call is refused and the rest run as usual.
+    """
+
+    def __init__(self, gated: HumanInTheLoopMiddleware | Iterable[str]) -> None:
+        super().__init__()
+        self.gated = _gated_names(gated)
+
+    def _guard(self, request: Any) -> tuple[ExecutionGuard | None, str, str, dict[str, Any]]:
+        call = request.tool_call
+        tool_call_id, tool = str(call["id"]), str(call["name"])
+        guard = _current.get()
+        if tool in self.gated and (guard is None or tool_call_id not in guard.approved):
+            raise ConfirmationError(UNGATED.format(id=tool_call_id, tool=tool))
+        return guard, tool_call_id, tool, dict(call["args"])
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        guard, tool_call_id, tool, args = self._guard(request)
+        if guard is None:
+            return handler(request)
+        ran: list[Any] = []
+
+        def body() -> Any:
+            ran.append(handler(request))
+            return _record(ran[0])
+
+        # The guard is asyncio (ADR-0107); a sync graph calls this from its own worker thread,
+        # where no loop runs, so the guard gets a loop of its own for this one body.
+        execution = asyncio.run(_execute(guard, tool, tool_call_id, args, body))
+        return ran[0] if execution.ran else _replayed(execution.entry)
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        guard, tool_call_id, tool, args = self._guard(request)
+        if guard is None:
+            return await handler(request)
+        ran: list[Any] = []
+
+        async def body() -> Any:
+            ran.append(await handler(request))
+            return _record(ran[0])
+
+        execution = await _execute(guard, tool, tool_call_id, args, body)
+        return ran[0] if execution.ran else _replayed(execution.entry)
+
+
+async def _execute(
+    guard: ExecutionGuard, tool: str, tool_call_id: str, args: dict[str, Any], body: Any
+) -> Execution:
+    if tool_call_id in guard.approved:
+        return await guard.execute(tool_call_id, tool, args, body)
+    return await guard.execute_ungated(tool_call_id, tool, args, body)
+
+
+# --------------------------------------------------------------------------- runtime ports
+
+
+class _Runtime:
+    runtime = RUNTIME
+
+    def __init__(
+        self, graph: Any, durability: str, new_guard: Callable[[], ExecutionGuard]
+    ) -> None:
+        self.graph = graph
+        self.durability = durability
+        self.new_guard = new_guard
+
+    def _invoke(self, value: Any, thread_id: str, guard: ExecutionGuard) -> RuntimeResult:
+        config = _config(thread_id)
+        with use_guard(guard):
+            output = self.graph.invoke(value, config, version="v2", durability=self.durability)
+        return _result(thread_id, output, _checkpoint_id(self.graph.get_state(config)))
+
+    def start(self, input: Any, *, thread_id: str) -> RuntimeResult:
+        return self._invoke(input, thread_id, self.new_guard())
+
+    def resume(
+        self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
+    ) -> RuntimeResult:
+        # On the thread's head, never the paused checkpoint id: resuming an old id forks.
+        thread_id = str(json.loads(run.snapshot)["thread_id"])
+        return self._invoke(resume_command(run, decisions), thread_id, guard)
+
+
+class _AsyncRuntime(_Runtime):
+    async def _ainvoke(self, value: Any, thread_id: str, guard: ExecutionGuard) -> RuntimeResult:
+        config = _config(thread_id)
+        with use_guard(guard):
+            try:
+                output = await self.graph.ainvoke(
+                    value, config, version="v2", durability=self.durability
+                )
+            finally:
+                await guard.drain()  # a cancelled sibling's claimed body records its outcome
+        return _result(thread_id, output, _checkpoint_id(await self.graph.aget_state(config)))
+
+    async def start(self, input: Any, *, thread_id: str) -> RuntimeResult:  # type: ignore[override]
+        return await self._ainvoke(input, thread_id, self.new_guard())
+
+    async def resume(  # type: ignore[override]
+        self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
+    ) -> RuntimeResult:
+        thread_id = str(json.loads(run.snapshot)["thread_id"])
+        return await self._ainvoke(resume_command(run, decisions), thread_id, guard)
+
+
+def _check_durability(durability: object) -> str:
+    if durability not in ("sync", "async"):
+        raise ConfigError(
+            f"durability must be 'sync' or 'async', got {durability!r}.",
+            hint="With 'exit' a crash loses the recorded approval and re-runs finished tools.",
+        )
+    return str(durability)
+
+
+def _check_thread_id(thread_id: object) -> str:
+    if not isinstance(thread_id, str) or not thread_id:
+        raise ConfigError(f"thread_id must be a non-empty str, got {thread_id!r}.")
+    return thread_id
+
+
+# --------------------------------------------------------------------------- facades
+
+
+class LangGraphBridge(Bridge):
+    """A LangGraph ``create_agent`` graph whose approvals live in a :class:`ChatSession` (sync).
+
+    ``LangGraphBridge(graph, session, storage, durability="sync", ttl_ms=300_000, owner=None,
+    idempotent_tools=())``: ``graph`` is compiled with a checkpointer, HITL in ``per_call``
+    mode and :class:`ToolBoundaryMiddleware` after it; ``storage`` is the session's storage (it
+    must have the ``RecordStorage`` capability); ``durability`` is LangGraph's (never
+    ``"exit"``).
+    """
+
+    runtime_name = RUNTIME
+
+    def __init__(
+        self, graph: Any, session: Any, storage: Any, *, durability: str = "sync", **options: Any
+    ) -> None:
+        super().__init__(session, storage, **options)
+        self.graph = graph
+        self.durability = _check_durability(durability)
+
+    def _runtime(self) -> _Runtime:
+        return _Runtime(self.graph, self.durability, self.execution_guard)
+
+    def run(self, input: Any, *, thread_id: str, run_id: str | None = None) -> RunOutcome:
+        """Run the graph on ``input`` in LangGraph thread ``thread_id`` (``graph.invoke``;
+        ``await graph.ainvoke`` for the asyncio twin); a pause is saved and its calls proposed."""
+        return self._start(run_id, (input,), {"thread_id": _check_thread_id(thread_id)})
+
+
+class AsyncLangGraphBridge(AsyncBridge):
+    """The asyncio twin of :class:`LangGraphBridge` (``AsyncChatSession``, ``graph.ainvoke``)."""
+
+    runtime_name = RUNTIME
+
+    def __init__(
+        self, graph: Any, session: Any, storage: Any, *, durability: str = "sync", **options: Any
+    ) -> None:
+        super().__init__(session, storage, **options)
+        self.graph = graph
+        self.durability = _check_durability(durability)
+
+    def _runtime(self) -> _AsyncRuntime:
+        return _AsyncRuntime(self.graph, self.durability, self.execution_guard)
+
+    async def run(self, input: Any, *, thread_id: str, run_id: str | None = None) -> RunOutcome:
+        """Run the graph on ``input`` in LangGraph thread ``thread_id`` (``graph.invoke``;
+        ``await graph.ainvoke`` for the asyncio twin); a pause is saved and its calls proposed."""
+        return await self._start(run_id, (input,), {"thread_id": _check_thread_id(thread_id)})

@@ -1,0 +1,387 @@
+"""The LangGraph bridge, with the real langgraph / langchain packages and a scripted model.
+
+Every decision is made by a *different* session object (a fresh resume over the same storage),
+as separate approver processes would; bodies and model requests are counted (:mod:`lg_agents`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bridge_harness import RecordsBackend
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+from lg_agents import Call, Counts, JumpToTools, build_graph, open_saver
+from process_helpers import new_store_spec, open_store
+
+from akchat_fsm import (
+    ChatDefinition,
+    ConfigError,
+    ConfirmationError,
+    resume_chat_session,
+    resume_chat_session_async,
+)
+from akchat_fsm.integrations.langgraph import (
+    AsyncLangGraphBridge,
+    LangGraphBridge,
+    RecordedToolFailure,
+    ToolBoundaryMiddleware,
+    use_guard,
+)
+
+DEFINITION = ChatDefinition("support")
+SID = "chat-1"
+T0 = 1_000_000
+TTL = 60_000
+EMAIL = Call("send_email", {"to": "a@example.com"}, "c1")
+PAY = Call("pay", {"amount": 5}, "c2")
+LOOKUP = Call("lookup", {"order": "o-9"}, "c3")
+USER = {"messages": [{"role": "user", "content": "do it"}]}
+EXPIRED = "The approval request for this tool call expired; it was not run."
+
+
+def _bridge(storage: Any, graph: Any, *, now: int = T0, **options: Any) -> LangGraphBridge:
+    session = resume_chat_session(DEFINITION, session_id=SID, storage=storage, clock=lambda: now)
+    return LangGraphBridge(graph, session, storage, ttl_ms=TTL, **options)
+
+
+def _start(storage: Any, graph: Any) -> Any:
+    return _bridge(storage, graph).run(USER, thread_id="t1", run_id="r1")
+
+
+def test_a_pause_becomes_confirmations_and_the_snapshot_is_only_what_resuming_needs(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    graph = build_graph([EMAIL, PAY, LOOKUP], counts, InMemorySaver())
+    paused = _start(records_backend.sync(), graph)
+    assert paused.status == "paused" and counts.requests == 1
+    assert counts.bodies == ["lookup:o-9"]  # the ungated sibling ran before the pause
+    ungated = _bridge(records_backend.sync(), graph).ledger.get("c3")
+    assert ungated is not None and ungated.state.value == "executed"  # through the ledger
+    by_id = {b.tool_call_id: b for b in paused.pending}
+    assert set(by_id) == {"c1", "c2"}
+    assert by_id["c1"].action == "send_email" and dict(by_id["c1"].input) == EMAIL.args
+    assert by_id["c2"].action == "pay" and dict(by_id["c2"].input) == PAY.args
+    assert {b.expires_at for b in paused.pending} == {T0 + TTL}
+    snapshot = json.loads(paused.snapshot)
+    state = graph.get_state({"configurable": {"thread_id": "t1"}})
+    assert snapshot["thread_id"] == "t1"
+    assert snapshot["checkpoint_id"] == state.config["configurable"]["checkpoint_id"]
+    assert snapshot["interrupts"] == {i.value["tool_call_id"]: i.id for i in state.interrupts}
+    assert set(snapshot) == {"thread_id", "checkpoint_id", "interrupts"}  # no graph state
+
+
+def test_approve_and_reject_continue_once_and_the_reason_reaches_the_model(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    graph = build_graph([EMAIL, PAY], counts, InMemorySaver())
+    paused = _start(records_backend.sync(), graph)
+    tokens = {b.tool_call_id: b.token for b in paused.pending}
+    first = _bridge(records_backend.sync(), graph).approve(tokens["c1"])
+    assert first.run is not None and first.run.status == "waiting" and counts.bodies == []
+    done = _bridge(records_backend.sync(), graph).reject(tokens["c2"], "too much")
+    assert done.run is not None and done.run.status == "completed"
+    assert counts.bodies == ["send_email:a@example.com"] and counts.requests == 2
+    assert done.run.output == (
+        "c1=sent to a@example.com; c2=User rejected the tool call for `pay` with reason: too much"
+    )
+    again = _bridge(records_backend.sync(), graph).continue_run("r1")
+    assert again.status == "completed" and again.replayed and again.output == done.run.output
+    assert counts.bodies == ["send_email:a@example.com"] and counts.requests == 2
+
+
+def test_a_continuation_that_pauses_again_proposes_the_next_turns_calls(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    graph = build_graph([EMAIL], counts, InMemorySaver(), then=[[PAY]])
+    paused = _start(records_backend.sync(), graph)
+    again = _bridge(records_backend.sync(), graph).approve(paused.pending[0].token)
+    assert again.run is not None and again.run.status == "paused"
+    assert [(b.tool_call_id, b.action) for b in again.run.pending] == [("c2", "pay")]
+    state = graph.get_state({"configurable": {"thread_id": "t1"}})
+    assert json.loads(again.run.snapshot)["interrupts"] == {"c2": state.interrupts[0].id}
+    assert counts.bodies == ["send_email:a@example.com"]
+    done = _bridge(records_backend.sync(), graph).approve(again.run.pending[0].token)
+    assert done.run is not None and done.run.status == "completed"
+    assert done.run.output == "c1=sent to a@example.com; c2=paid 5"
+    assert counts.bodies == ["send_email:a@example.com", "pay:5"] and counts.requests == 3
+
+
+def test_an_expired_call_tells_the_model_and_never_runs(records_backend: RecordsBackend) -> None:
+    counts = Counts()
+    graph = build_graph([PAY], counts, InMemorySaver())
+    paused = _start(records_backend.sync(), graph)
+    done = _bridge(records_backend.sync(), graph, now=T0 + TTL).expire(paused.pending[0].token)
+    assert done.run is not None and done.run.status == "completed"
+    assert done.run.output == f"c2=User rejected the tool call for `pay` with reason: {EXPIRED}"
+    assert counts.bodies == []
+
+
+def test_a_second_continuation_of_the_same_pause_runs_the_body_zero_more_times(
+    records_backend: RecordsBackend,
+) -> None:
+    """Another graph object on the thread (another process's) continues the completed run:
+    the run record answers, the graph is not called again."""
+    counts = Counts()
+    saver = InMemorySaver()
+    graph = build_graph([EMAIL], counts, saver)
+    paused = _start(records_backend.sync(), graph)
+    done = _bridge(records_backend.sync(), graph).approve(paused.pending[0].token)
+    assert done.run is not None and done.run.status == "completed"
+    assert counts.bodies == ["send_email:a@example.com"] and counts.requests == 2
+    other = build_graph([EMAIL], counts, saver)
+    again = _bridge(records_backend.sync(), other).continue_run("r1")
+    assert again.status == "completed" and again.replayed and again.output == done.run.output
+    assert counts.bodies == ["send_email:a@example.com"] and counts.requests == 2
+
+
+def test_langgraph_re_running_the_pause_itself_replays_the_body_from_the_ledger(
+    records_backend: RecordsBackend,
+) -> None:
+    """Resuming the paused checkpoint id again forks the thread and LangGraph runs the tool
+    node again (the model is asked again: a third request); the boundary replays the body."""
+    counts = Counts()
+    graph = build_graph([EMAIL], counts, InMemorySaver())
+    paused = _start(records_backend.sync(), graph)
+    bridge = _bridge(records_backend.sync(), graph)
+    assert bridge.approve(paused.pending[0].token).run is not None
+    assert counts.bodies == ["send_email:a@example.com"] and counts.requests == 2
+    snapshot = json.loads(paused.snapshot)
+    fork = {"configurable": {"thread_id": "t1", "checkpoint_id": snapshot["checkpoint_id"]}}
+    answer = Command(resume={snapshot["interrupts"]["c1"]: {"type": "approve"}})
+    with use_guard(bridge.execution_guard(["c1"])):
+        output = graph.invoke(answer, fork, version="v2")
+    assert counts.requests == 3  # LangGraph did run the pause again
+    assert output.value["messages"][-1].text == "c1=sent to a@example.com"
+    assert counts.bodies == ["send_email:a@example.com"]  # the body did not
+
+
+def test_concurrent_continuations_run_the_body_and_the_model_once(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    graph = build_graph([EMAIL, PAY], counts, InMemorySaver())
+    paused = _start(records_backend.sync(), graph)
+    for binding in paused.pending:
+        _bridge(records_backend.sync(), graph).approve(binding.token, continue_run=False)
+    barrier = threading.Barrier(4)
+    results: list[Any] = []
+
+    def worker() -> None:
+        bridge = _bridge(records_backend.sync(), graph)
+        barrier.wait()
+        results.append(bridge.continue_run("r1"))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(counts.bodies) == ["pay:5", "send_email:a@example.com"]
+    assert counts.requests == 2
+    assert len([r for r in results if r.status == "completed" and not r.replayed]) == 1
+    assert {r.status for r in results} <= {"completed", "continuing"}
+
+
+def test_a_continuation_failing_after_the_body_ran_replays_it_on_the_next_one(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    graph = build_graph([EMAIL], counts, InMemorySaver())
+    paused = _start(records_backend.sync(), graph)
+    counts.fail_next_answer = 1  # the model fails after the body ran, before the run is saved
+    with pytest.raises(ConnectionError):
+        _bridge(records_backend.sync(), graph).approve(paused.pending[0].token)
+    bridge = _bridge(records_backend.sync(), graph)
+    record = bridge.run_record("r1")
+    assert record is not None and record.state.value == "paused"  # released for a retry
+    entry = bridge.ledger.get("c1")
+    assert entry is not None and entry.state.value == "executed"
+    done = bridge.continue_run("r1")
+    assert done.status == "completed" and done.output == "c1=sent to a@example.com"
+    assert counts.bodies == ["send_email:a@example.com"]
+
+
+def test_reconcile_continues_a_decided_pause_and_a_second_reconcile_runs_nothing(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    graph = build_graph([EMAIL], counts, InMemorySaver())
+    paused = _start(records_backend.sync(), graph)
+    _bridge(records_backend.sync(), graph).approve(paused.pending[0].token, continue_run=False)
+    report = _bridge(records_backend.sync(), graph).reconcile()
+    assert [(r.run_id, r.status) for r in report.runs] == [("r1", "completed")]
+    assert report.execution_unknown == ()
+    again = _bridge(records_backend.sync(), graph).reconcile()
+    assert again.runs == () and counts.bodies == ["send_email:a@example.com"]
+    assert counts.requests == 2
+
+
+def test_a_body_that_raised_is_never_run_again(records_backend: RecordsBackend) -> None:
+    counts = Counts(failing_tools={"pay"})
+    graph = build_graph([PAY], counts, InMemorySaver())
+    paused = _start(records_backend.sync(), graph)
+    with pytest.raises(RuntimeError, match="pay:5 failed"):
+        _bridge(records_backend.sync(), graph).approve(paused.pending[0].token)
+    with pytest.raises(RecordedToolFailure, match="RuntimeError: pay:5 failed"):
+        _bridge(records_backend.sync(), graph).continue_run("r1")
+    assert counts.bodies == ["pay:5"]
+
+
+def test_a_gated_tool_reached_without_approval_is_refused_whatever_skipped_hitl(
+    records_backend: RecordsBackend,
+) -> None:
+    """Batched HITL followed by a middleware that jumps to the tools never pauses; the boundary
+    refuses the gated call instead of running it, and lets the ungated one run."""
+    counts = Counts()
+    graph = build_graph(
+        [PAY, LOOKUP], counts, InMemorySaver(), mode="batched", extra=[JumpToTools()]
+    )
+    with pytest.raises(ConfirmationError, match="'c2'"):
+        _start(records_backend.sync(), graph)
+    assert "pay:5" not in counts.bodies
+
+
+def test_the_async_boundary_refuses_the_bypass_too(records_backend: RecordsBackend) -> None:
+    counts = Counts()
+    graph = build_graph([PAY], counts, InMemorySaver(), mode="batched", extra=[JumpToTools()])
+
+    async def scenario() -> None:
+        storage = records_backend.async_()
+        session = await resume_chat_session_async(DEFINITION, session_id=SID, storage=storage)
+        bridge = AsyncLangGraphBridge(graph, session, storage)
+        with pytest.raises(ConfirmationError, match="'c2'"):
+            await bridge.run(USER, thread_id="t1", run_id="r1")
+
+    asyncio.run(scenario())
+    assert counts.bodies == []
+
+
+def test_a_graph_run_outside_the_bridge_refuses_gated_tools() -> None:
+    counts = Counts()
+    graph = build_graph([PAY], counts, InMemorySaver(), mode="batched", extra=[JumpToTools()])
+    with pytest.raises(ConfirmationError):
+        graph.invoke(USER, {"configurable": {"thread_id": "t1"}})
+    assert counts.bodies == []
+
+
+def test_settings_the_bridge_cannot_keep_are_refused_before_anything_runs(
+    records_backend: RecordsBackend,
+) -> None:
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    graph = build_graph([PAY], Counts(), InMemorySaver())
+    with pytest.raises(ConfigError, match="durability"):
+        _bridge(records_backend.sync(), graph, durability="exit")
+    with pytest.raises(ConfigError, match="thread_id"):
+        _bridge(records_backend.sync(), graph).run(USER, thread_id="", run_id="r1")
+    only_approve = HumanInTheLoopMiddleware({"pay": {"allowed_decisions": ["approve"]}})
+    with pytest.raises(ConfigError, match="reject"):
+        ToolBoundaryMiddleware(only_approve)
+    predicate = HumanInTheLoopMiddleware(
+        {"pay": {"allowed_decisions": ["approve", "reject"], "when": lambda request: True}}
+    )
+    with pytest.raises(ConfigError, match="when"):
+        ToolBoundaryMiddleware(predicate)
+
+
+def test_a_batched_pause_is_refused_with_a_hint(records_backend: RecordsBackend) -> None:
+    graph = build_graph([PAY], Counts(), InMemorySaver(), mode="batched")
+    with pytest.raises(ConfigError, match="cannot decide") as refused:
+        _start(records_backend.sync(), graph)
+    assert "per_call" in str(refused.value.hint)
+
+
+def test_the_async_bridge_runs_the_same_plans(records_backend: RecordsBackend) -> None:
+    counts = Counts()
+    graph = build_graph([EMAIL, PAY], counts, InMemorySaver())
+
+    async def bridge(now: int = T0) -> AsyncLangGraphBridge:
+        storage = records_backend.async_()
+        session = await resume_chat_session_async(
+            DEFINITION, session_id=SID, storage=storage, clock=lambda: now
+        )
+        return AsyncLangGraphBridge(graph, session, storage, ttl_ms=TTL)
+
+    async def scenario() -> None:
+        paused = await (await bridge()).run(USER, thread_id="t1", run_id="r1")
+        tokens = {b.tool_call_id: b.token for b in paused.pending}
+        await (await bridge()).approve(tokens["c1"])
+        done = await (await bridge(T0 + TTL)).expire(tokens["c2"])
+        assert done.run is not None and done.run.status == "completed"
+        assert done.run.output.startswith("c1=sent to a@example.com; c2=User rejected")
+        again = await (await bridge()).continue_run("r1")
+        assert again.replayed
+
+    asyncio.run(scenario())
+    assert counts.bodies == ["send_email:a@example.com"] and counts.requests == 2
+
+
+# --------------------------------------------------------------------------- processes
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def stores(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """(the session's store spec, LangGraph's checkpointer spec) on one kind of server."""
+    if request.param == "sqlite":
+        yield f"sqlite:{tmp_path / 'sessions.db'}", f"sqlite:{tmp_path / 'checkpoints.db'}"
+        return
+    import psycopg
+
+    url = request.getfixturevalue("pg_url")
+    store, table = new_store_spec("postgres", tmp_path, url)
+    schema = f"lg_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield store, f"postgres:{url}|{schema}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+
+
+def _continue_in_a_process(store: str, saver_spec: str, bodies: str) -> tuple[str, bool]:
+    saver, close = open_saver(saver_spec)
+    try:
+        graph = build_graph([EMAIL], Counts(file=Path(bodies)), saver)
+        outcome = _bridge(open_store(store), graph).continue_run("r1")
+        return outcome.status, outcome.replayed
+    finally:
+        close()
+
+
+def test_two_processes_continuing_one_pause_run_the_body_once_on_langgraphs_own_savers(
+    stores: tuple[str, str], tmp_path: Path
+) -> None:
+    """SQLite storage with ``SqliteSaver``, PostgreSQL with ``PostgresSaver``: the pause is
+    decided here, then two processes continue it; LangGraph alone would run the body in both."""
+    store, saver_spec = stores
+    bodies = tmp_path / "bodies.txt"
+    saver, close = open_saver(saver_spec)
+    try:
+        graph = build_graph([EMAIL], Counts(file=bodies), saver)
+        paused = _start(open_store(store), graph)
+        decided = _bridge(open_store(store), graph).approve(
+            paused.pending[0].token, continue_run=False
+        )
+        assert decided.run is None and not bodies.exists()
+    finally:
+        close()
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        results = pool.starmap(_continue_in_a_process, [(store, saver_spec, str(bodies))] * 2)
+    assert [replayed for _, replayed in results].count(False) == 1  # one continued, once
+    assert {status for status, _ in results} <= {"completed", "continuing"}
+    assert bodies.read_text(encoding="utf-8").splitlines() == ["send_email:a@example.com"]
