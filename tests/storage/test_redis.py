@@ -683,3 +683,27 @@ def test_a_filter_on_the_other_instant_pages_within_the_scan_budget(
         assert short  # the budget did end some pages early, and the walk went on
     finally:
         c.close()
+
+
+@MODES
+def test_an_unvalidated_snapshot_repeating_a_token_leaves_no_stray_member(
+    redis_url: str, prefix: str, admin: redis.Redis, mode: str
+) -> None:
+    from akchat_fsm import SessionSnapshot
+
+    c = _open(mode, redis_url, prefix)
+    try:
+        valid = _pending_snap("s-dup", 0, (1, 100), (2, 200))
+        twice = (
+            valid.confirmations[0],
+            valid.confirmations[0].model_copy(update={"expires_at": 7}),
+        )
+        fields = {name: getattr(valid, name) for name in type(valid).model_fields}
+        assert c.save(SessionSnapshot.model_construct(**{**fields, "confirmations": twice}), None)
+        assert [i.expires_at_ms for i in c._call("list_pending").items] == [100]
+        assert c.save(_pending_snap("s-dup", 1), 0)  # nothing pending any more
+        assert c._call("list_pending").items == ()
+        left = [k for k in admin.scan_iter(match=f"{prefix}#pending:*") if b"backfilled" not in k]
+        assert left == []  # every sorted set emptied (Redis drops an empty key)
+    finally:
+        c.close()

@@ -133,12 +133,15 @@ local function index(ns, sid, rows, since, now, first)
     local tok, tc, act, e = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
     local s = since[tok] or now
     local tail = ' ' .. sid .. ' ' .. tc .. ' ' .. tok .. ' ' .. act .. ' '
-    redis.call('HSET', rows, tok, e .. ' ' .. s .. ' ' .. tc .. ' ' .. act)
-    redis.call('ZADD', ns .. 'e', 0, e .. tail .. s)
-    redis.call('ZADD', ns .. 'e:' .. act, 0, e .. tail .. s)
-    redis.call('ZADD', ns .. 'n', 0, s .. tail .. e)
-    redis.call('ZADD', ns .. 'n:' .. act, 0, s .. tail .. e)
-    redis.call('ZADD', ns .. 't', 0, tok .. ' ' .. sid)
+    -- A validated snapshot never repeats a token; one that does keeps its first row only, so
+    -- every member stays reachable from the hash (unindex finds it).
+    if redis.call('HSETNX', rows, tok, e .. ' ' .. s .. ' ' .. tc .. ' ' .. act) == 1 then
+      redis.call('ZADD', ns .. 'e', 0, e .. tail .. s)
+      redis.call('ZADD', ns .. 'e:' .. act, 0, e .. tail .. s)
+      redis.call('ZADD', ns .. 'n', 0, s .. tail .. e)
+      redis.call('ZADD', ns .. 'n:' .. act, 0, s .. tail .. e)
+      redis.call('ZADD', ns .. 't', 0, tok .. ' ' .. sid)
+    end
   end
 end
 """
