@@ -1,8 +1,9 @@
 """Redis adapter (redis-py, extra ``redis``): one Lua script is the whole compare-and-set.
 
 Each session is a hash at ``prefix + session_id`` with fields ``cursor`` (a decimal string,
-compared as a string: Lua numbers are doubles), ``body`` (the canonical JSON text) and
-``processing``. Its records are one hash at ``prefix + session_id + "#records"`` (fields
+compared as a string: Lua numbers are doubles), ``body`` (the canonical JSON text),
+``processing`` and ``pending`` ("1" while it has pending-index rows). Its records are one
+hash at ``prefix + session_id + "#records"`` (fields
 ``v:<key>`` version, ``b:<key>`` text, ``p:<key>`` while processing, ``#processing`` their
 count). The processing index is one sorted set at ``prefix + "#processing"``: a session is a
 member, scored by its last write in epoch ms, while its envelope or a record is processing
@@ -106,41 +107,63 @@ return 1
 # prefix + "#pending:") names the shared sorted sets, every member scored 0 and ordered by
 # bytes: ``e``/``e:<action>`` hold "expires sid tcid token action since", ``n``/``n:<action>``
 # "since sid tcid token action expires", ``t`` "token sid". A space sorts below every
-# identifier character, so the bytes order is the tuple order of ``sort_key``. ``unindex``
-# removes a session's rows and returns their since by token; ``index`` writes the rows of
-# ARGV[first..] (token, tool call id, action, padded expiry: four each), a token still pending
-# keeping its since (``carry_since``'s rule) and a new one taking ``now``.
+# identifier character, so the bytes order is the tuple order of ``sort_key``. ``reindex``
+# rewrites a session's rows to those of ARGV[first..] (token, tool call id, action, padded
+# expiry: four each): a token still pending keeps its since (``carry_since``'s rule), a new one
+# takes ``now``; a row that did not change is not touched (the common save: a session whose
+# approval still waits), one that left is removed. ``unindex`` removes them all (delete).
 _PENDING = """
-local function unindex(ns, sid, rows)
-  local old = redis.call('HGETALL', rows)
-  local since = {}
-  for i = 1, #old, 2 do
-    local tok = old[i]
-    local e, s, tc, act = string.match(old[i + 1], '^(%d+) (%d+) (%S+) (%S+)$')
-    since[tok] = s
-    local tail = ' ' .. sid .. ' ' .. tc .. ' ' .. tok .. ' ' .. act .. ' '
-    redis.call('ZREM', ns .. 'e', e .. tail .. s)
-    redis.call('ZREM', ns .. 'e:' .. act, e .. tail .. s)
-    redis.call('ZREM', ns .. 'n', s .. tail .. e)
-    redis.call('ZREM', ns .. 'n:' .. act, s .. tail .. e)
-    redis.call('ZREM', ns .. 't', tok .. ' ' .. sid)
-  end
-  if #old > 0 then redis.call('DEL', rows) end
-  return since
+local function members(sid, tok, row)
+  local e, s, tc, act = string.match(row, '^(%d+) (%d+) (%S+) (%S+)$')
+  local tail = ' ' .. sid .. ' ' .. tc .. ' ' .. tok .. ' ' .. act .. ' '
+  return act, e .. tail .. s, s .. tail .. e
 end
-local function index(ns, sid, rows, since, now, first)
+local function unlist(ns, sid, tok, row)
+  local act, me, mn = members(sid, tok, row)
+  redis.call('ZREM', ns .. 'e', me)
+  redis.call('ZREM', ns .. 'e:' .. act, me)
+  redis.call('ZREM', ns .. 'n', mn)
+  redis.call('ZREM', ns .. 'n:' .. act, mn)
+  redis.call('ZREM', ns .. 't', tok .. ' ' .. sid)
+end
+local function list(ns, sid, tok, row)
+  local act, me, mn = members(sid, tok, row)
+  redis.call('ZADD', ns .. 'e', 0, me)
+  redis.call('ZADD', ns .. 'e:' .. act, 0, me)
+  redis.call('ZADD', ns .. 'n', 0, mn)
+  redis.call('ZADD', ns .. 'n:' .. act, 0, mn)
+  redis.call('ZADD', ns .. 't', 0, tok .. ' ' .. sid)
+end
+local function rows_of(rows)
+  local flat, old = redis.call('HGETALL', rows), {}
+  for i = 1, #flat, 2 do old[flat[i]] = flat[i + 1] end
+  return old
+end
+local function unindex(ns, sid, rows)
+  for tok, row in pairs(rows_of(rows)) do unlist(ns, sid, tok, row) end
+  redis.call('DEL', rows)
+end
+local function reindex(ns, sid, rows, old, now, first)
+  local kept = {}
   for i = first, #ARGV, 4 do
-    local tok, tc, act, e = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-    local s = since[tok] or now
-    local tail = ' ' .. sid .. ' ' .. tc .. ' ' .. tok .. ' ' .. act .. ' '
-    -- A validated snapshot never repeats a token; one that does keeps its first row only, so
-    -- every member stays reachable from the hash (unindex finds it).
-    if redis.call('HSETNX', rows, tok, e .. ' ' .. s .. ' ' .. tc .. ' ' .. act) == 1 then
-      redis.call('ZADD', ns .. 'e', 0, e .. tail .. s)
-      redis.call('ZADD', ns .. 'e:' .. act, 0, e .. tail .. s)
-      redis.call('ZADD', ns .. 'n', 0, s .. tail .. e)
-      redis.call('ZADD', ns .. 'n:' .. act, 0, s .. tail .. e)
-      redis.call('ZADD', ns .. 't', 0, tok .. ' ' .. sid)
+    local tok = ARGV[i]
+    -- A validated snapshot never repeats a token; one that does keeps its first row only.
+    if kept[tok] == nil then
+      local prev = old[tok]
+      local s = prev and string.match(prev, '^%d+ (%d+)') or now
+      local row = ARGV[i + 3] .. ' ' .. s .. ' ' .. ARGV[i + 1] .. ' ' .. ARGV[i + 2]
+      kept[tok] = true
+      if prev ~= row then
+        if prev then unlist(ns, sid, tok, prev) end
+        list(ns, sid, tok, row)
+        redis.call('HSET', rows, tok, row)
+      end
+    end
+  end
+  for tok, row in pairs(old) do
+    if kept[tok] == nil then
+      unlist(ns, sid, tok, row)
+      redis.call('HDEL', rows, tok)
     end
   end
 end
@@ -149,18 +172,24 @@ end
 #: ARGV[1] written ms, ARGV[2] session id, ARGV[3] expected cursor ("" = create-only),
 #: ARGV[4] new cursor, ARGV[5] body, ARGV[6] "1" if processing, ARGV[7] the pending index's
 #: key prefix, ARGV[8] written ms padded, ARGV[9..] the pending rows. 1 when written, 0 on a
-#: conflict (and then nothing, the pending index included, has changed).
+#: conflict (and then nothing, the pending index included, has changed). The envelope's
+#: ``pending`` field says whether it has rows, so a save of a session without any reads none.
 CAS_SCRIPT = (
     _PENDING
     + """\
-local stored = redis.call('HGET', KEYS[1], 'cursor')
+local head = redis.call('HMGET', KEYS[1], 'cursor', 'pending')
+local stored = head[1]
 if ARGV[3] == '' then
   if stored then return 0 end
 elseif stored ~= ARGV[3] then
   return 0
 end
-redis.call('HSET', KEYS[1], 'cursor', ARGV[4], 'body', ARGV[5], 'processing', ARGV[6])
-index(ARGV[7], ARGV[2], KEYS[4], unindex(ARGV[7], ARGV[2], KEYS[4]), ARGV[8], 9)
+local old = {}
+if head[2] == '1' then old = rows_of(KEYS[4]) end
+reindex(ARGV[7], ARGV[2], KEYS[4], old, ARGV[8], 9)
+local rows = #ARGV > 8 and '1' or '0'
+redis.call('HSET', KEYS[1], 'cursor', ARGV[4], 'body', ARGV[5], 'processing', ARGV[6],
+  'pending', rows)
 local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '0')
 """
     + _INDEX
@@ -173,7 +202,8 @@ BACKFILL_SCRIPT = (
     _PENDING
     + """\
 if redis.call('HGET', KEYS[1], 'cursor') ~= ARGV[3] then return 0 end
-index(ARGV[7], ARGV[2], KEYS[4], unindex(ARGV[7], ARGV[2], KEYS[4]), ARGV[8], 9)
+reindex(ARGV[7], ARGV[2], KEYS[4], rows_of(KEYS[4]), ARGV[8], 9)
+redis.call('HSET', KEYS[1], 'pending', #ARGV > 8 and '1' or '0')
 return 1
 """
 )
