@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 import redis.asyncio.retry
+from hypothesis import settings, strategies
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from storage_harness import Client, snap
 
 from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
@@ -707,3 +709,119 @@ def test_an_unvalidated_snapshot_repeating_a_token_leaves_no_stray_member(
         assert left == []  # every sorted set emptied (Redis drops an empty key)
     finally:
         c.close()
+
+
+# --------------------------------------------------------------------------- the model
+_SESSIONS = ["s-a", "s-b", "s-c"]
+_STATUSES = ["pending", "pending", "approving", "expired", "rejected"]
+_BINDINGS = strategies.lists(
+    strategies.tuples(
+        strategies.integers(0, 5), strategies.sampled_from(_STATUSES), strategies.integers(0, 3)
+    ),
+    max_size=4,
+    unique_by=lambda b: b[0],
+)
+
+
+class PendingAgreesWithMemory(RuleBasedStateMachine):
+    """The same saves and deletes through Redis and the memory reference: the same rows
+    (their since aside, two clocks), in order, the same pages, the same ``find_token``."""
+
+    redis_url: str = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from akchat_fsm.storage import MemoryStorage
+
+        self.prefix = f"akt:{uuid.uuid4().hex[:12]}:"
+        self.redis = RedisStorage(self.redis_url, prefix=self.prefix)
+        self.memory = MemoryStorage()
+        self.cursors: dict[str, int] = {}
+
+    def _snap(self, sid: str, cursor: int, bindings: list[tuple[int, str, int]]) -> Any:
+        from akchat_fsm import ConfirmationBinding, SessionSnapshot
+
+        return SessionSnapshot(
+            session_id=sid,
+            definition_id="def",
+            definition_revision=1,
+            updated_at="2026-11-29T00:00:00.000Z",
+            cursor=cursor,
+            confirmations=tuple(
+                ConfirmationBinding(
+                    token=f"tok-{n}",  # shared across sessions: find_token's smallest id
+                    action="pay" if n % 2 else "ship",
+                    input={},
+                    tool_call_id=f"call-{n}",
+                    expires_at=1_000 + expires,
+                    status=status,
+                )
+                for n, status, expires in bindings
+            ),
+        )
+
+    @rule(sid=strategies.sampled_from(_SESSIONS), bindings=_BINDINGS)
+    def save(self, sid: str, bindings: list[tuple[int, str, int]]) -> None:
+        was = self.cursors.get(sid)
+        snapshot = self._snap(sid, 0 if was is None else was + 1, bindings)
+        assert self.redis.save(snapshot, was) is self.memory.save(snapshot, was) is True
+        self.cursors[sid] = snapshot.cursor
+
+    @rule(sid=strategies.sampled_from(_SESSIONS), bindings=_BINDINGS)
+    def losing_save(self, sid: str, bindings: list[tuple[int, str, int]]) -> None:
+        was = self.cursors.get(sid)
+        # A cursor from the future; for a session that does not exist, any update loses.
+        expected = 3 if was is None else was + 7
+        snapshot = self._snap(sid, expected + 1, bindings)
+        assert self.redis.save(snapshot, expected) is self.memory.save(snapshot, expected) is False
+        if was is not None:  # a create of a session that exists loses too
+            again = self._snap(sid, 0, bindings)
+            assert self.redis.save(again, None) is self.memory.save(again, None) is False
+
+    @rule(sid=strategies.sampled_from(_SESSIONS))
+    def delete(self, sid: str) -> None:
+        self.redis.delete(sid)
+        self.memory.delete(sid)
+        self.cursors.pop(sid, None)
+
+    @invariant()
+    def the_same_rows_pages_and_tokens(self) -> None:
+        for query in ({}, {"action": "pay"}, {"session_id": "s-b"}, {"expiring_before_ms": 1_002}):
+            want = [_no_since(i) for i in self.memory.list_pending(limit=1000, **query).items]
+            got = [_no_since(i) for i in self.redis.list_pending(limit=1000, **query).items]
+            assert got == want, query
+            walked, after = [], None
+            for _ in range(20):
+                page = self.redis.list_pending(limit=2, after=after, **query)
+                walked += [_no_since(i) for i in page.items]
+                after = page.next_after
+                if after is None:
+                    break
+            assert walked == want, query
+        newest = self.redis.list_pending(order="newest", limit=1000).items
+        keys = [(i.pending_since_ms, i.session_id, i.tool_call_id) for i in newest]
+        assert keys == sorted(keys, reverse=True)
+        assert sorted(map(_no_since, newest)) == sorted(
+            map(_no_since, self.memory.list_pending(limit=1000).items)
+        )
+        for n in range(6):
+            assert self.redis.find_token(f"tok-{n}") == self.memory.find_token(f"tok-{n}")
+
+    def teardown(self) -> None:
+        r = redis.Redis.from_url(self.redis_url)
+        keys = list(r.scan_iter(match=f"{self.prefix}*"))
+        if keys:
+            r.delete(*keys)
+        r.close()
+        self.redis.close()
+
+
+def _no_since(item: Any) -> tuple[Any, ...]:
+    return (item.session_id, item.token, item.tool_call_id, item.action, item.expires_at_ms)
+
+
+def test_the_pending_index_agrees_with_the_memory_reference(redis_url: str) -> None:
+    machine = type("Machine", (PendingAgreesWithMemory,), {"redis_url": redis_url})
+    run_state_machine_as_test(
+        machine, settings=settings(max_examples=40, stateful_step_count=12, deadline=None)
+    )

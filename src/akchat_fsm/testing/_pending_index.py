@@ -305,7 +305,7 @@ def pending_index_pages(ctx: KitContext) -> str:
     _require_pending(a)
     for order in _ORDERS:
         _pages_under_interleaved_writes(a, b, order)
-    _pages_under_a_concurrent_writer(ctx, a, b)
+    _pages_under_a_concurrent_writer(a, b)
     return "pages of 3 in both orders: disjoint, ordered, complete while others write"
 
 
@@ -370,7 +370,7 @@ def _pages_under_interleaved_writes(a: Any, b: Any, order: str) -> None:
         )
 
 
-def _pages_under_a_concurrent_writer(ctx: KitContext, a: Any, b: Any) -> None:
+def _pages_under_a_concurrent_writer(a: Any, b: Any) -> None:
     """A writer flips the rows of one session between pending and approving while another
     instance walks pages of 3: the other sessions' rows are each seen exactly once."""
     run = _Run()
