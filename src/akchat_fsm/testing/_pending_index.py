@@ -55,7 +55,10 @@ class _Run:
     def token(self, sid: str, n: int) -> str:
         return f"tok-{sid[-8:]}-{n}"
 
-    def snapshot(self, sid: str, cursor: int, bindings: Iterable[Binding]) -> SessionSnapshot:
+    def snapshot(
+        self, sid: str, cursor: int, bindings: Iterable[Binding], tokens_of: str | None = None
+    ) -> SessionSnapshot:
+        """``tokens_of``: name the tokens after that session instead (a token two share)."""
         return SessionSnapshot(
             session_id=sid,
             definition_id="conformance",
@@ -64,7 +67,7 @@ class _Run:
             cursor=cursor,
             confirmations=tuple(
                 ConfirmationBinding(
-                    token=self.token(sid, n),
+                    token=self.token(tokens_of or sid, n),
                     action=self.actions[act],
                     input={"n": n},
                     tool_call_id=f"call-{n}",
@@ -189,6 +192,14 @@ def pending_index(ctx: KitContext) -> str:
     _expect_tokens(b, run, {tok(6)}, "after the save that claimed a binding")
     _expect_found(b, tok(1), None, "a token claimed by the last save")
     _expect_found(b, tok(6), sid, "a token still pending")
+    # Another session holding the same token pending: find_token names the smallest id.
+    other = fresh_session_id("ck-pend")
+    shared = run.snapshot(other, 1, [(6, "pending", 7_000, 0)], tokens_of=sid)
+    expect_save(a, shared, None, True, "another session with the same pending token")
+    _expect_found(b, tok(6), min(sid, other), "a token pending in two sessions (the smallest id)")
+    if has_delete(a):
+        a.delete(other)
+        _expect_found(b, tok(6), sid, "after delete(session_id) of the other session sharing it")
     if not has_delete(a):
         return "listed iff pending in the saved snapshot; losing saves change no row"
     a.delete(sid)
