@@ -449,11 +449,11 @@ class _Plan:
         if ascending:
             lo = "-" if after is None else f"({after}!"  # past every member of that key
             hi = "+" if lead is None else f"({_pad(lead)}"
-        else:
-            tops = [f"{after} " if after is not None else None]
-            tops.append(None if lead is None else _pad(lead))
-            given = [top for top in tops if top is not None]
-            hi = f"({min(given)}" if given else "+"
+        else:  # read from the top down: the tighter of the two upper bounds
+            tops = [] if lead is None else [_pad(lead)]
+            if after is not None:
+                tops.append(f"{after} ")  # below every member of that key
+            hi = f"({min(tops)}" if tops else "+"
         bound = "" if cross is None else _pad(cross)
         budget = PENDING_SCAN_BUDGET
         rev = "" if ascending else "rev"
