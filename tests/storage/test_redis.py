@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 import redis.asyncio.retry
+from hypothesis import settings, strategies
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from storage_harness import Client, snap
 
 from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
@@ -525,3 +527,303 @@ def test_unreachable_server_is_storage_unavailable_for_records(unique_id: str, m
                 call()
     finally:
         c.close()
+
+
+# --------------------------------------------------------------------------- the pending index
+# (ADR-0029, ADR-0088): the CAS script writes the rows, a losing save changes no byte, delete
+# removes them, a store written before the index is backfilled once, read-only never writes.
+
+
+def _pending_snap(sid: str, cursor: int, *pending: tuple[str, int], status: str = "pending") -> Any:
+    from akchat_fsm import ConfirmationBinding, SessionSnapshot
+
+    return SessionSnapshot(
+        session_id=sid,
+        definition_id="def",
+        definition_revision=1,
+        updated_at="2026-11-29T00:00:00.000Z",
+        cursor=cursor,
+        confirmations=tuple(
+            ConfirmationBinding(
+                token=f"tok-{sid}-{n}",
+                action="pay" if n % 2 else "ship",
+                input={"n": n},
+                tool_call_id=f"call-{n}",
+                expires_at=expires,
+                status=status,
+            )
+            for n, expires in pending
+        ),
+    )
+
+
+def _dump(admin: redis.Redis, prefix: str) -> dict[bytes, bytes | None]:
+    return {key: admin.dump(key) for key in sorted(admin.scan_iter(match=f"{prefix}*"))}
+
+
+@MODES
+def test_a_losing_save_leaves_every_pending_key_byte_identical(
+    redis_url: str, prefix: str, admin: redis.Redis, mode: str
+) -> None:
+    c = _open(mode, redis_url, prefix)
+    try:
+        assert c.save(_pending_snap("s-a", 0, (1, 100), (2, 200)), None)
+        assert c._call("list_pending").items  # the backfill marker is written: keys settle
+        before = _dump(admin, prefix)
+        assert any(b"#pending" in key for key in before)
+        assert not c.save(_pending_snap("s-a", 0, (3, 300)), None)  # create-only, exists
+        assert not c.save(_pending_snap("s-a", 6, (1, 100), status="approving"), 5)  # stale
+        assert _dump(admin, prefix) == before
+    finally:
+        c.close()
+
+
+@MODES
+def test_delete_leaves_no_pending_trace_of_the_session(
+    redis_url: str, prefix: str, admin: redis.Redis, mode: str
+) -> None:
+    c = _open(mode, redis_url, prefix)
+    try:
+        assert c.save(_pending_snap("s-gone", 0, (1, 100), (2, 200)), None)
+        assert c.save(_pending_snap("s-kept", 0, (3, 300)), None)
+        c.delete("s-gone")
+        assert not admin.exists(prefix + "s-gone#pending")
+        for key in admin.scan_iter(match=f"{prefix}#pending:*"):
+            if admin.type(key) == b"zset":
+                members = admin.zrange(key, 0, -1)
+                assert not [m for m in members if b"s-gone" in m], key
+        assert c._call("find_token", "tok-s-kept-3") == "s-kept"
+        assert c._call("find_token", "tok-s-gone-1") is None
+    finally:
+        c.close()
+
+
+def _write_old_envelope(admin: redis.Redis, prefix: str, snapshot: Any) -> None:
+    """A session exactly as 0.1.0 (no processing field, no pending rows) stored it."""
+    admin.hset(
+        prefix + snapshot.session_id,
+        mapping={"cursor": snapshot.cursor, "body": snapshot.to_json()},
+    )
+
+
+@MODES
+def test_a_store_written_before_the_index_is_backfilled_once(
+    redis_url: str, prefix: str, admin: redis.Redis, mode: str
+) -> None:
+    c = _open(mode, redis_url, prefix)
+    try:
+        assert c.save(_pending_snap("s-new", 0, (1, 100)), None)  # indexed by its own save
+        _write_old_envelope(admin, prefix, _pending_snap("s-old", 4, (2, 200), (3, 300)))
+        _write_old_envelope(admin, prefix, _pending_snap("s-done", 1, (4, 50), status="expired"))
+        # Not a valid envelope (yet it holds the marker text): left for load to report.
+        admin.hset(prefix + "s-bad", mapping={"cursor": 1, "body": '{"status":"pending"'})
+        page = c._call("list_pending")
+        assert [i.token for i in page.items] == ["tok-s-new-1", "tok-s-old-2", "tok-s-old-3"]
+        assert admin.exists(prefix + "#pending:backfilled")
+        since = {i.token: i.pending_since_ms for i in page.items}
+        # Another instance: the marker is there, so nothing is scanned or rewritten again...
+        _write_old_envelope(admin, prefix, _pending_snap("s-later", 0, (5, 10)))
+        d = _open(mode, redis_url, prefix)
+        try:
+            again = d._call("list_pending")
+            assert {i.token: i.pending_since_ms for i in again.items} == since
+            assert d._call("find_token", "tok-s-later-5") is None
+            # ...and the backfilled session's next save keeps its rows' since.
+            assert d.save(_pending_snap("s-old", 5, (2, 200)), 4)
+            kept = d._call("list_pending", session_id="s-old").items
+            assert [(i.token, i.pending_since_ms) for i in kept] == [
+                ("tok-s-old-2", since["tok-s-old-2"])
+            ]
+        finally:
+            d.close()
+    finally:
+        c.close()
+
+
+@MODES
+def test_a_read_only_adapter_lists_without_writing_even_an_unbackfilled_store(
+    redis_url: str, prefix: str, admin: redis.Redis, mode: str
+) -> None:
+    _write_old_envelope(admin, prefix, _pending_snap("s-old", 1, (1, 100)))
+    before = _dump(admin, prefix)
+    c = _open(mode, redis_url, prefix, read_only=True)
+    try:
+        assert c._call("list_pending").items == ()  # not backfilled: nothing indexed yet
+        assert c._call("find_token", "tok-s-old-1") is None
+        with pytest.raises(ConfigError):
+            c.save(_pending_snap("s-x", 0, (2, 200)), None)
+        assert _dump(admin, prefix) == before
+    finally:
+        c.close()
+
+
+@MODES
+def test_a_filter_on_the_other_instant_pages_within_the_scan_budget(
+    redis_url: str, prefix: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from akchat_fsm.storage import redis as adapter
+
+    monkeypatch.setattr(adapter, "PENDING_SCAN_BUDGET", 4)
+    c = _open(mode, redis_url, prefix)
+    try:
+        for s in range(3):
+            rows = [(10 * s + k, 1_000 + (7 * (10 * s + k)) % 30) for k in range(10)]
+            assert c.save(_pending_snap(f"s-{s}", 0, *rows), None)
+        whole = c._call("list_pending", order="newest", limit=1000).items
+        want = [i for i in whole if i.expires_at_ms < 1_010]
+        assert 0 < len(want) < len(whole)
+        seen: list[Any] = []
+        after, short = None, 0
+        for _ in range(100):
+            page = c._call(
+                "list_pending", order="newest", expiring_before_ms=1_010, limit=3, after=after
+            )
+            seen += page.items
+            short += page.next_after is not None and len(page.items) < 3
+            after = page.next_after
+            if after is None:
+                break
+        assert seen == want
+        assert short  # the budget did end some pages early, and the walk went on
+    finally:
+        c.close()
+
+
+@MODES
+def test_an_unvalidated_snapshot_repeating_a_token_leaves_no_stray_member(
+    redis_url: str, prefix: str, admin: redis.Redis, mode: str
+) -> None:
+    from akchat_fsm import SessionSnapshot
+
+    c = _open(mode, redis_url, prefix)
+    try:
+        valid = _pending_snap("s-dup", 0, (1, 100), (2, 200))
+        twice = (
+            valid.confirmations[0],
+            valid.confirmations[0].model_copy(update={"expires_at": 7}),
+        )
+        fields = {name: getattr(valid, name) for name in type(valid).model_fields}
+        assert c.save(SessionSnapshot.model_construct(**{**fields, "confirmations": twice}), None)
+        assert [i.expires_at_ms for i in c._call("list_pending").items] == [100]
+        assert c.save(_pending_snap("s-dup", 1), 0)  # nothing pending any more
+        assert c._call("list_pending").items == ()
+        left = [k for k in admin.scan_iter(match=f"{prefix}#pending:*") if b"backfilled" not in k]
+        assert left == []  # every sorted set emptied (Redis drops an empty key)
+    finally:
+        c.close()
+
+
+# --------------------------------------------------------------------------- the model
+_SESSIONS = ["s-a", "s-b", "s-c"]
+_STATUSES = ["pending", "pending", "approving", "expired", "rejected"]
+_BINDINGS = strategies.lists(
+    strategies.tuples(
+        strategies.integers(0, 5), strategies.sampled_from(_STATUSES), strategies.integers(0, 3)
+    ),
+    max_size=4,
+    unique_by=lambda b: b[0],
+)
+
+
+class PendingAgreesWithMemory(RuleBasedStateMachine):
+    """The same saves and deletes through Redis and the memory reference: the same rows
+    (their since aside, two clocks), in order, the same pages, the same ``find_token``."""
+
+    redis_url: str = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from akchat_fsm.storage import MemoryStorage
+
+        self.prefix = f"akt:{uuid.uuid4().hex[:12]}:"
+        self.redis = RedisStorage(self.redis_url, prefix=self.prefix)
+        self.memory = MemoryStorage()
+        self.cursors: dict[str, int] = {}
+
+    def _snap(self, sid: str, cursor: int, bindings: list[tuple[int, str, int]]) -> Any:
+        from akchat_fsm import ConfirmationBinding, SessionSnapshot
+
+        return SessionSnapshot(
+            session_id=sid,
+            definition_id="def",
+            definition_revision=1,
+            updated_at="2026-11-29T00:00:00.000Z",
+            cursor=cursor,
+            confirmations=tuple(
+                ConfirmationBinding(
+                    token=f"tok-{n}",  # shared across sessions: find_token's smallest id
+                    action="pay" if n % 2 else "ship",
+                    input={},
+                    tool_call_id=f"call-{n}",
+                    expires_at=1_000 + expires,
+                    status=status,
+                )
+                for n, status, expires in bindings
+            ),
+        )
+
+    @rule(sid=strategies.sampled_from(_SESSIONS), bindings=_BINDINGS)
+    def save(self, sid: str, bindings: list[tuple[int, str, int]]) -> None:
+        was = self.cursors.get(sid)
+        snapshot = self._snap(sid, 0 if was is None else was + 1, bindings)
+        assert self.redis.save(snapshot, was) is self.memory.save(snapshot, was) is True
+        self.cursors[sid] = snapshot.cursor
+
+    @rule(sid=strategies.sampled_from(_SESSIONS), bindings=_BINDINGS)
+    def losing_save(self, sid: str, bindings: list[tuple[int, str, int]]) -> None:
+        was = self.cursors.get(sid)
+        # A cursor from the future; for a session that does not exist, any update loses.
+        expected = 3 if was is None else was + 7
+        snapshot = self._snap(sid, expected + 1, bindings)
+        assert self.redis.save(snapshot, expected) is self.memory.save(snapshot, expected) is False
+        if was is not None:  # a create of a session that exists loses too
+            again = self._snap(sid, 0, bindings)
+            assert self.redis.save(again, None) is self.memory.save(again, None) is False
+
+    @rule(sid=strategies.sampled_from(_SESSIONS))
+    def delete(self, sid: str) -> None:
+        self.redis.delete(sid)
+        self.memory.delete(sid)
+        self.cursors.pop(sid, None)
+
+    @invariant()
+    def the_same_rows_pages_and_tokens(self) -> None:
+        for query in ({}, {"action": "pay"}, {"session_id": "s-b"}, {"expiring_before_ms": 1_002}):
+            want = [_no_since(i) for i in self.memory.list_pending(limit=1000, **query).items]
+            got = [_no_since(i) for i in self.redis.list_pending(limit=1000, **query).items]
+            assert got == want, query
+            walked, after = [], None
+            for _ in range(20):
+                page = self.redis.list_pending(limit=2, after=after, **query)
+                walked += [_no_since(i) for i in page.items]
+                after = page.next_after
+                if after is None:
+                    break
+            assert walked == want, query
+        newest = self.redis.list_pending(order="newest", limit=1000).items
+        keys = [(i.pending_since_ms, i.session_id, i.tool_call_id) for i in newest]
+        assert keys == sorted(keys, reverse=True)
+        assert sorted(map(_no_since, newest)) == sorted(
+            map(_no_since, self.memory.list_pending(limit=1000).items)
+        )
+        for n in range(6):
+            assert self.redis.find_token(f"tok-{n}") == self.memory.find_token(f"tok-{n}")
+
+    def teardown(self) -> None:
+        r = redis.Redis.from_url(self.redis_url)
+        keys = list(r.scan_iter(match=f"{self.prefix}*"))
+        if keys:
+            r.delete(*keys)
+        r.close()
+        self.redis.close()
+
+
+def _no_since(item: Any) -> tuple[Any, ...]:
+    return (item.session_id, item.token, item.tool_call_id, item.action, item.expires_at_ms)
+
+
+def test_the_pending_index_agrees_with_the_memory_reference(redis_url: str) -> None:
+    machine = type("Machine", (PendingAgreesWithMemory,), {"redis_url": redis_url})
+    run_state_machine_as_test(
+        machine, settings=settings(max_examples=40, stateful_step_count=12, deadline=None)
+    )

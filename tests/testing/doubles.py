@@ -469,6 +469,7 @@ class _MemoryView(MemoryStorage):
         self._rows = store._rows
         self._records = store._records
         self._index = store._index
+        self._pending = store._pending
 
 
 def shared_memory(cls: Callable[[MemoryStorage], T]) -> Callable[[], T]:
@@ -520,6 +521,41 @@ class IndexNeverForgets(_MemoryView):
                 _, busy, written = self._index[prepared.session_id]
                 self._index[prepared.session_id] = (True, busy, written)
         return ok
+
+
+class PendingOutsideTheCas(_MemoryView):
+    """The pending rows are written before the compare-and-set, so a losing save changes them
+    (an index kept by a second write instead of the envelope's own)."""
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        prepared = prepare_save(snapshot, expected_cursor)
+        with self._lock:
+            self._save_pending(prepared.session_id, prepared.pending, prepared.written_ms)
+        return super().save(snapshot, expected_cursor)
+
+
+class DeleteKeepsPending(_MemoryView):
+    """delete(session_id) forgets the envelope and its records, not its pending rows."""
+
+    def delete(self, session_id: str) -> None:
+        with self._lock:
+            self._rows.pop(session_id, None)
+            self._records.pop(session_id, None)
+            self._index.pop(session_id, None)
+
+
+class OffsetPages(_MemoryView):
+    """Pages by position (``after`` is an offset into the sorted rows), not by key: a row that
+    leaves before the cursor makes the next page skip one."""
+
+    def list_pending(self, *, after: str | None = None, limit: int = 50, **query: Any) -> Any:
+        from akchat_fsm.storage import PendingPage
+
+        whole = super().list_pending(limit=1000, **query).items
+        start = 0 if after is None else int(after.removeprefix("offset-"))
+        items = whole[start : start + limit]
+        more = start + limit < len(whole)
+        return PendingPage(items, f"offset-{start + limit}" if more else None)
 
 
 class OnlyInThisProcess:

@@ -18,6 +18,7 @@ from doubles import (
     CaseInsensitiveDelete,
     CheckThenAct,
     CreateOverwrites,
+    DeleteKeepsPending,
     DeleteKeepsRecords,
     DictStorage,
     IndexNeverForgets,
@@ -28,7 +29,9 @@ from doubles import (
     LeaksDriverError,
     LosesAcknowledgedWrite,
     MapsTimeouts,
+    OffsetPages,
     OnlyInThisProcess,
+    PendingOutsideTheCas,
     PerInstanceCache,
     RaisesOnConflict,
     RecordLastWriteWins,
@@ -48,6 +51,8 @@ from akchat_fsm.storage import AsyncMemoryStorage, MemoryStorage
 from akchat_fsm.testing import CHECKS, FaultyStorage, check_session_storage
 from akchat_fsm.testing.conformance import PROPERTIES, UNTYPED_ERRORS, CheckOutcome
 
+PENDING_CHECKS = ("pending_index", "pending_index_filters", "pending_index_pages")
+
 
 def test_a_correct_adapter_passes_every_check() -> None:
     store = Store()
@@ -64,7 +69,13 @@ def test_a_correct_adapter_passes_every_check() -> None:
     skipped = {r.name for r in report.skipped}
     # processes: a lambda cannot be sent to another process; the doubles have no records or
     # processing index; the async double has no open_connections().
-    capabilities = {"records_cas", "records_isolation", "record_cas_race", "processing_index"}
+    capabilities = {
+        "records_cas",
+        "records_isolation",
+        "record_cas_race",
+        "processing_index",
+        *PENDING_CHECKS,
+    }
     assert skipped == {
         "processes",
         *capabilities,
@@ -81,7 +92,8 @@ def test_the_memory_adapter_passes_every_check_including_records_and_the_index()
         lambda: store, make_async=lambda: AsyncMemoryStorage(store), seed=4
     )
     assert report.ok, str(report)
-    for name in ("records_cas", "records_isolation", "record_cas_race", "processing_index"):
+    capabilities = ("records_cas", "records_isolation", "record_cas_race", "processing_index")
+    for name in (*capabilities, *PENDING_CHECKS):
         assert report[name].passed and report[f"async:{name}"].passed
     assert "lengths 1-128" in report["session_isolation"].detail
     # A lambda cannot cross a process boundary: skipped by default, not failed.
@@ -234,6 +246,24 @@ BROKEN: list[tuple[str, Callable[[], Any], set[str], str]] = [
         shared_memory(IndexNeverForgets),
         {"processing_index"},
         "after its confirmation settled",
+    ),
+    (
+        "PendingOutsideTheCas",
+        shared_memory(PendingOutsideTheCas),
+        {"pending_index"},
+        "a save that loses its compare-and-set must change no row",
+    ),
+    (
+        "DeleteKeepsPending",
+        shared_memory(DeleteKeepsPending),
+        {"pending_index"},
+        "after delete(session_id)",
+    ),
+    (
+        "OffsetPages",
+        shared_memory(OffsetPages),
+        {"pending_index_pages"},
+        "a keyset page resumes after the cursor's key",
     ),
 ]
 

@@ -88,6 +88,7 @@ def _pg_bursts(pg_url: str, table: str) -> _LockBursts:
 
 
 _RECORD_CHECKS = frozenset({"records_cas", "records_isolation", "record_cas_race"})
+_PENDING_CHECKS = frozenset({"pending_index", "pending_index_filters", "pending_index_pages"})
 
 
 def _not_provided(module: str, *names: str) -> frozenset[str]:
@@ -107,6 +108,8 @@ def _not_provided(module: str, *names: str) -> frozenset[str]:
             missing |= _RECORD_CHECKS
         if not callable(getattr(cls, "list_processing", None)):
             missing.add("processing_index")
+        if not callable(getattr(cls, "list_pending", None)):
+            missing |= _PENDING_CHECKS
     return frozenset(missing)
 
 

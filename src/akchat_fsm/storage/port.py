@@ -258,7 +258,9 @@ class PendingIndex(Protocol):
     ascending ``(expires_at_ms, session_id, tool_call_id)``, ``order="newest"`` by descending
     ``(pending_since_ms, session_id, tool_call_id)``. ``after`` is a page's ``next_after``
     (keyset pagination: stable under concurrent writes, one indexed query per page);
-    ``limit`` is 1..1000. A bad argument (or an ``after`` of another order) is a
+    ``limit`` is 1..1000; a page may hold fewer rows and still have a ``next_after`` (an
+    adapter that bounds the work of one page), so a walk ends at ``next_after is None``. A bad
+    argument (or an ``after`` of another order) is a
     :class:`~akchat_fsm.errors.ConfigError` before any I/O.
 
     ``find_token(token)`` is the id of the session holding ``token`` as a *pending* binding,

@@ -1,14 +1,17 @@
 """Redis adapter (redis-py, extra ``redis``): one Lua script is the whole compare-and-set.
 
 Each session is a hash at ``prefix + session_id`` with fields ``cursor`` (a decimal string,
-compared as a string: Lua numbers are doubles), ``body`` (the canonical JSON text) and
-``processing``. Its records are one hash at ``prefix + session_id + "#records"`` (fields
+compared as a string: Lua numbers are doubles), ``body`` (the canonical JSON text),
+``processing`` and ``pending`` ("1" while it has pending-index rows). Its records are one
+hash at ``prefix + session_id + "#records"`` (fields
 ``v:<key>`` version, ``b:<key>`` text, ``p:<key>`` while processing, ``#processing`` their
 count). The processing index is one sorted set at ``prefix + "#processing"``: a session is a
 member, scored by its last write in epoch ms, while its envelope or a record is processing
-(ADR-0085). ``#`` never occurs in a session id, so no key can collide with another's. Every
-write is one Lua script over the three keys: it validates first and writes last, so an error
-inside it never leaves a partial write, and the index changes in the same atomic step.
+(ADR-0085). The pending index (ADR-0029, ADR-0088) is a hash of a session's pending rows at
+``prefix + session_id + "#pending"`` and sorted sets under ``prefix + "#pending:"`` (see
+``_PENDING``). ``#`` never occurs in a session id, so no key can collide with another's. Every
+write is one Lua script over those keys: it validates first and writes last, so an error
+inside it never leaves a partial write, and the indexes change in the same atomic step.
 
 We drive a pooled connection ourselves (connect, send, read) instead of
 ``Redis.execute_command`` so that each failure is classified by *when* it happened: before the
@@ -23,8 +26,10 @@ a ``NOSCRIPT`` reply (the script cache was flushed: nothing ran) is answered onc
 from __future__ import annotations
 
 import hashlib
+import re
 import select
-from typing import Any, Literal
+from collections.abc import Generator
+from typing import Any, Final, Literal, TypeVar
 
 import redis
 import redis.asyncio
@@ -36,23 +41,54 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
+from ..wire.decode import decode_session_snapshot
+from ..wire.js import is_identifier
 from ..wire.session import SessionSnapshot
 from ._cas import (
+    PendingRow,
     check_limit,
     check_record_key,
     check_session_id,
     loaded_text,
+    now_ms,
+    pending_rows,
     prepare_save,
     prepare_stored_record,
     record_prefix_matches_nothing,
 )
 from ._closing import AsyncClosing, Closing
+from ._pending import (
+    PendingQuery,
+    admits,
+    check_pending_query,
+    check_token,
+    encode_after,
+    make_page,
+    sort_key,
+)
 from ._read_only import read_only_refusal
-from .port import ProcessingSession, StoredRecord
+from .port import (
+    PendingApproval,
+    PendingOrder,
+    PendingPage,
+    ProcessingSession,
+    StoredRecord,
+)
 
-__all__ = ["CAS_SCRIPT", "AsyncRedisStorage", "RedisStorage", "map_redis_error"]
+__all__ = [
+    "CAS_SCRIPT",
+    "PENDING_SCAN_BUDGET",
+    "AsyncRedisStorage",
+    "RedisStorage",
+    "map_redis_error",
+]
 
 DEFAULT_PREFIX = "akchat:session:"
+
+#: The most pending-index entries one page examines when it filters on the instant it is not
+#: sorted by (``pending_before_ms`` in expiry order, ``expiring_before_ms`` in newest order):
+#: past it the page ends early, with a ``next_after`` to go on from (ADR-0088).
+PENDING_SCAN_BUDGET: Final = 10_000
 
 # Every script takes KEYS[1] the session hash, KEYS[2] its records hash, KEYS[3] the index,
 # and ends with the same step: the session is in the index iff its envelope or one of its
@@ -66,21 +102,142 @@ end
 return 1
 """
 
+# The pending index (ADR-0029, ADR-0088). KEYS[4] is the session's rows, a hash of token ->
+# "expires since tool_call_id action" (ms zero-padded to 16 digits); ``ns`` (the adapter's
+# prefix + "#pending:") names the shared sorted sets, every member scored 0 and ordered by
+# bytes: ``e``/``e:<action>`` hold "expires sid tcid token action since", ``n``/``n:<action>``
+# "since sid tcid token action expires", ``t`` "token sid". A space sorts below every
+# identifier character, so the bytes order is the tuple order of ``sort_key``. ``reindex``
+# rewrites a session's rows to those of ARGV[first..] (token, tool call id, action, padded
+# expiry: four each): a token still pending keeps its since (``carry_since``'s rule), a new one
+# takes ``now``; a row that did not change is not touched (the common save: a session whose
+# approval still waits), one that left is removed. ``unindex`` removes them all (delete).
+_PENDING = """
+local function members(sid, tok, row)
+  local e, s, tc, act = string.match(row, '^(%d+) (%d+) (%S+) (%S+)$')
+  local tail = ' ' .. sid .. ' ' .. tc .. ' ' .. tok .. ' ' .. act .. ' '
+  return act, e .. tail .. s, s .. tail .. e
+end
+local function unlist(ns, sid, tok, row)
+  local act, me, mn = members(sid, tok, row)
+  redis.call('ZREM', ns .. 'e', me)
+  redis.call('ZREM', ns .. 'e:' .. act, me)
+  redis.call('ZREM', ns .. 'n', mn)
+  redis.call('ZREM', ns .. 'n:' .. act, mn)
+  redis.call('ZREM', ns .. 't', tok .. ' ' .. sid)
+end
+local function list(ns, sid, tok, row)
+  local act, me, mn = members(sid, tok, row)
+  redis.call('ZADD', ns .. 'e', 0, me)
+  redis.call('ZADD', ns .. 'e:' .. act, 0, me)
+  redis.call('ZADD', ns .. 'n', 0, mn)
+  redis.call('ZADD', ns .. 'n:' .. act, 0, mn)
+  redis.call('ZADD', ns .. 't', 0, tok .. ' ' .. sid)
+end
+local function rows_of(rows)
+  local flat, old = redis.call('HGETALL', rows), {}
+  for i = 1, #flat, 2 do old[flat[i]] = flat[i + 1] end
+  return old
+end
+local function unindex(ns, sid, rows)
+  for tok, row in pairs(rows_of(rows)) do unlist(ns, sid, tok, row) end
+  redis.call('DEL', rows)
+end
+local function reindex(ns, sid, rows, old, now, first)
+  local kept = {}
+  for i = first, #ARGV, 4 do
+    local tok = ARGV[i]
+    -- A validated snapshot never repeats a token; one that does keeps its first row only.
+    if kept[tok] == nil then
+      local prev = old[tok]
+      local s = prev and string.match(prev, '^%d+ (%d+)') or now
+      local row = ARGV[i + 3] .. ' ' .. s .. ' ' .. ARGV[i + 1] .. ' ' .. ARGV[i + 2]
+      kept[tok] = true
+      if prev ~= row then
+        if prev then unlist(ns, sid, tok, prev) end
+        list(ns, sid, tok, row)
+        redis.call('HSET', rows, tok, row)
+      end
+    end
+  end
+  for tok, row in pairs(old) do
+    if kept[tok] == nil then
+      unlist(ns, sid, tok, row)
+      redis.call('HDEL', rows, tok)
+    end
+  end
+end
+"""
+
 #: ARGV[1] written ms, ARGV[2] session id, ARGV[3] expected cursor ("" = create-only),
-#: ARGV[4] new cursor, ARGV[5] body, ARGV[6] "1" if processing. 1 when written, 0 on a conflict.
+#: ARGV[4] new cursor, ARGV[5] body, ARGV[6] "1" if processing, ARGV[7] the pending index's
+#: key prefix, ARGV[8] written ms padded, ARGV[9..] the pending rows. 1 when written, 0 on a
+#: conflict (and then nothing, the pending index included, has changed). The envelope's
+#: ``pending`` field says whether it has rows, so a save of a session without any reads none.
 CAS_SCRIPT = (
-    """\
-local stored = redis.call('HGET', KEYS[1], 'cursor')
+    _PENDING
+    + """\
+local head = redis.call('HMGET', KEYS[1], 'cursor', 'pending')
+local stored = head[1]
 if ARGV[3] == '' then
   if stored then return 0 end
 elseif stored ~= ARGV[3] then
   return 0
 end
-redis.call('HSET', KEYS[1], 'cursor', ARGV[4], 'body', ARGV[5], 'processing', ARGV[6])
+local old = {}
+if head[2] == '1' then old = rows_of(KEYS[4]) end
+reindex(ARGV[7], ARGV[2], KEYS[4], old, ARGV[8], 9)
+local rows = #ARGV > 8 and '1' or '0'
+redis.call('HSET', KEYS[1], 'cursor', ARGV[4], 'body', ARGV[5], 'processing', ARGV[6],
+  'pending', rows)
 local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '0')
 """
     + _INDEX
 )
+
+#: The one-time backfill of a session saved before the pending index (ADR-0088): ARGV as
+#: :data:`CAS_SCRIPT`'s but ARGV[3] is the cursor the backfill read; the rows are written only
+#: if it is still stored (a later save has written its own rows).
+BACKFILL_SCRIPT = (
+    _PENDING
+    + """\
+if redis.call('HGET', KEYS[1], 'cursor') ~= ARGV[3] then return 0 end
+reindex(ARGV[7], ARGV[2], KEYS[4], rows_of(KEYS[4]), ARGV[8], 9)
+redis.call('HSET', KEYS[1], 'pending', #ARGV > 8 and '1' or '0')
+return 1
+"""
+)
+
+#: One page of the pending index, read-only: KEYS[1] a sorted set of ``_PENDING``; ARGV[1]
+#: "rev" for descending; ARGV[2], ARGV[3] the lex bounds (min, max); ARGV[4] members wanted
+#: (limit + 1); ARGV[5] the most members examined; ARGV[6] "" or the exclusive upper bound of
+#: the member's last field (the other instant), padded. Replies [members, last]: ``last`` is
+#: "" when the range is exhausted or enough were found, else the last member examined.
+PAGE_SCRIPT = """\
+local rev, lo, hi = ARGV[1] == 'rev', ARGV[2], ARGV[3]
+local want, budget, bound = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local found, seen = {}, 0
+while true do
+  local ask = want - #found
+  if bound ~= '' then ask = math.min(budget - seen, math.max(ask, 256)) end
+  local got
+  if rev then
+    got = redis.call('ZREVRANGEBYLEX', KEYS[1], hi, lo, 'LIMIT', 0, ask)
+  else
+    got = redis.call('ZRANGEBYLEX', KEYS[1], lo, hi, 'LIMIT', 0, ask)
+  end
+  for _, m in ipairs(got) do
+    seen = seen + 1
+    if bound == '' or string.sub(m, -16) < bound then
+      found[#found + 1] = m
+      if #found >= want then return {found, ''} end
+    end
+  end
+  if #got < ask then return {found, ''} end
+  if seen >= budget then return {found, got[#got]} end
+  if rev then hi = '(' .. got[#got] else lo = '(' .. got[#got] end
+end
+"""
 
 #: ARGV[1] written ms, ARGV[2] session id, ARGV[3] key, ARGV[4] expected version ("" =
 #: create-only), ARGV[5] new version, ARGV[6] text, ARGV[7] "1" if processing.
@@ -127,17 +284,29 @@ if redis.call('HGET', KEYS[1], 'processing') ~= '1' then redis.call('ZREM', KEYS
 return 1
 """
 
-#: ARGV[1] written ms (unused), ARGV[2] session id: the envelope, its records, its index entry.
-DELETE_SCRIPT = """\
+#: ARGV[1] written ms (unused), ARGV[2] session id, ARGV[3] the pending index's key prefix:
+#: the envelope, its records, its processing index entry and its pending rows.
+DELETE_SCRIPT = (
+    _PENDING
+    + """\
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
+unindex(ARGV[3], ARGV[2], KEYS[4])
 return 1
 """
+)
 
 CAS_SHA = hashlib.sha1(CAS_SCRIPT.encode()).hexdigest()
 _SOURCES = {
     hashlib.sha1(source.encode()).hexdigest(): source
-    for source in (CAS_SCRIPT, RECORD_SCRIPT, DELETE_RECORD_SCRIPT, DELETE_SCRIPT)
+    for source in (
+        CAS_SCRIPT,
+        RECORD_SCRIPT,
+        DELETE_RECORD_SCRIPT,
+        DELETE_SCRIPT,
+        BACKFILL_SCRIPT,
+        PAGE_SCRIPT,
+    )
 }
 _SHA = {source: sha for sha, source in _SOURCES.items()}
 
@@ -184,6 +353,9 @@ class _Plan:
         }
 
         self.index = prefix + "#processing"
+        # The pending index's shared keys (see _PENDING) and the backfill's marker (ADR-0088).
+        self.pending = prefix + "#pending:"
+        self.backfilled = self.pending + "backfilled"
 
     def key(self, session_id: str) -> str:
         return self.prefix + check_session_id(session_id)
@@ -191,23 +363,32 @@ class _Plan:
     def records(self, session_id: str) -> str:
         return self.key(session_id) + "#records"
 
+    def pending_rows(self, session_id: str) -> str:
+        return self.key(session_id) + "#pending"
+
     def load_command(self, session_id: str) -> tuple[Any, ...]:
         return ("HMGET", self.key(session_id), "body", "cursor")
 
     def _script(self, source: str, session_id: str, written_ms: int, *args: str) -> tuple[Any, ...]:
-        """``EVALSHA sha 3 session records index written_ms session_id *args``."""
-        keys = (self.key(session_id), self.records(session_id), self.index)
-        return ("EVALSHA", _SHA[source], 3, *keys, str(written_ms), session_id, *args)
+        """``EVALSHA sha 4 session records index pending-rows written_ms session_id *args``."""
+        keys = (
+            self.key(session_id),
+            self.records(session_id),
+            self.index,
+            self.pending_rows(session_id),
+        )
+        return ("EVALSHA", _SHA[source], 4, *keys, str(written_ms), session_id, *args)
 
     def delete_command(self, session_id: str) -> tuple[Any, ...]:
-        return self._script(DELETE_SCRIPT, check_session_id(session_id), 0)
+        return self._script(DELETE_SCRIPT, check_session_id(session_id), 0, self.pending)
 
     def save_command(self, snapshot: Any, expected_cursor: Any) -> tuple[Any, ...]:
         p = prepare_save(snapshot, expected_cursor)
         expected = "" if p.expected is None else str(p.expected)
         flag = "1" if p.processing else "0"
-        args = (expected, str(p.cursor), p.text, flag)
-        return self._script(CAS_SCRIPT, p.session_id, p.written_ms, *args)
+        args = (expected, str(p.cursor), p.text, flag, self.pending, _pad(p.written_ms))
+        rows = _row_args(p.pending)
+        return self._script(CAS_SCRIPT, p.session_id, p.written_ms, *args, *rows)
 
     def load_record_command(self, session_id: str, key: str) -> tuple[Any, ...]:
         k = check_record_key(key)
@@ -229,6 +410,136 @@ class _Plan:
         count, before = check_limit(limit, written_before_ms)
         top = "+inf" if before is None else f"({before}"
         return ("ZRANGEBYSCORE", self.index, "-inf", top, "WITHSCORES", "LIMIT", 0, count)
+
+    # -------------------------------------------------------------- the pending index
+    def list_pending(self, query: PendingQuery) -> _Steps[PendingPage]:
+        """One page: one read (a session's rows, or one PAGE_SCRIPT over a sorted set)."""
+        if query.session_id is not None:
+            # A session's rows are at most its envelope's bindings: read them all.
+            reply = yield ("HGETALL", self.pending_rows(query.session_id)), False
+            rows = [_stored_row(query.session_id, t, r) for t, r in _pairs(reply)]
+            found = sorted(
+                (row for row in rows if admits(query, row)),
+                key=lambda row: sort_key(row, query.order),
+                reverse=query.order == "newest",
+            )
+            return make_page(query, found[: query.limit + 1])
+        command = self._page_command(query)
+        if command is None:
+            return PendingPage((), None)
+        found, last = yield command, False
+        items = [_member(query.order, m) for m in found]
+        if not last:
+            return make_page(query, items)
+        # The scan budget ran out: go on after the last entry examined, listed or not.
+        last_key = sort_key(_member(query.order, last), query.order)
+        return PendingPage(tuple(items), encode_after(last_key, query.order))
+
+    def _page_command(self, query: PendingQuery) -> tuple[Any, ...] | None:
+        bounds = (query.expiring_before_ms, query.pending_before_ms)
+        if any(bound is not None and bound <= 0 for bound in bounds):
+            return None  # every stored instant is >= 0
+        ascending = query.order == "expiry"
+        lead, cross = bounds if ascending else bounds[::-1]
+        name = self.pending + ("e" if ascending else "n")
+        if query.action is not None:
+            name += ":" + query.action
+        after = None if query.after is None else _sort_text(query.after)
+        lo, hi = "-", "+"
+        if ascending:
+            lo = "-" if after is None else f"({after}!"  # past every member of that key
+            hi = "+" if lead is None else f"({_pad(lead)}"
+        else:  # read from the top down: the tighter of the two upper bounds
+            tops = [] if lead is None else [_pad(lead)]
+            if after is not None:
+                tops.append(f"{after} ")  # below every member of that key
+            hi = f"({min(tops)}" if tops else "+"
+        bound = "" if cross is None else _pad(cross)
+        budget = PENDING_SCAN_BUDGET
+        rev = "" if ascending else "rev"
+        return _page_script(name, rev, lo, hi, query.limit + 1, budget, bound)
+
+    def find_token(self, token: str) -> _Steps[str | None]:
+        """``find_token`` in one ZRANGEBYLEX: the smallest session id filed under ``token``."""
+        reply = yield (
+            ("ZRANGEBYLEX", self.pending + "t", f"({token} ", f"({token}!", "LIMIT", 0, 1),
+            False,
+        )
+        return bytes(reply[0]).decode("ascii").split(" ", 1)[1] if reply else None
+
+    def backfill(self, read_only: bool) -> _Steps[None]:
+        """Index, once per store, the pending bindings of sessions saved before the index.
+
+        Guarded by a marker key written last: a backfill cut short runs again in full (each
+        session's rows are rewritten only if its cursor is still the one read, carrying the
+        since of rows already there), so running it twice changes nothing. A read-only
+        adapter never writes: it answers from the index as it is.
+        """
+        if (yield ("EXISTS", self.backfilled), False) or read_only:
+            return
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix) + "*"
+        cursor: Any = 0
+        while True:
+            cursor, names = yield ("SCAN", cursor, "MATCH", pattern, "COUNT", 1000), False
+            for name in names:
+                sid = bytes(name).decode("utf-8", "replace")[len(self.prefix) :]
+                if not is_identifier(sid):
+                    continue  # a derived key (#records, #pending...) or not a session
+                body, stored = yield self.load_command(sid), False
+                if body is None or b'"status":"pending"' not in bytes(body):
+                    continue
+                decoded = decode_session_snapshot(bytes(body))
+                if decoded.snapshot is None or stored is None:
+                    continue  # left as it is: load reports it, the next save indexes it
+                rows = _row_args(pending_rows(decoded.snapshot))
+                args = (bytes(stored).decode("ascii"), "", "", "", self.pending)
+                yield self._script(BACKFILL_SCRIPT, sid, 0, *args, _pad(now_ms()), *rows), True
+            if int(cursor) == 0:
+                break
+        yield ("SET", self.backfilled, "1"), True
+
+
+T = TypeVar("T")
+#: A sans-I/O plan: it yields ``(command, write)`` and receives each reply (driven by ``_run``).
+_Steps = Generator[tuple[tuple[Any, ...], bool], Any, T]
+
+
+def _pad(ms: int) -> str:
+    """An instant as the index stores it: 16 digits hold every safe integer, in order."""
+    return f"{ms:016d}"
+
+
+def _sort_text(key: tuple[int, str, str]) -> str:
+    return f"{_pad(key[0])} {key[1]} {key[2]}"
+
+
+def _row_args(rows: tuple[PendingRow, ...]) -> list[str]:
+    return [f for r in rows for f in (r.token, r.tool_call_id, r.action, _pad(r.expires_at_ms))]
+
+
+def _page_script(*args: Any) -> tuple[Any, ...]:
+    name, *rest = args
+    return ("EVALSHA", _SHA[PAGE_SCRIPT], 1, name, *rest)
+
+
+def _member(order: PendingOrder, member: Any) -> PendingApproval:
+    first, sid, tcid, token, action, other = bytes(member).decode("ascii").split(" ")
+    expires, since = (first, other) if order == "expiry" else (other, first)
+    return PendingApproval(sid, token, tcid, action, int(expires), int(since))
+
+
+def _stored_row(session_id: str, token: Any, row: Any) -> PendingApproval:
+    expires, since, tcid, action = bytes(row).decode("ascii").split(" ")
+    return PendingApproval(
+        session_id, bytes(token).decode("ascii"), tcid, action, int(expires), int(since)
+    )
+
+
+def _pairs(reply: Any) -> list[tuple[Any, Any]]:
+    # RESP3 answers HGETALL with a map, RESP2 with one flat list.
+    if isinstance(reply, dict):
+        return list(reply.items())
+    return list(zip(reply[0::2], reply[1::2], strict=True))
 
 
 def _record(reply: Any) -> StoredRecord | None:
@@ -301,7 +612,9 @@ class RedisStorage(Closing):
     Owns a connection pool (thread-safe; each call borrows one connection). A reply not
     received within ``socket_timeout`` seconds is ``OutcomeUnknown`` for a write.
     ``read_only=True``: every write is refused (``ConfigError``) before it is sent; reads
-    never write in Redis, so the store stays as it was.
+    never write in Redis, so the store stays as it was. The first ``list_pending`` or
+    ``find_token`` of an instance backfills, once per store, a store written before the
+    pending index (ADR-0088); a read-only instance skips it.
     """
 
     def __init__(
@@ -317,6 +630,7 @@ class RedisStorage(Closing):
         self.prefix = prefix
         self.read_only = bool(read_only)
         self._closed = False
+        self._backfill_checked = False
         try:
             self.pool = redis.ConnectionPool.from_url(url, **self._plan.pool_kwargs)
         except (ValueError, RedisError) as exc:
@@ -414,6 +728,51 @@ class RedisStorage(Closing):
         command = self._plan.list_processing_command(written_before_ms, limit)
         return [] if command[-1] == 0 else _processing(self._call(command, write=False))
 
+    # ------------------------------------------------------------------ pending index
+    def list_pending(
+        self,
+        *,
+        action: str | None = None,
+        session_id: str | None = None,
+        expiring_before_ms: int | None = None,
+        pending_before_ms: int | None = None,
+        order: PendingOrder = "expiry",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> PendingPage:
+        """One page of the pending bindings across sessions (see the port's ``PendingIndex``)."""
+        query = check_pending_query(
+            action=action,
+            session_id=session_id,
+            expiring_before_ms=expiring_before_ms,
+            pending_before_ms=pending_before_ms,
+            order=order,
+            after=after,
+            limit=limit,
+        )
+        return self._indexed(self._plan.list_pending(query))
+
+    def find_token(self, token: str) -> str | None:
+        """The id of the session holding ``token`` pending, or ``None`` (see the port)."""
+        return self._indexed(self._plan.find_token(check_token(token)))
+
+    def _indexed(self, steps: _Steps[T]) -> T:
+        # The first index read of an instance backfills a store written before the index.
+        if not self._backfill_checked:
+            self._run(self._plan.backfill(self.read_only))
+            self._backfill_checked = True
+        return self._run(steps)
+
+    def _run(self, steps: _Steps[T]) -> T:
+        reply: Any = None
+        while True:
+            try:
+                command, write = steps.send(reply)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            reply = self._call(command, write=write)
+
     def open_connections(self) -> int:
         """Pooled connections holding a socket (0 once closed)."""
         return _connected(self.pool)
@@ -440,6 +799,7 @@ class AsyncRedisStorage(AsyncClosing):
         self.prefix = prefix
         self.read_only = bool(read_only)
         self._closed = False
+        self._backfill_checked = False
         kwargs = dict(self._plan.pool_kwargs, retry=AsyncRetry(NoBackoff(), 0))
         try:
             self.pool = redis.asyncio.ConnectionPool.from_url(url, **kwargs)
@@ -543,6 +903,51 @@ class AsyncRedisStorage(AsyncClosing):
         """Sessions holding processing work, oldest last write first (see the port)."""
         command = self._plan.list_processing_command(written_before_ms, limit)
         return [] if command[-1] == 0 else _processing(await self._call(command, write=False))
+
+    # ------------------------------------------------------------------ pending index
+    async def list_pending(
+        self,
+        *,
+        action: str | None = None,
+        session_id: str | None = None,
+        expiring_before_ms: int | None = None,
+        pending_before_ms: int | None = None,
+        order: PendingOrder = "expiry",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> PendingPage:
+        """One page of the pending bindings across sessions (see the port's ``PendingIndex``)."""
+        query = check_pending_query(
+            action=action,
+            session_id=session_id,
+            expiring_before_ms=expiring_before_ms,
+            pending_before_ms=pending_before_ms,
+            order=order,
+            after=after,
+            limit=limit,
+        )
+        return await self._indexed(self._plan.list_pending(query))
+
+    async def find_token(self, token: str) -> str | None:
+        """The id of the session holding ``token`` pending, or ``None`` (see the port)."""
+        return await self._indexed(self._plan.find_token(check_token(token)))
+
+    async def _indexed(self, steps: _Steps[T]) -> T:
+        # The first index read of an instance backfills a store written before the index.
+        if not self._backfill_checked:
+            await self._run(self._plan.backfill(self.read_only))
+            self._backfill_checked = True
+        return await self._run(steps)
+
+    async def _run(self, steps: _Steps[T]) -> T:
+        reply: Any = None
+        while True:
+            try:
+                command, write = steps.send(reply)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            reply = await self._call(command, write=write)
 
     def open_connections(self) -> int:
         """Pooled connections holding a socket (0 once closed)."""

@@ -43,12 +43,14 @@ _OPTIONAL = (
     "list_records",
     "delete_record",
     "list_processing",
+    "list_pending",
+    "find_token",
 )
 
 
 class AsyncBridge:
     """A synchronous face over an async adapter: load/save, close, and every optional
-    method it has (delete, open_connections, records, the processing index)."""
+    method it has (delete, open_connections, records, the processing and pending indexes)."""
 
     def __init__(self, loop: EventLoopThread, factory: Callable[[], Any]) -> None:
         self._loop = loop

@@ -15,8 +15,8 @@ Every instance ``make_storage()`` returns must work on one shared store, as inst
 one database do: the checks write through one instance and read, race and delete through
 others (ADR-0097). The store may be shared with earlier calls: every check uses fresh random
 session ids and never assumes an empty store. Checks that need an optional capability
-(``delete``, records, the processing index, ``open_connections()``, a faulty factory,
-processes) are *skipped*, not failed, when it is absent; ``report.ok`` is true when nothing
+(``delete``, records, the processing and pending indexes, ``open_connections()``, a faulty
+factory, processes) are *skipped*, not failed, when it is absent; ``report.ok`` is true when nothing
 failed.
 """
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import AkchatError, ConfigError
-from . import _concurrent, _ids, _processes, _records, _sequential
+from . import _concurrent, _ids, _pending_index, _processes, _records, _sequential
 from ._bridge import AsyncBridge, EventLoopThread
 from ._kit import PROFILES, UNTYPED_ERRORS, AdapterRaised, CheckSkipped, KitContext, describe
 
@@ -75,6 +75,9 @@ CHECKS: dict[str, Callable[[KitContext], str]] = {
     "records_isolation": _records.records_isolation,
     "record_cas_race": _records.record_cas_race,
     "processing_index": _records.processing_index,
+    "pending_index": _pending_index.pending_index,
+    "pending_index_filters": _pending_index.pending_index_filters,
+    "pending_index_pages": _pending_index.pending_index_pages,
     "no_open_connections": _sequential.no_open_connections,
 }
 
@@ -134,6 +137,13 @@ PROPERTIES: dict[str, str] = {
     "may succeed",
     "processing_index": "list_processing must list exactly the sessions holding processing "
     "work, oldest last write first, filtered by written_before_ms",
+    "pending_index": "list_pending must list a confirmation exactly while it is pending in the "
+    "session's saved snapshot (a save that returns False changes no row; delete removes the "
+    "session's rows), and find_token must name the session of a pending token",
+    "pending_index_filters": "list_pending's filters (action, session, expiring before, pending "
+    "before) and both orders must agree with the saved envelopes",
+    "pending_index_pages": "list_pending's keyset pages must be disjoint, in order, and cover "
+    "every row pending throughout a walk, while other writes happen",
     "no_open_connections": "close() must release every connection",
 }
 
