@@ -17,6 +17,7 @@ from akchat_fsm.storage import AsyncPendingIndex, PendingApproval, PendingIndex,
 
 PENDING_BACKENDS = [
     pytest.param("memory"),
+    pytest.param("sqlite"),
 ]
 
 pytestmark = pytest.mark.parametrize("backend", PENDING_BACKENDS, indirect=True)

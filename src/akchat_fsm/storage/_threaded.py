@@ -13,9 +13,9 @@ from typing import Generic, Protocol, TypeVar
 
 from ..wire.session import SessionSnapshot
 from ._closing import AsyncClosing
-from .port import ProcessingSession, StoredRecord
+from .port import PendingOrder, PendingPage, ProcessingSession, StoredRecord
 
-__all__ = ["ThreadedAsyncStorage"]
+__all__ = ["ThreadedAsyncStorage", "ThreadedPendingStorage"]
 
 
 class _Blocking(Protocol):
@@ -51,6 +51,25 @@ class _Blocking(Protocol):
 
 
 S = TypeVar("S", bound=_Blocking)
+
+
+class _BlockingPending(_Blocking, Protocol):
+    def list_pending(
+        self,
+        *,
+        action: str | None = None,
+        session_id: str | None = None,
+        expiring_before_ms: int | None = None,
+        pending_before_ms: int | None = None,
+        order: PendingOrder = "expiry",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> PendingPage: ...
+
+    def find_token(self, token: str) -> str | None: ...
+
+
+P = TypeVar("P", bound=_BlockingPending)
 
 
 class ThreadedAsyncStorage(AsyncClosing, Generic[S]):
@@ -121,3 +140,36 @@ class ThreadedAsyncStorage(AsyncClosing, Generic[S]):
     async def aclose(self) -> None:
         """Close the connection (after a call in flight; no transaction outlives a call)."""
         await asyncio.to_thread(self.sync.close)
+
+
+class ThreadedPendingStorage(ThreadedAsyncStorage[P]):
+    """A :class:`ThreadedAsyncStorage` whose blocking adapter also has the pending index."""
+
+    async def list_pending(
+        self,
+        *,
+        action: str | None = None,
+        session_id: str | None = None,
+        expiring_before_ms: int | None = None,
+        pending_before_ms: int | None = None,
+        order: PendingOrder = "expiry",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> PendingPage:
+        """One page of the pending bindings across sessions (see the port's ``PendingIndex``)."""
+        return await asyncio.to_thread(
+            functools.partial(
+                self.sync.list_pending,
+                action=action,
+                session_id=session_id,
+                expiring_before_ms=expiring_before_ms,
+                pending_before_ms=pending_before_ms,
+                order=order,
+                after=after,
+                limit=limit,
+            )
+        )
+
+    async def find_token(self, token: str) -> str | None:
+        """The id of the session holding ``token`` pending, or ``None`` (see the port)."""
+        return await asyncio.to_thread(self.sync.find_token, token)

@@ -1,0 +1,176 @@
+"""The pending index on the SQL adapters: what the shared contract tests cannot see (ADR-0029).
+
+- each page is one indexed read: the database's own plan names the pending table's index;
+- the rows change only with a committed envelope save: a ``COMMIT`` that fails leaves both;
+- a store written before the pending index gets its rows once, when a writer opens it; a
+  read-only adapter changes nothing and refuses to list until then, and lists afterwards.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from akchat_fsm import ConfigError, ConfirmationBinding, ConfirmationStatus, SessionSnapshot
+from akchat_fsm.errors import OutcomeUnknown
+from akchat_fsm.storage import SQLiteStorage, open_storage
+
+
+def binding(n: int, status: str = "pending", *, action: str = "pay") -> ConfirmationBinding:
+    return ConfirmationBinding(
+        token=f"tok-{n}",
+        action=action,
+        input={"n": n},
+        tool_call_id=f"call-{n}",
+        expires_at=10_000 + n,
+        status=ConfirmationStatus(status),
+    )
+
+
+def snap(sid: str, cursor: int, *bindings: ConfirmationBinding) -> SessionSnapshot:
+    return SessionSnapshot(
+        session_id=sid,
+        definition_id="def",
+        definition_revision=1,
+        updated_at="2026-11-29T00:00:00.000Z",
+        cursor=cursor,
+        confirmations=bindings,
+    )
+
+
+def tokens(storage: object, **kwargs: object) -> list[str]:
+    page = storage.list_pending(limit=1000, **kwargs)  # type: ignore[attr-defined]
+    return [item.token for item in page.items]
+
+
+# --------------------------------------------------------------------------- SQLite
+def _sqlite_plan(path: Path, sql: str, params: tuple[object, ...]) -> str:
+    with sqlite3.connect(path) as conn:
+        return " | ".join(str(row[-1]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "index"),
+    [
+        ({}, "akchat_sessions__pending_expiry"),
+        ({"order": "newest"}, "akchat_sessions__pending_newest"),
+        ({"action": "pay"}, "akchat_sessions__pending_action_expiry"),
+        ({"action": "pay", "order": "newest"}, "akchat_sessions__pending_action_newest"),
+        ({"expiring_before_ms": 10_100}, "akchat_sessions__pending_expiry"),
+    ],
+)
+def test_sqlite_pages_read_one_index(tmp_path: Path, kwargs: dict[str, object], index: str) -> None:
+    path = tmp_path / "plan.db"
+    with SQLiteStorage(path) as storage:
+        for s in range(200):
+            assert storage.save(
+                snap(f"s-{s}", 0, binding(2 * s), binding(2 * s + 1, "approved")), None
+            )
+        first = storage.list_pending(limit=5, **kwargs)  # type: ignore[arg-type]
+        assert first.next_after is not None
+        # The SQL the adapter sends for the second page, asked of SQLite's planner.
+        calls: list[tuple[str, tuple[object, ...]]] = []
+        assert storage._conn is not None
+        storage._conn.set_trace_callback(lambda sql: calls.append((sql, ())))
+        storage.list_pending(limit=5, after=first.next_after, **kwargs)  # type: ignore[arg-type]
+        storage._conn.set_trace_callback(None)
+    sent = [sql for sql, _ in calls if "__pending" in sql]
+    assert len(sent) == 1, sent  # one read per page
+    plan = _sqlite_plan(path, sent[0], ())
+    assert f"USING INDEX {index}" in plan, plan
+    assert "TEMP B-TREE" not in plan, plan  # no sort: the index is the order
+
+
+def test_sqlite_find_token_reads_the_token_index(tmp_path: Path) -> None:
+    path = tmp_path / "token.db"
+    with SQLiteStorage(path) as storage:
+        for s in range(50):
+            assert storage.save(snap(f"s-{s}", 0, binding(s)), None)
+        assert storage.find_token("tok-7") == "s-7"
+    plan = _sqlite_plan(
+        path,
+        "SELECT session_id FROM akchat_sessions__pending WHERE token = ? ORDER BY session_id"
+        " LIMIT 1",
+        ("tok-7",),
+    )
+    assert "USING COVERING INDEX akchat_sessions__pending_token" in plan, plan
+
+
+def test_sqlite_a_failed_commit_leaves_the_rows_as_they_were(tmp_path: Path) -> None:
+    path = tmp_path / "fk.db"
+    with SQLiteStorage(path) as storage:
+        assert storage.save(snap("s-1", 0, binding(1)), None)
+        # A host's schema extension whose deferred reference dangles: checked at COMMIT, so
+        # exactly the COMMIT of a save that writes a pending row fails.
+        side = sqlite3.connect(path, isolation_level=None)
+        side.executescript(
+            """
+            CREATE TABLE audit_parent (id INTEGER PRIMARY KEY);
+            CREATE TABLE audit_log (parent INTEGER
+                REFERENCES audit_parent (id) DEFERRABLE INITIALLY DEFERRED);
+            CREATE TRIGGER audit_pending AFTER INSERT ON akchat_sessions__pending
+                BEGIN INSERT INTO audit_log (parent) VALUES (-1); END;
+            """
+        )
+        side.close()
+        assert storage._conn is not None
+        storage._conn.execute("PRAGMA foreign_keys = ON")
+        with pytest.raises(OutcomeUnknown):
+            storage.save(snap("s-1", 1, binding(1, "approving"), binding(2)), 0)
+        # Rolled back whole: the envelope is at cursor 0 and its one pending row is listed.
+        stored = storage.load("s-1")
+        assert stored is not None and '"cursor":0' in stored
+        assert tokens(storage) == ["tok-1"]
+        storage._conn.execute("PRAGMA foreign_keys = OFF")
+        assert storage.save(snap("s-1", 1, binding(1, "approving"), binding(2)), 0)
+        assert tokens(storage) == ["tok-2"]
+
+
+def _sqlite_before_the_index(path: Path) -> None:
+    """A store as the adapter wrote it before the pending index: no pending table."""
+    with SQLiteStorage(path) as storage:
+        assert storage.save(snap("s-1", 0, binding(1), binding(2, "approving")), None)
+        assert storage.save(snap("s-2", 0, binding(3), binding(4, action="ship")), None)
+        assert storage.save(snap("s-3", 0, binding(5, "rejected")), None)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE akchat_sessions__pending")  # its indexes go with it
+        # A row written by another tool, which the backfill must skip, not fail on.
+        conn.execute(
+            "INSERT INTO akchat_sessions (session_id, cursor, body) VALUES (?, 0, ?)",
+            ("s-bad", '{"cursor":0,"confirmations":["status\\":\\"pending"]}'),
+        )
+
+
+def test_sqlite_a_store_without_the_index_is_backfilled_once(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _sqlite_before_the_index(path)
+    with SQLiteStorage(path) as storage:
+        assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
+        assert storage.find_token("tok-4") == "s-2"
+        since = {i.token: i.pending_since_ms for i in storage.list_pending().items}
+        assert min(since.values()) > 1_700_000_000_000  # the envelopes' last writes
+    # Once: the table is the marker, so a later writer never backfills again (a row a host
+    # removed by hand stays removed; every later save keeps the table right by itself).
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM akchat_sessions__pending WHERE token = 'tok-1'")
+    with SQLiteStorage(path) as storage:
+        assert tokens(storage) == ["tok-3", "tok-4"]
+
+
+def test_sqlite_read_only_neither_upgrades_nor_lists_an_old_store(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _sqlite_before_the_index(path)
+    before = path.read_bytes()
+    with open_storage(f"sqlite:///{path}", read_only=True) as storage:
+        with pytest.raises(ConfigError, match="predates the pending index"):
+            storage.list_pending()  # type: ignore[attr-defined]
+        with pytest.raises(ConfigError, match="predates the pending index"):
+            storage.find_token("tok-1")  # type: ignore[attr-defined]
+    assert path.read_bytes() == before
+    with SQLiteStorage(path) as storage:  # a writer upgrades it
+        storage.load("s-1")
+    with open_storage(f"sqlite:///{path}", read_only=True) as storage:
+        assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
+        assert storage.find_token("tok-3") == "s-2"  # type: ignore[attr-defined]
