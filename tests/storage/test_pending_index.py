@@ -18,6 +18,8 @@ from akchat_fsm.storage import AsyncPendingIndex, PendingApproval, PendingIndex,
 PENDING_BACKENDS = [
     pytest.param("memory"),
     pytest.param("sqlite"),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("postgres-serializable", marks=pytest.mark.postgres),
 ]
 
 pytestmark = pytest.mark.parametrize("backend", PENDING_BACKENDS, indirect=True)

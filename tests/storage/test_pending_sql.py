@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import sqlite3
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -172,5 +174,166 @@ def test_sqlite_read_only_neither_upgrades_nor_lists_an_old_store(tmp_path: Path
     with SQLiteStorage(path) as storage:  # a writer upgrades it
         storage.load("s-1")
     with open_storage(f"sqlite:///{path}", read_only=True) as storage:
+        assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
+        assert storage.find_token("tok-3") == "s-2"  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+@pytest.fixture
+def pg_table(pg_url: str) -> Iterator[str]:
+    import psycopg
+
+    table = f"t_{uuid.uuid4().hex[:12]}"
+    yield table
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records, {table}__pending")
+
+
+def _pg(pg_url: str, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+        cur = conn.execute(sql, params or None)
+        return cur.fetchall() if cur.description is not None else []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("kwargs", "suffix", "sorted_by_index"),
+    [
+        ({}, "_expiry", True),
+        ({"order": "newest"}, "_newest", True),
+        ({"action": "pay"}, "_action_expiry", True),
+        ({"action": "pay", "order": "newest"}, "_action_newest", True),
+        ({"expiring_before_ms": 10_100}, "_expiry", True),
+        ({"session_id": "s-7"}, "_pkey", False),  # one session's rows, sorted (at most 1,000)
+    ],
+)
+def test_postgres_pages_read_one_index(
+    pg_url: str, pg_table: str, kwargs: dict[str, object], suffix: str, sorted_by_index: bool
+) -> None:
+    from akchat_fsm.storage import PostgresStorage
+
+    with PostgresStorage(pg_url, table=pg_table) as storage:
+        assert storage.save(snap("s-0", 0, binding(0)), None)  # creates the tables
+        # 20,000 rows in 10,000 sessions, written straight into the table: the plan is the
+        # point here, and the planner only prefers an index over a scan on a table this big.
+        _pg(
+            pg_url,
+            f"INSERT INTO {pg_table}__pending SELECT 's-' || (n / 2), 'tok-' || n, 'call-' || n,"
+            " CASE WHEN n % 2 = 0 THEN 'pay' ELSE 'ship' END, 10000 + n % 5000, 1700000000000 + n"
+            " FROM generate_series(1, 20000) n",
+        )
+        _pg(pg_url, f"ANALYZE {pg_table}__pending")
+        first = storage.list_pending(limit=1, **kwargs)  # type: ignore[arg-type]
+        assert first.next_after is not None
+        _, sql, params = storage._plan.list_pending_statement(
+            limit=50, after=first.next_after, **kwargs
+        )
+    plan = "\n".join(str(row[0]) for row in _pg(pg_url, f"EXPLAIN {sql}", params))
+    assert f"{pg_table}__pending{suffix}" in plan, plan
+    assert "Seq Scan" not in plan, plan
+    assert ("Sort" not in plan) == sorted_by_index, plan
+
+
+@pytest.mark.postgres
+def test_postgres_find_token_reads_the_token_index(pg_url: str, pg_table: str) -> None:
+    from akchat_fsm.storage import PostgresStorage
+
+    with PostgresStorage(pg_url, table=pg_table) as storage:
+        assert storage.save(snap("s-0", 0, binding(0)), None)
+        _pg(
+            pg_url,
+            f"INSERT INTO {pg_table}__pending SELECT 's-' || n, 'tok-' || n, 'call-' || n, 'pay',"
+            " n, n FROM generate_series(1, 20000) n",
+        )
+        _pg(pg_url, f"ANALYZE {pg_table}__pending")
+        assert storage.find_token("tok-77") == "s-77"
+        sql = storage._plan.pending_sql.find_token
+    plan = "\n".join(str(row[0]) for row in _pg(pg_url, f"EXPLAIN {sql}", ("tok-77",)))
+    assert f"{pg_table}__pending_token" in plan and "Seq Scan" not in plan, plan
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("when", ["statement", "commit"])
+def test_postgres_a_failed_save_changes_neither(pg_url: str, pg_table: str, when: str) -> None:
+    from akchat_fsm.errors import StorageError
+    from akchat_fsm.storage import PostgresStorage
+
+    with PostgresStorage(pg_url, table=pg_table) as storage:
+        assert storage.save(snap("s-1", 0, binding(1)), None)
+        # A host's trigger on the pending table refuses the new row: in the statement, or
+        # (a deferred constraint trigger) at the COMMIT of the statement's transaction.
+        deferred = "DEFERRABLE INITIALLY DEFERRED" if when == "commit" else ""
+        _pg(
+            pg_url,
+            f"CREATE FUNCTION {pg_table}_refuse() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'refused by the host'; END $$;"
+            f" CREATE CONSTRAINT TRIGGER {pg_table}_refuse AFTER INSERT ON {pg_table}__pending"
+            f" {deferred} FOR EACH ROW EXECUTE FUNCTION {pg_table}_refuse()",
+        )
+        try:
+            with pytest.raises(StorageError):
+                storage.save(snap("s-1", 1, binding(1, "approving"), binding(2)), 0)
+            stored = storage.load("s-1")
+            assert stored is not None and '"cursor":0' in stored
+            assert tokens(storage) == ["tok-1"]
+        finally:
+            _pg(pg_url, f"DROP FUNCTION {pg_table}_refuse() CASCADE")
+        assert storage.save(snap("s-1", 1, binding(1, "approving"), binding(2)), 0)
+        assert tokens(storage) == ["tok-2"]
+
+
+def _pg_before_the_index(pg_url: str, table: str) -> None:
+    from akchat_fsm.storage import PostgresStorage
+
+    with PostgresStorage(pg_url, table=table) as storage:
+        _write_old_sessions(storage)
+    _pg(pg_url, f"DROP TABLE {table}__pending")
+    _pg(
+        pg_url,
+        f"INSERT INTO {table} (session_id, cursor, body) VALUES"
+        """ ('s-bad', 0, '{"cursor":0,"confirmations":"\\"status\\":\\"pending\\""}'),"""
+        """ ('s-torn', 0, '{"cursor":0, "status":"pending"')""",
+    )
+
+
+def _write_old_sessions(storage: object) -> None:
+    save = storage.save  # type: ignore[attr-defined]
+    assert save(snap("s-1", 0, binding(1), binding(2, "approving")), None)
+    assert save(snap("s-2", 0, binding(3), binding(4, action="ship")), None)
+    assert save(snap("s-3", 0, binding(5, "rejected")), None)
+
+
+@pytest.mark.postgres
+def test_postgres_a_store_without_the_index_is_backfilled_once(pg_url: str, pg_table: str) -> None:
+    from akchat_fsm.storage import PostgresStorage
+
+    _pg_before_the_index(pg_url, pg_table)
+    with PostgresStorage(pg_url, table=pg_table) as storage:
+        assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
+        assert storage.find_token("tok-4") == "s-2"
+        since = {i.token: i.pending_since_ms for i in storage.list_pending().items}
+        assert min(since.values()) > 1_700_000_000_000
+    _pg(pg_url, f"DELETE FROM {pg_table}__pending WHERE token = 'tok-1'")
+    with PostgresStorage(pg_url, table=pg_table) as storage:
+        assert tokens(storage) == ["tok-3", "tok-4"]
+
+
+@pytest.mark.postgres
+def test_postgres_read_only_neither_upgrades_nor_lists_an_old_store(
+    pg_url: str, pg_table: str
+) -> None:
+    _pg_before_the_index(pg_url, pg_table)
+    url = f"{pg_url}?table={pg_table}"
+    with open_storage(url, read_only=True) as storage:
+        with pytest.raises(ConfigError, match="predates the pending index"):
+            storage.list_pending()  # type: ignore[attr-defined]
+        with pytest.raises(ConfigError, match="predates the pending index"):
+            storage.find_token("tok-1")  # type: ignore[attr-defined]
+    assert _pg(pg_url, "SELECT to_regclass(%s)", (f"{pg_table}__pending",)) == [(None,)]
+    with open_storage(url) as storage:  # a writer upgrades it
+        storage.load("s-1")
+    with open_storage(url, read_only=True) as storage:
         assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
         assert storage.find_token("tok-3") == "s-2"  # type: ignore[attr-defined]

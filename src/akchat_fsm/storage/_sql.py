@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ._cas import check_record_key, check_session_id, prepare_save, prepare_stored_record
+from ._cas import (
+    PreparedSave,
+    check_record_key,
+    check_session_id,
+    prepare_save,
+    prepare_stored_record,
+)
 from ._pending import PendingQuery
 from .port import PendingApproval
 
@@ -41,8 +47,14 @@ class SqlStatements:
     def save_statement(self, snapshot: Any, expected_cursor: Any) -> tuple[str, tuple[Any, ...]]:
         p = prepare_save(snapshot, expected_cursor)
         if p.expected is None:
-            return self.insert, (p.session_id, p.cursor, p.text, p.processing, p.written_ms)
-        return self.update, (p.cursor, p.text, p.processing, p.written_ms, p.session_id, p.expected)
+            create = (p.session_id, p.cursor, p.text, p.processing, p.written_ms)
+            return self.insert, create + self.pending_params(p)
+        update = (p.cursor, p.text, p.processing, p.written_ms, p.session_id, p.expected)
+        return self.update, update + self.pending_params(p)
+
+    def pending_params(self, p: PreparedSave) -> tuple[Any, ...]:
+        """What a plan whose save statement also writes the pending rows binds after the rest."""
+        return ()
 
     def record_key(self, session_id: Any, key: Any) -> tuple[str, str]:
         return check_session_id(session_id), check_record_key(key)
