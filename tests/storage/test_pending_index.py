@@ -20,6 +20,7 @@ PENDING_BACKENDS = [
     pytest.param("sqlite"),
     pytest.param("postgres", marks=pytest.mark.postgres),
     pytest.param("postgres-serializable", marks=pytest.mark.postgres),
+    pytest.param("mysql", marks=pytest.mark.mysql),
 ]
 
 pytestmark = pytest.mark.parametrize("backend", PENDING_BACKENDS, indirect=True)

@@ -12,6 +12,7 @@ import sqlite3
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -227,7 +228,7 @@ def test_postgres_pages_read_one_index(
         _pg(pg_url, f"ANALYZE {pg_table}__pending")
         first = storage.list_pending(limit=1, **kwargs)  # type: ignore[arg-type]
         assert first.next_after is not None
-        _, sql, params = storage._plan.list_pending_statement(
+        _, sql, params = storage._plan.pending_sql.list_statement(
             limit=50, after=first.next_after, **kwargs
         )
     plan = "\n".join(str(row[0]) for row in _pg(pg_url, f"EXPLAIN {sql}", params))
@@ -337,3 +338,138 @@ def test_postgres_read_only_neither_upgrades_nor_lists_an_old_store(
     with open_storage(url, read_only=True) as storage:
         assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
         assert storage.find_token("tok-3") == "s-2"  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- MySQL / MariaDB
+@pytest.fixture
+def my_table(mysql_url: str) -> Iterator[str]:
+    from storage_harness import drop_mysql_tables
+
+    table = f"t_{uuid.uuid4().hex[:12]}"
+    yield table
+    drop_mysql_tables(mysql_url, table)
+
+
+def _my(mysql_url: str, sql: str, params: tuple[object, ...] | None = None) -> list[Any]:
+    from storage_harness import mysql_admin
+
+    conn = mysql_admin(mysql_url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
+_DIGITS = "(" + " UNION ALL ".join(f"SELECT {d} AS d" for d in range(10)) + ")"
+
+
+def _my_storage(mysql_url: str, table: str, **kwargs: object) -> Any:
+    return open_storage(f"{mysql_url}?table={table}", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize(
+    ("kwargs", "key", "sorted_by_index"),
+    [
+        ({}, "pending_expiry", True),
+        ({"order": "newest"}, "pending_newest", True),
+        ({"action": "pay"}, "pending_action_expiry", True),
+        ({"action": "pay", "order": "newest"}, "pending_action_newest", True),
+        ({"session_id": "s-7"}, "PRIMARY", False),  # one session's rows, sorted
+    ],
+)
+def test_mysql_pages_read_one_index(
+    mysql_url: str, my_table: str, kwargs: dict[str, object], key: str, sorted_by_index: bool
+) -> None:
+    with _my_storage(mysql_url, my_table) as storage:
+        assert storage.save(snap("s-0", 0, binding(0)), None)  # creates the tables
+        _my(
+            mysql_url,
+            f"INSERT INTO {my_table}__pending SELECT CONCAT('s-', n DIV 2), CONCAT('tok-', n),"
+            " CONCAT('call-', n), IF(n % 2 = 0, 'pay', 'ship'), 10000 + n % 5000,"
+            f" 1700000000000 + n FROM (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d"
+            f" + 10000 * f.d AS n FROM {_DIGITS} a, {_DIGITS} b, {_DIGITS} c, {_DIGITS} e,"
+            " (SELECT 0 AS d UNION ALL SELECT 1) f) g WHERE n > 0",
+        )
+        _my(mysql_url, f"ANALYZE TABLE {my_table}__pending")
+        first = storage.list_pending(limit=1, **kwargs)
+        assert first.next_after is not None
+        _, sql, params = storage._plan.pending_sql.list_statement(
+            limit=50, after=first.next_after, **kwargs
+        )
+    plan = _my(mysql_url, f"EXPLAIN {sql}", params)
+    assert len(plan) == 1, plan  # one table read
+    assert plan[0][5] == key, plan
+    assert plan[0][3] in ("range", "ref", "index"), plan  # never ALL (a full scan)
+    assert ("filesort" not in str(plan[0][9])) == sorted_by_index, plan
+
+
+@pytest.mark.mysql
+def test_mysql_a_failed_save_changes_neither(mysql_url: str, my_table: str) -> None:
+    from akchat_fsm.errors import StorageError
+
+    with _my_storage(mysql_url, my_table) as storage:
+        assert storage.save(snap("s-1", 0, binding(1)), None)
+        # A host's trigger refuses the new pending row, after the envelope's UPDATE matched.
+        _my(
+            mysql_url,
+            f"CREATE TRIGGER {my_table}_refuse BEFORE INSERT ON {my_table}__pending FOR EACH ROW"
+            " SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by the host'",
+        )
+        with pytest.raises(StorageError):
+            storage.save(snap("s-1", 1, binding(1, "approving"), binding(2)), 0)
+        stored = storage.load("s-1")
+        assert stored is not None and '"cursor":0' in stored
+        assert tokens(storage) == ["tok-1"]
+        _my(mysql_url, f"DROP TRIGGER {my_table}_refuse")
+        assert storage.save(snap("s-1", 1, binding(1, "approving"), binding(2)), 0)
+        assert tokens(storage) == ["tok-2"]
+
+
+def _my_before_the_index(mysql_url: str, table: str) -> None:
+    with _my_storage(mysql_url, table) as storage:
+        _write_old_sessions(storage)
+    _my(mysql_url, f"DROP TABLE {table}__pending")
+    _my(
+        mysql_url,
+        f"INSERT INTO {table} (session_id, `cursor`, body) VALUES (%s, 0, %s), (%s, 0, %s)",
+        (
+            "s-bad",
+            '{"cursor":0,"confirmations":["\\"status\\":\\"pending\\""]}',
+            "s-torn",
+            '{"cursor":0, "status":"pending"',
+        ),
+    )
+
+
+@pytest.mark.mysql
+def test_mysql_a_store_without_the_index_is_backfilled_once(mysql_url: str, my_table: str) -> None:
+    _my_before_the_index(mysql_url, my_table)
+    with _my_storage(mysql_url, my_table) as storage:
+        assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
+        assert storage.find_token("tok-4") == "s-2"
+        since = {i.token: i.pending_since_ms for i in storage.list_pending().items}
+        assert min(since.values()) > 1_700_000_000_000
+    _my(mysql_url, f"DELETE FROM {my_table}__pending WHERE token = 'tok-1'")
+    with _my_storage(mysql_url, my_table) as storage:
+        assert tokens(storage) == ["tok-3", "tok-4"]
+
+
+@pytest.mark.mysql
+def test_mysql_read_only_neither_upgrades_nor_lists_an_old_store(
+    mysql_url: str, my_table: str
+) -> None:
+    _my_before_the_index(mysql_url, my_table)
+    with _my_storage(mysql_url, my_table, read_only=True) as storage:
+        with pytest.raises(ConfigError, match="predates the pending index"):
+            storage.list_pending()
+        with pytest.raises(ConfigError, match="predates the pending index"):
+            storage.find_token("tok-1")
+    assert _my(mysql_url, "SHOW TABLES LIKE %s", (f"{my_table}__pending",)) == []
+    with _my_storage(mysql_url, my_table) as storage:  # a writer upgrades it
+        storage.load("s-1")
+    with _my_storage(mysql_url, my_table, read_only=True) as storage:
+        assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
+        assert storage.find_token("tok-3") == "s-2"

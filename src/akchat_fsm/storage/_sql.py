@@ -17,7 +17,7 @@ from ._cas import (
     prepare_save,
     prepare_stored_record,
 )
-from ._pending import PendingQuery
+from ._pending import PendingQuery, check_pending_query
 from .port import PendingApproval
 
 __all__ = [
@@ -103,8 +103,15 @@ class PendingStatements:
             f"SELECT session_id FROM {pending} WHERE token = {mark} ORDER BY session_id LIMIT 1"
         )
 
-    def list_statement(self, query: PendingQuery) -> tuple[str, tuple[Any, ...]]:
-        """One indexed read of up to ``limit + 1`` rows, in the page's order."""
+    def list_statement(self, **arguments: Any) -> tuple[PendingQuery, str, tuple[Any, ...]]:
+        """``list_pending(**arguments)`` checked (before any I/O), and its one indexed read of
+        up to ``limit + 1`` rows in the page's order."""
+        query = check_pending_query(**arguments)
+        return (query, *self.select(query))
+
+    def select(self, query: PendingQuery) -> tuple[str, tuple[Any, ...]]:
+        """The read of a checked query: only the filters it has, so the planner picks the
+        index of the order (after ``action =``, its own), or the session's rows."""
         m = self.mark
         first = "expires_at_ms" if query.order == "expiry" else "pending_since_ms"
         where: list[str] = []

@@ -55,7 +55,7 @@ from ._cas import (
     record_prefix_matches_nothing,
 )
 from ._closing import AsyncClosing, Closing
-from ._pending import PendingQuery, check_pending_query, check_token, make_page
+from ._pending import check_token, make_page
 from ._read_only import read_only_refusal
 from ._sql import (
     PENDING_COLUMNS,
@@ -378,10 +378,6 @@ class _Plan(SqlStatements):
                 "adapter does not upgrade it.",
                 hint="Open it once without read_only (any host, or a writing verb).",
             )
-
-    def list_pending_statement(self, **kwargs: Any) -> tuple[PendingQuery, str, tuple[Any, ...]]:
-        query = check_pending_query(**kwargs)
-        return (query, *self.pending_sql.list_statement(query))
 
     def layout(self, rows: list[tuple[Any, ...]]) -> Layout:
         """The existing tables' columns (``rows`` from ``columns``), checked before any change.
@@ -787,7 +783,7 @@ class PostgresStorage(Closing):
         limit: int = 50,
     ) -> PendingPage:
         """One page of the pending bindings across sessions (see the port's ``PendingIndex``)."""
-        query, sql, params = self._plan.list_pending_statement(
+        query, sql, params = self._plan.pending_sql.list_statement(
             action=action,
             session_id=session_id,
             expiring_before_ms=expiring_before_ms,
@@ -998,7 +994,7 @@ class AsyncPostgresStorage(AsyncClosing):
         limit: int = 50,
     ) -> PendingPage:
         """One page of the pending bindings across sessions (see the port's ``PendingIndex``)."""
-        query, sql, params = self._plan.list_pending_statement(
+        query, sql, params = self._plan.pending_sql.list_statement(
             action=action,
             session_id=session_id,
             expiring_before_ms=expiring_before_ms,

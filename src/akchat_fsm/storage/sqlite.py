@@ -42,7 +42,7 @@ from ._cas import (
     record_prefix_matches_nothing,
 )
 from ._closing import Closing
-from ._pending import carry_since, check_pending_query, check_token, make_page
+from ._pending import carry_since, check_token, make_page
 from ._read_only import read_only_refusal
 from ._sql import (
     PENDING_COLUMNS,
@@ -412,7 +412,7 @@ class SQLiteStorage(Closing):
         limit: int = 50,
     ) -> PendingPage:
         """One page of the pending bindings across sessions (see the port's ``PendingIndex``)."""
-        query = check_pending_query(
+        query, sql, params = self._schema.pending_sql.list_statement(
             action=action,
             session_id=session_id,
             expiring_before_ms=expiring_before_ms,
@@ -421,7 +421,7 @@ class SQLiteStorage(Closing):
             after=after,
             limit=limit,
         )
-        rows = self._read(*self._schema.pending_sql.list_statement(query), pending=True)
+        rows = self._read(sql, params, pending=True)
         return make_page(query, pending_items(rows))
 
     def find_token(self, token: str) -> str | None:
