@@ -155,7 +155,9 @@ def _text(value: object) -> str:
 def pending_items(rows: Iterable[Sequence[Any]]) -> list[PendingApproval]:
     """Rows in :data:`PENDING_COLUMNS` order as :class:`PendingApproval` values."""
     return [
-        PendingApproval(_text(s), _text(t), _text(c), _text(a), int(e), int(p))
+        PendingApproval(s, t, c, a, int(e), int(p))
+        if type(s) is type(t) is type(c) is type(a) is str  # the drivers' usual answer
+        else PendingApproval(_text(s), _text(t), _text(c), _text(a), int(e), int(p))
         for s, t, c, a, e, p in rows
     ]
 
