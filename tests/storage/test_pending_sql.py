@@ -473,3 +473,58 @@ def test_mysql_read_only_neither_upgrades_nor_lists_an_old_store(
     with _my_storage(mysql_url, my_table, read_only=True) as storage:
         assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
         assert storage.find_token("tok-3") == "s-2"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("isolation", ["read_committed", "serializable"])
+def test_postgres_a_delete_racing_a_save_leaves_no_pending_row(
+    pg_url: str, pg_table: str, isolation: str
+) -> None:
+    """A save in flight when ``delete`` starts: the delete waits for it, then removes the rows
+    it wrote too (a statement's snapshot predates them, so a one-statement delete would not)."""
+    import threading
+
+    import psycopg
+
+    from akchat_fsm.storage import PostgresStorage
+
+    with PostgresStorage(pg_url, table=pg_table, isolation=isolation) as storage:
+        assert storage.save(snap("s-1", 0, binding(1)), None)
+        # The save in flight, spelled out: the envelope's row is locked and a new pending row
+        # written, uncommitted, exactly as the adapter's save statement leaves them.
+        writer = psycopg.connect(pg_url)
+        writer.execute(f"UPDATE {pg_table} SET cursor = 1 WHERE session_id = 's-1'")
+        writer.execute(
+            f"INSERT INTO {pg_table}__pending VALUES ('s-1', 'tok-2', 'call-2', 'pay', 1, 1)"
+        )
+        storage.load("s-1")  # connected: its backend pid is known
+        assert storage._conn is not None
+        pid = storage._conn.info.backend_pid
+        box: dict[str, BaseException] = {}
+
+        def delete() -> None:
+            try:
+                storage.delete("s-1")
+            except BaseException as exc:
+                box["error"] = exc
+
+        thread = threading.Thread(target=delete)
+        thread.start()
+        try:
+            for _ in range(2000):
+                waiting = _pg(
+                    pg_url, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+                )
+                if waiting == [("Lock",)]:
+                    break
+                _pg(pg_url, "SELECT pg_sleep(0.005)")
+            else:
+                pytest.fail("the delete never waited for the save in flight")
+        finally:
+            writer.commit()
+            writer.close()
+            thread.join(timeout=60)
+        assert "error" not in box, box
+        assert storage.load("s-1") is None
+        assert tokens(storage) == []
+        assert _pg(pg_url, f"SELECT count(*) FROM {pg_table}__pending") == [(0,)]

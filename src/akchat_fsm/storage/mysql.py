@@ -3,7 +3,8 @@
 One InnoDB row per session: ``session_id, cursor, body, processing, written_ms``; records
 beside it in ``<table>__records`` (primary key ``(session_id, key)``). Ids and keys are
 ``utf8mb4_bin`` (case-sensitive, byte order), bodies ``LONGTEXT`` utf8mb4, returned verbatim.
-Each call is one autocommit statement, so no transaction outlives it:
+Each call is one autocommit statement (an envelope ``save`` excepted: one short transaction
+with its pending rows, ADR-0029), so no transaction outlives it:
 
 * create: ``INSERT …``; a duplicate key (1062) is the definite conflict
 * update: ``UPDATE … WHERE session_id = %s AND cursor = %s``; the connection sets
@@ -20,9 +21,12 @@ a statement timeout (MariaDB ``max_statement_time``, 1969) rolls the statement b
 table, 1054 no column, 1364 a NOT NULL column we never fill, 1366/1406 a column that cannot
 hold the text) is ``ConfigError``: it fails the same way again.
 
-``delete`` removes a session's envelope and records in one multi-table ``DELETE``. The
-processing index is the ``processing``/``written_ms`` columns of both tables, written by the
-same statement as the state they describe (ADR-0085), with an index on ``processing``.
+``delete`` removes a session's envelope, records and pending rows in one multi-table
+``DELETE``. The processing index is the ``processing``/``written_ms`` columns of both tables,
+written by the same statement as the state they describe (ADR-0085), with an index on
+``processing``. The pending index is ``<table>__pending``: a ``save`` is ``BEGIN``, the
+conditional statement, then (if it matched, under the envelope's row lock) the session's
+pending rows replaced, ``COMMIT``; a deadlock re-sends the whole transaction.
 """
 
 from __future__ import annotations

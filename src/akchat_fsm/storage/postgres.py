@@ -19,8 +19,11 @@ is ``StorageUnavailable`` — never a conflict it cannot vouch for, never a dele
 Records live in ``<table>__records`` (primary key ``(session_id, key)``, same statements with
 ``version`` for ``cursor``). The processing index is the ``processing``/``written_ms`` columns
 of both tables, set by the same statement as the state they describe, with a partial index on
-the processing rows; ``delete`` removes a session's envelope and records in one statement.
-Tables created by 0.1.0 are upgraded in place on connect (ADR-0085).
+the processing rows. The pending index is ``<table>__pending``, its rows replaced by the
+envelope's own CAS statement (ADR-0029). ``delete`` is the one call that is a transaction: it
+locks the envelope's row, then removes the envelope, records and pending rows in one statement,
+whose snapshot (taken after the lock) sees the rows of a save it waited for. Tables created
+before are upgraded in place on connect (ADR-0085, ADR-0029).
 
 Text travels as UTF-8 (ADR-0086): a connection whose client encoding is neither UTF-8 nor
 ``SQL_ASCII`` is switched to UTF-8 on connect, a database whose encoding cannot store every
@@ -331,6 +334,9 @@ class _Plan(SqlStatements):
             f" pending AS (DELETE FROM {p} WHERE session_id = %s)"
             f" DELETE FROM {t} WHERE session_id = %s"
         )
+        # Sent first, in the delete's transaction: it waits for a save in flight, so the
+        # delete's own snapshot (READ COMMITTED: taken after) sees the rows that save wrote.
+        self.lock_session = f"SELECT 1 FROM {t} WHERE session_id = %s FOR UPDATE"
         self.select_record = f"SELECT version, body FROM {r} WHERE session_id = %s AND key = %s"
         self.insert_record = (
             f"INSERT INTO {r} (session_id, key, version, body, processing, written_ms)"
@@ -670,12 +676,14 @@ class PostgresStorage(Closing):
         records: bool = False,
         index: bool = False,
         pending: bool = False,
+        locking: str | None = None,
     ) -> Any:
         """Execute one statement; the first row, or ``None`` (no row, or a conflict).
 
         ``every``: the list of all rows instead (a read). ``records``/``index``/``pending``:
         the read needs the records table / the processing / the pending index, which a
-        read-only adapter may lack.
+        read-only adapter may lack. ``locking``: a statement taking the same parameters run
+        first, in one transaction with it (a delete's row lock).
         """
         if write:
             self._plan.refuse_if_read_only("a write")
@@ -689,7 +697,12 @@ class PostgresStorage(Closing):
                 return [] if every else None
             for attempt in range(WRITE_ATTEMPTS):
                 try:
-                    cur = conn.execute(sql, params)
+                    if locking is None:
+                        cur = conn.execute(sql, params)
+                    else:
+                        with conn.transaction():
+                            conn.execute(locking, params[:1])
+                            cur = conn.execute(sql, params)
                     if every:
                         return cur.fetchall()
                     return cur.fetchone() if cur.description is not None else None
@@ -720,8 +733,9 @@ class PostgresStorage(Closing):
         return self._run(sql, params, write=True) is not None
 
     def delete(self, session_id: str) -> None:
-        """Forget ``session_id`` and its records (one statement); a missing one is no error."""
-        self._run(*self._plan.delete_statement(session_id), write=True)
+        """Forget ``session_id``, its records and pending rows; a missing one is no error."""
+        sql, params = self._plan.delete_statement(session_id)
+        self._run(sql, params, write=True, locking=self._plan.lock_session)
 
     # ------------------------------------------------------------------ records capability
     def load_record(self, session_id: str, key: str) -> StoredRecord | None:
@@ -890,6 +904,7 @@ class AsyncPostgresStorage(AsyncClosing):
         records: bool = False,
         index: bool = False,
         pending: bool = False,
+        locking: str | None = None,
     ) -> Any:
         if write:
             self._plan.refuse_if_read_only("a write")
@@ -903,7 +918,12 @@ class AsyncPostgresStorage(AsyncClosing):
                 return [] if every else None
             for attempt in range(WRITE_ATTEMPTS):
                 try:
-                    cur = await conn.execute(sql, params)
+                    if locking is None:
+                        cur = await conn.execute(sql, params)
+                    else:
+                        async with conn.transaction():
+                            await conn.execute(locking, params[:1])
+                            cur = await conn.execute(sql, params)
                     if every:
                         return await cur.fetchall()
                     return await cur.fetchone() if cur.description is not None else None
@@ -934,8 +954,9 @@ class AsyncPostgresStorage(AsyncClosing):
         return await self._run(sql, params, write=True) is not None
 
     async def delete(self, session_id: str) -> None:
-        """Forget ``session_id`` and its records (one statement); a missing one is no error."""
-        await self._run(*self._plan.delete_statement(session_id), write=True)
+        """Forget ``session_id``, its records and pending rows; a missing one is no error."""
+        sql, params = self._plan.delete_statement(session_id)
+        await self._run(sql, params, write=True, locking=self._plan.lock_session)
 
     # ------------------------------------------------------------------ records capability
     async def load_record(self, session_id: str, key: str) -> StoredRecord | None:

@@ -6,7 +6,9 @@ Every write is ``BEGIN IMMEDIATE`` (take the write lock first: a deferred read-t
 transaction fails at once with "database is locked" under contention, busy handler or not),
 one conditional statement (two for ``delete``), then ``COMMIT``. The processing index is the
 ``processing``/``written_ms`` columns of both tables, written by the same statement as the
-state they describe, with a partial index on the processing rows (ADR-0085).
+state they describe, with a partial index on the processing rows (ADR-0085). The pending index
+is ``<table>__pending``, whose rows an envelope save replaces inside its own transaction
+(ADR-0029).
 
 The connection runs with ``isolation_level=None`` so Python never issues its own implicit
 deferred ``BEGIN``; WAL lets readers run beside the one writer; ``synchronous=FULL`` makes an
