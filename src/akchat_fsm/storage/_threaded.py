@@ -15,7 +15,7 @@ from ..wire.session import SessionSnapshot
 from ._closing import AsyncClosing
 from .port import PendingOrder, PendingPage, ProcessingSession, StoredRecord
 
-__all__ = ["ThreadedAsyncStorage", "ThreadedPendingStorage"]
+__all__ = ["ThreadedAsyncStorage"]
 
 
 class _Blocking(Protocol):
@@ -45,15 +45,6 @@ class _Blocking(Protocol):
         self, *, written_before_ms: int | None = None, limit: int = 1000
     ) -> list[ProcessingSession]: ...
 
-    def close(self) -> None: ...
-
-    def open_connections(self) -> int: ...
-
-
-S = TypeVar("S", bound=_Blocking)
-
-
-class _BlockingPending(_Blocking, Protocol):
     def list_pending(
         self,
         *,
@@ -68,8 +59,12 @@ class _BlockingPending(_Blocking, Protocol):
 
     def find_token(self, token: str) -> str | None: ...
 
+    def close(self) -> None: ...
 
-P = TypeVar("P", bound=_BlockingPending)
+    def open_connections(self) -> int: ...
+
+
+S = TypeVar("S", bound=_Blocking)
 
 
 class ThreadedAsyncStorage(AsyncClosing, Generic[S]):
@@ -133,18 +128,6 @@ class ThreadedAsyncStorage(AsyncClosing, Generic[S]):
             )
         )
 
-    def open_connections(self) -> int:
-        """1 while a connection is open, else 0 (the kit's leak check)."""
-        return self.sync.open_connections()
-
-    async def aclose(self) -> None:
-        """Close the connection (after a call in flight; no transaction outlives a call)."""
-        await asyncio.to_thread(self.sync.close)
-
-
-class ThreadedPendingStorage(ThreadedAsyncStorage[P]):
-    """A :class:`ThreadedAsyncStorage` whose blocking adapter also has the pending index."""
-
     async def list_pending(
         self,
         *,
@@ -173,3 +156,11 @@ class ThreadedPendingStorage(ThreadedAsyncStorage[P]):
     async def find_token(self, token: str) -> str | None:
         """The id of the session holding ``token`` pending, or ``None`` (see the port)."""
         return await asyncio.to_thread(self.sync.find_token, token)
+
+    def open_connections(self) -> int:
+        """1 while a connection is open, else 0 (the kit's leak check)."""
+        return self.sync.open_connections()
+
+    async def aclose(self) -> None:
+        """Close the connection (after a call in flight; no transaction outlives a call)."""
+        await asyncio.to_thread(self.sync.close)

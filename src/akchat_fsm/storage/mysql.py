@@ -65,7 +65,7 @@ from ._sql import (
     pending_items,
     pending_params,
 )
-from ._threaded import ThreadedPendingStorage
+from ._threaded import ThreadedAsyncStorage
 from .port import PendingOrder, PendingPage, ProcessingSession, StoredRecord
 
 __all__ = ["AsyncMySQLStorage", "MySQLStorage", "map_mysql_error"]
@@ -706,7 +706,7 @@ def _close_quietly(conn: Any) -> None:
             conn.close()
 
 
-class AsyncMySQLStorage(ThreadedPendingStorage[MySQLStorage]):
+class AsyncMySQLStorage(ThreadedAsyncStorage[MySQLStorage]):
     """The asyncio twin: a :class:`MySQLStorage` whose calls run in a worker thread.
 
     Takes the same arguments. A task cancelled during ``save`` may still have committed:

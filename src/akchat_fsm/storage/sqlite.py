@@ -54,7 +54,7 @@ from ._sql import (
     pending_items,
     pending_params,
 )
-from ._threaded import ThreadedPendingStorage
+from ._threaded import ThreadedAsyncStorage
 from .port import PendingOrder, PendingPage, ProcessingSession, StoredRecord
 
 __all__ = ["AsyncSQLiteStorage", "SQLiteStorage"]
@@ -635,7 +635,7 @@ class _Schema:
             raise
 
 
-class AsyncSQLiteStorage(ThreadedPendingStorage[SQLiteStorage]):
+class AsyncSQLiteStorage(ThreadedAsyncStorage[SQLiteStorage]):
     """The asyncio twin: a :class:`SQLiteStorage` whose calls run in a worker thread.
 
     Takes the same arguments as :class:`SQLiteStorage`.
