@@ -117,7 +117,7 @@ def pending_rows(out: str) -> list[Row]:
     for backend, order, ratio in re.findall(r"^flat (\w+) (\w+): .* = ([\d.]+)$", out, re.M):
         rows.append(
             Row(
-                f"{backend} pending page ({order}): largest / smallest store",
+                f"{backend} pending page ratio ({order}): largest / smallest store",
                 float(ratio),
                 "flat (~1)",
             )
