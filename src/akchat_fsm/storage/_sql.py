@@ -45,7 +45,10 @@ class SqlStatements:
     update_record: str
 
     def save_statement(self, snapshot: Any, expected_cursor: Any) -> tuple[str, tuple[Any, ...]]:
-        p = prepare_save(snapshot, expected_cursor)
+        return self.prepared_statement(prepare_save(snapshot, expected_cursor))
+
+    def prepared_statement(self, p: PreparedSave) -> tuple[str, tuple[Any, ...]]:
+        """The CAS statement of a checked save, and its parameters."""
         if p.expected is None:
             create = (p.session_id, p.cursor, p.text, p.processing, p.written_ms)
             return self.insert, create + self.pending_params(p)

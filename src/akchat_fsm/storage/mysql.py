@@ -555,12 +555,7 @@ class MySQLStorage(Closing):
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""
         p = prepare_save(snapshot, expected_cursor)
-        if p.expected is None:
-            sql = self._plan.insert
-            params: tuple[Any, ...] = (p.session_id, p.cursor, p.text, p.processing, p.written_ms)
-        else:
-            sql = self._plan.update
-            params = (p.cursor, p.text, p.processing, p.written_ms, p.session_id, p.expected)
+        sql, params = self._plan.prepared_statement(p)
         self._plan.refuse_if_read_only("a write")
         with self._lock:
             conn = self._connection()
@@ -576,7 +571,7 @@ class MySQLStorage(Closing):
                         cur.execute("COMMIT")
                     return True
                 except pymysql.err.Error as exc:
-                    broken = not conn.open or _rolled_back(conn)
+                    broken = not conn.open or _rollback_failed(conn)
                     if must_resend(exc, write=True, attempt=attempt) and not broken:
                         continue
                     if broken:
@@ -690,7 +685,7 @@ class MySQLStorage(Closing):
             self._drop()
 
 
-def _rolled_back(conn: Any) -> bool:
+def _rollback_failed(conn: Any) -> bool:
     """After a failed statement of the save's transaction: roll the rest back; ``True`` if even
     that failed (the connection is not reused; the server rolls back a dropped one)."""
     try:

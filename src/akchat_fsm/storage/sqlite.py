@@ -445,13 +445,21 @@ class SQLiteStorage(Closing):
             conn.close()
 
 
+def _binding_field(name: str) -> str:
+    """A field of the binding ``c`` of ``json_each``, read through the body ``s.body`` (which
+    is valid JSON there; a text element's ``value`` is not JSON text)."""
+    return f"json_extract(s.body, c.fullkey || '.{name}')"
+
+
 class _Schema:
     """The SQL of the records table and the processing index, and the in-place upgrade.
 
     Tables written by 0.1.0 lack ``processing``/``written_ms``: :meth:`ensure` adds them under
     the write lock (so concurrent first connections upgrade once) and backfills the flag of
     envelopes already holding a processing confirmation, stamped with the upgrade time
-    (ADR-0085). An up-to-date schema costs two catalog reads and takes no lock.
+    (ADR-0085). A store without the pending table gets it, filled from the envelopes' pending
+    bindings, in the same transaction (ADR-0029). An up-to-date schema costs two catalog reads
+    and takes no lock.
     """
 
     def __init__(self, table: str) -> None:
@@ -482,15 +490,11 @@ class _Schema:
                 for suffix, columns in PENDING_INDEXES.items()
             ),
         )
-
         # The pending rows of envelopes written before the pending index (ADR-0029), once:
         # with the table. A binding's `since` is its envelope's last write when known (it was
         # pending then), else the upgrade's instant. Anything but a well-formed pending binding
         # is skipped, never an upgrade failure.
-        def field(name: str) -> str:
-            # Read through the valid body (a text element's `value` is not JSON text).
-            return f"json_extract(s.body, c.fullkey || '.{name}')"
-
+        field = _binding_field
         self.backfill_pending = (
             f"INSERT OR IGNORE INTO {p} ({PENDING_COLUMNS}) SELECT s.session_id,"
             f" {field('token')}, {field('toolCallId')}, {field('action')},"
