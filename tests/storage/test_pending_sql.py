@@ -322,22 +322,42 @@ def test_postgres_a_store_without_the_index_is_backfilled_once(pg_url: str, pg_t
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("mode", ["sync", "async"])
 def test_postgres_read_only_neither_upgrades_nor_lists_an_old_store(
-    pg_url: str, pg_table: str
+    pg_url: str, pg_table: str, mode: str
 ) -> None:
+    from storage_harness import Client
+
+    from akchat_fsm.storage import open_async_storage
+
+    def opened(**kwargs: bool) -> Client:
+        url = f"{pg_url}?table={pg_table}"
+        if mode == "async":
+            return Client(open_async_storage(url, **kwargs), True)
+        return Client(open_storage(url, **kwargs), False)
+
     _pg_before_the_index(pg_url, pg_table)
-    url = f"{pg_url}?table={pg_table}"
-    with open_storage(url, read_only=True) as storage:
+    c = opened(read_only=True)
+    try:
         with pytest.raises(ConfigError, match="predates the pending index"):
-            storage.list_pending()  # type: ignore[attr-defined]
+            c._call("list_pending")
         with pytest.raises(ConfigError, match="predates the pending index"):
-            storage.find_token("tok-1")  # type: ignore[attr-defined]
+            c._call("find_token", "tok-1")
+    finally:
+        c.close()
     assert _pg(pg_url, "SELECT to_regclass(%s)", (f"{pg_table}__pending",)) == [(None,)]
-    with open_storage(url) as storage:  # a writer upgrades it
-        storage.load("s-1")
-    with open_storage(url, read_only=True) as storage:
-        assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
-        assert storage.find_token("tok-3") == "s-2"  # type: ignore[attr-defined]
+    c = opened()  # a writer upgrades it
+    try:
+        c.load("s-1")
+    finally:
+        c.close()
+    c = opened(read_only=True)
+    try:
+        page = c._call("list_pending")
+        assert [i.token for i in page.items] == ["tok-1", "tok-3", "tok-4"]
+        assert c._call("find_token", "tok-3") == "s-2"
+    finally:
+        c.close()
 
 
 # --------------------------------------------------------------------------- MySQL / MariaDB
