@@ -67,9 +67,14 @@ def _sqlite_plan(path: Path, sql: str, params: tuple[object, ...]) -> str:
 def test_sqlite_pages_read_one_index(tmp_path: Path, kwargs: dict[str, object], index: str) -> None:
     path = tmp_path / "plan.db"
     with SQLiteStorage(path) as storage:
-        for s in range(200):
-            assert storage.save(
-                snap(f"s-{s}", 0, binding(2 * s), binding(2 * s + 1, "approved")), None
+        assert storage.save(snap("s-0", 0, binding(0)), None)  # creates the tables
+        with sqlite3.connect(path) as raw:  # rows straight into the table: the plan is the point
+            raw.executemany(
+                "INSERT INTO akchat_sessions__pending VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (f"s-{n // 2}", f"tok-{n}", f"call-{n}", "pay" if n % 2 else "ship", n, n)
+                    for n in range(1, 2001)
+                ],
             )
         first = storage.list_pending(limit=5, **kwargs)  # type: ignore[arg-type]
         assert first.next_after is not None
@@ -198,6 +203,26 @@ def _pg(pg_url: str, sql: str, params: tuple[object, ...] = ()) -> list[tuple[ob
         return cur.fetchall() if cur.description is not None else []
 
 
+@pytest.fixture(scope="module")
+def pg_plan_table(pg_url: str) -> Iterator[str]:
+    """20,000 rows in 10,000 sessions, written straight into the table (the plan is the point
+    here, and a planner only prefers an index over a scan on a table this big); read only."""
+    from akchat_fsm.storage import PostgresStorage
+
+    table = f"t_{uuid.uuid4().hex[:12]}"
+    with PostgresStorage(pg_url, table=table) as storage:
+        assert storage.save(snap("s-0", 0, binding(0)), None)  # creates the tables
+    _pg(
+        pg_url,
+        f"INSERT INTO {table}__pending SELECT 's-' || (n / 2), 'tok-' || n, 'call-' || n,"
+        " CASE WHEN n % 2 = 0 THEN 'pay' ELSE 'ship' END, 10000 + n % 5000, 1700000000000 + n"
+        " FROM generate_series(1, 20000) n",
+    )
+    _pg(pg_url, f"ANALYZE {table}__pending")
+    yield table
+    _pg(pg_url, f"DROP TABLE IF EXISTS {table}, {table}__records, {table}__pending")
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize(
     ("kwargs", "suffix", "sorted_by_index"),
@@ -211,21 +236,12 @@ def _pg(pg_url: str, sql: str, params: tuple[object, ...] = ()) -> list[tuple[ob
     ],
 )
 def test_postgres_pages_read_one_index(
-    pg_url: str, pg_table: str, kwargs: dict[str, object], suffix: str, sorted_by_index: bool
+    pg_url: str, pg_plan_table: str, kwargs: dict[str, object], suffix: str, sorted_by_index: bool
 ) -> None:
     from akchat_fsm.storage import PostgresStorage
 
+    pg_table = pg_plan_table
     with PostgresStorage(pg_url, table=pg_table) as storage:
-        assert storage.save(snap("s-0", 0, binding(0)), None)  # creates the tables
-        # 20,000 rows in 10,000 sessions, written straight into the table: the plan is the
-        # point here, and the planner only prefers an index over a scan on a table this big.
-        _pg(
-            pg_url,
-            f"INSERT INTO {pg_table}__pending SELECT 's-' || (n / 2), 'tok-' || n, 'call-' || n,"
-            " CASE WHEN n % 2 = 0 THEN 'pay' ELSE 'ship' END, 10000 + n % 5000, 1700000000000 + n"
-            " FROM generate_series(1, 20000) n",
-        )
-        _pg(pg_url, f"ANALYZE {pg_table}__pending")
         first = storage.list_pending(limit=1, **kwargs)  # type: ignore[arg-type]
         assert first.next_after is not None
         _, sql, params = storage._plan.pending_sql.list_statement(
@@ -389,6 +405,27 @@ def _my_storage(mysql_url: str, table: str, **kwargs: object) -> Any:
     return open_storage(f"{mysql_url}?table={table}", **kwargs)  # type: ignore[arg-type]
 
 
+@pytest.fixture(scope="module")
+def my_plan_table(mysql_url: str) -> Iterator[str]:
+    """The PostgreSQL plan table's 20,000 rows, in MariaDB; read only."""
+    from storage_harness import drop_mysql_tables
+
+    table = f"t_{uuid.uuid4().hex[:12]}"
+    with _my_storage(mysql_url, table) as storage:
+        assert storage.save(snap("s-0", 0, binding(0)), None)  # creates the tables
+    _my(
+        mysql_url,
+        f"INSERT INTO {table}__pending SELECT CONCAT('s-', n DIV 2), CONCAT('tok-', n),"
+        " CONCAT('call-', n), IF(n % 2 = 0, 'pay', 'ship'), 10000 + n % 5000,"
+        f" 1700000000000 + n FROM (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d"
+        f" + 10000 * f.d AS n FROM {_DIGITS} a, {_DIGITS} b, {_DIGITS} c, {_DIGITS} e,"
+        " (SELECT 0 AS d UNION ALL SELECT 1) f) g WHERE n > 0",
+    )
+    _my(mysql_url, f"ANALYZE TABLE {table}__pending")
+    yield table
+    drop_mysql_tables(mysql_url, table)
+
+
 @pytest.mark.mysql
 @pytest.mark.parametrize(
     ("kwargs", "key", "sorted_by_index"),
@@ -401,19 +438,9 @@ def _my_storage(mysql_url: str, table: str, **kwargs: object) -> Any:
     ],
 )
 def test_mysql_pages_read_one_index(
-    mysql_url: str, my_table: str, kwargs: dict[str, object], key: str, sorted_by_index: bool
+    mysql_url: str, my_plan_table: str, kwargs: dict[str, object], key: str, sorted_by_index: bool
 ) -> None:
-    with _my_storage(mysql_url, my_table) as storage:
-        assert storage.save(snap("s-0", 0, binding(0)), None)  # creates the tables
-        _my(
-            mysql_url,
-            f"INSERT INTO {my_table}__pending SELECT CONCAT('s-', n DIV 2), CONCAT('tok-', n),"
-            " CONCAT('call-', n), IF(n % 2 = 0, 'pay', 'ship'), 10000 + n % 5000,"
-            f" 1700000000000 + n FROM (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d"
-            f" + 10000 * f.d AS n FROM {_DIGITS} a, {_DIGITS} b, {_DIGITS} c, {_DIGITS} e,"
-            " (SELECT 0 AS d UNION ALL SELECT 1) f) g WHERE n > 0",
-        )
-        _my(mysql_url, f"ANALYZE TABLE {my_table}__pending")
+    with _my_storage(mysql_url, my_plan_table) as storage:
         first = storage.list_pending(limit=1, **kwargs)
         assert first.next_after is not None
         _, sql, params = storage._plan.pending_sql.list_statement(
