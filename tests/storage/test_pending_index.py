@@ -1,4 +1,4 @@
-"""The pending index (ADR-0027) on every adapter that has it, sync and async.
+"""The pending index (ADR-0029) on every adapter that has it, sync and async.
 
 Each test body runs once per backend and flavour through the :class:`Client` facade. A row
 exists iff its binding is ``pending`` in the saved snapshot; it is written by the envelope's
