@@ -575,3 +575,13 @@ def test_postgres_a_delete_racing_a_save_leaves_no_pending_row(
         assert storage.load("s-1") is None
         assert tokens(storage) == []
         assert _pg(pg_url, f"SELECT count(*) FROM {pg_table}__pending") == [(0,)]
+
+
+@pytest.mark.mysql
+def test_mysql_find_token_reads_the_token_index(mysql_url: str, my_plan_table: str) -> None:
+    with _my_storage(mysql_url, my_plan_table) as storage:
+        assert storage.find_token("tok-77") == "s-38"
+        sql = storage._plan.pending_sql.find_token
+    plan = _my(mysql_url, f"EXPLAIN {sql}", ("tok-77",))
+    assert len(plan) == 1 and plan[0][5] == "pending_token", plan
+    assert plan[0][3] == "ref" and "filesort" not in str(plan[0][9]), plan
