@@ -6,7 +6,7 @@ this runner calls them with short settings (``--full`` for the long ones) and re
 they print.
 
     python benchmarks/run_all.py            # ~2-4 minutes on 2 cores
-    python benchmarks/run_all.py --full     # 100,000-confirmation flatness run (~6+ minutes)
+    python benchmarks/run_all.py --full     # 100,000-confirmation and 10^6-session runs (~8+ min)
 """
 
 from __future__ import annotations
@@ -93,6 +93,35 @@ def index_rows(out: str) -> list[Row]:
             )
         )
         rows.append(Row(f"{backend} list_processing / same SQL raw", float(ratio), "report"))
+    return rows
+
+
+def pending_rows(out: str) -> list[Row]:
+    rows = []
+    found = re.findall(
+        r"^(sqlite|postgres|redis)\s+(\d+)\s+\d+\s+(expiry|newest)\s+[\d.]+\s+[\d.]+\s+[\d.]+"
+        r"\s+([\d.]+)$",
+        out,
+        re.M,
+    )
+    largest = max((int(n) for _, n, _, _ in found), default=0)
+    for backend, sessions, order, ratio in found:
+        if int(sessions) == largest:
+            rows.append(
+                Row(
+                    f"{backend} first pending page of 50 ({order}, {largest:,} sessions) / raw",
+                    float(ratio),
+                    "<= 4",
+                )
+            )
+    for backend, order, ratio in re.findall(r"^flat (\w+) (\w+): .* = ([\d.]+)$", out, re.M):
+        rows.append(
+            Row(
+                f"{backend} pending page ratio ({order}): largest / smallest store",
+                float(ratio),
+                "flat (~1)",
+            )
+        )
     return rows
 
 
@@ -212,6 +241,10 @@ def main() -> None:
         "bench_processing_index.py": (
             run("bench_processing_index.py", "--only", "sqlite,postgres", "--no-saves"),
             index_rows,
+        ),
+        "bench_pending.py": (
+            run("bench_pending.py", *(["--full"] if args.full else [])),
+            pending_rows,
         ),
         "bench_core.py": (run("bench_core.py"), core_rows),
         "bench_resolution.py": (

@@ -61,7 +61,7 @@ def _drop_pg_table(pg_url: str, table: str) -> None:
     import psycopg
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+        conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records, {table}__pending")
 
 
 def _redis(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:

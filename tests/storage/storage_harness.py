@@ -177,6 +177,6 @@ def drop_mysql_tables(mysql_url: str, table: str) -> None:
     conn = mysql_admin(mysql_url)
     try:
         with conn.cursor() as cur:
-            cur.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+            cur.execute(f"DROP TABLE IF EXISTS {table}, {table}__records, {table}__pending")
     finally:
         conn.close()

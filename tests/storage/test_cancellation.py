@@ -31,7 +31,7 @@ def table(pg_url: str) -> Iterator[str]:
     name = f"t_{uuid.uuid4().hex[:12]}"
     yield name
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {name}, {name}__records")
+        conn.execute(f"DROP TABLE IF EXISTS {name}, {name}__records, {name}__pending")
 
 
 async def _cancel_when(task: asyncio.Task[bool], ready: Any) -> BaseException | bool:

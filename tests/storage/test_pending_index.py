@@ -17,6 +17,10 @@ from akchat_fsm.storage import AsyncPendingIndex, PendingApproval, PendingIndex,
 
 PENDING_BACKENDS = [
     pytest.param("memory"),
+    pytest.param("sqlite"),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("postgres-serializable", marks=pytest.mark.postgres),
+    pytest.param("mysql", marks=pytest.mark.mysql),
     pytest.param("redis", marks=pytest.mark.redis),
 ]
 
@@ -248,3 +252,19 @@ def test_find_token_picks_the_smallest_session_when_shared(harness: Harness) -> 
     assert c.save(snap("s-z", 0, binding(1)), None)
     assert c.save(snap("s-b", 0, binding(1)), None)
     assert find(c, "tok-1") == "s-b"
+
+
+def test_racing_saves_leave_exactly_the_winners_rows(harness: Harness) -> None:
+    c = harness.client()
+    assert c.save(snap("s-r", 0, binding(0)), None)
+    numbers = iter(range(1, 100))  # next() is atomic: each racer proposes its own binding
+
+    def propose(racer: Client) -> tuple[bool, int]:
+        n = next(numbers)
+        return racer.save(snap("s-r", 1, binding(0, "approving"), binding(n)), 0), n
+
+    results = harness.race(4, propose)
+    winners = [n for won, n in results if won]
+    assert len(winners) == 1, results
+    assert tokens(pending(c)) == [f"tok-{winners[0]}"]
+    assert find(c, "tok-0") is None

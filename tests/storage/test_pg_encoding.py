@@ -88,7 +88,7 @@ def table(pg_url: str) -> Iterator[str]:
     name = f"t_enc_{uuid.uuid4().hex[:12]}"
     yield name
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {name}, {name}__records")
+        conn.execute(f"DROP TABLE IF EXISTS {name}, {name}__records, {name}__pending")
 
 
 def round_trip(url: str, table: str, is_async: bool) -> tuple[Any, Any]:

@@ -31,7 +31,7 @@ def table(pg_url: str) -> Iterator[str]:
     name = f"t_{uuid.uuid4().hex[:12]}"
     yield name
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {name}, {name}__records")
+        conn.execute(f"DROP TABLE IF EXISTS {name}, {name}__records, {name}__pending")
 
 
 def _admin(pg_url: str) -> psycopg.Connection[Any]:
@@ -302,7 +302,7 @@ def test_racing_first_connections_create_the_table_once_without_errors(
             for st in adapters:
                 st.close()
             with _admin(pg_url) as admin:
-                admin.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+                admin.execute(f"DROP TABLE IF EXISTS {table}, {table}__records, {table}__pending")
 
 
 def test_unreachable_server_is_storage_unavailable(unique_id: str) -> None:

@@ -7,11 +7,28 @@ adapter's plan sets the four statements; this base binds their parameters, once.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ._cas import check_record_key, check_session_id, prepare_save, prepare_stored_record
+from ._cas import (
+    PreparedSave,
+    check_record_key,
+    check_session_id,
+    prepare_save,
+    prepare_stored_record,
+)
+from ._pending import PendingQuery, check_pending_query
+from .port import PendingApproval
 
-__all__ = ["SqlStatements"]
+__all__ = [
+    "PENDING_COLUMNS",
+    "PENDING_INDEXES",
+    "PendingStatements",
+    "SqlStatements",
+    "found_session",
+    "pending_items",
+    "pending_params",
+]
 
 
 class SqlStatements:
@@ -28,10 +45,19 @@ class SqlStatements:
     update_record: str
 
     def save_statement(self, snapshot: Any, expected_cursor: Any) -> tuple[str, tuple[Any, ...]]:
-        p = prepare_save(snapshot, expected_cursor)
+        return self.prepared_statement(prepare_save(snapshot, expected_cursor))
+
+    def prepared_statement(self, p: PreparedSave) -> tuple[str, tuple[Any, ...]]:
+        """The CAS statement of a checked save, and its parameters."""
         if p.expected is None:
-            return self.insert, (p.session_id, p.cursor, p.text, p.processing, p.written_ms)
-        return self.update, (p.cursor, p.text, p.processing, p.written_ms, p.session_id, p.expected)
+            create = (p.session_id, p.cursor, p.text, p.processing, p.written_ms)
+            return self.insert, create + self.pending_params(p)
+        update = (p.cursor, p.text, p.processing, p.written_ms, p.session_id, p.expected)
+        return self.update, update + self.pending_params(p)
+
+    def pending_params(self, p: PreparedSave) -> tuple[Any, ...]:
+        """What a plan whose save statement also writes the pending rows binds after the rest."""
+        return ()
 
     def record_key(self, session_id: Any, key: Any) -> tuple[str, str]:
         return check_session_id(session_id), check_record_key(key)
@@ -45,3 +71,108 @@ class SqlStatements:
             return self.insert_record, create
         update = (p.version, p.text, p.processing, p.written_ms, p.session_id, p.key, p.expected)
         return self.update_record, update
+
+
+# --------------------------------------------------------------------------- the pending index
+#
+# One row per pending binding (ADR-0029): primary key (session_id, token), the token a save
+# carries `pending_since_ms` by. Each page is one range read of one index, whichever filters:
+# the order's own index, the same after an `action`, or the session's rows (at most the
+# envelope's 1,000 bindings, sorted). The bounds of the other order are filtered in that read.
+
+#: The columns of a pending row, in :class:`~akchat_fsm.storage.port.PendingApproval` order.
+PENDING_COLUMNS = "session_id, token, tool_call_id, action, expires_at_ms, pending_since_ms"
+
+#: Index suffix -> its columns: one per order, one per order after an action, the token's.
+PENDING_INDEXES: dict[str, str] = {
+    "_expiry": "expires_at_ms, session_id, tool_call_id",
+    "_newest": "pending_since_ms, session_id, tool_call_id",
+    "_action_expiry": "action, expires_at_ms, session_id, tool_call_id",
+    "_action_newest": "action, pending_since_ms, session_id, tool_call_id",
+    "_token": "token, session_id",
+}
+
+
+class PendingStatements:
+    """The pending table's queries in one SQL dialect (``mark``: its parameter marker).
+
+    ``row_values``: the database compares ``(a, b, c) > (x, y, z)`` as one index range
+    (SQLite, PostgreSQL); otherwise the keyset condition is spelled out (MySQL/MariaDB).
+    """
+
+    def __init__(self, pending: str, mark: str, *, row_values: bool) -> None:
+        self.table, self.mark, self.row_values = pending, mark, row_values
+        self.find_token = (
+            f"SELECT session_id FROM {pending} WHERE token = {mark} ORDER BY session_id LIMIT 1"
+        )
+
+    def list_statement(self, **arguments: Any) -> tuple[PendingQuery, str, tuple[Any, ...]]:
+        """``list_pending(**arguments)`` checked (before any I/O), and its one indexed read of
+        up to ``limit + 1`` rows in the page's order."""
+        query = check_pending_query(**arguments)
+        return (query, *self.select(query))
+
+    def select(self, query: PendingQuery) -> tuple[str, tuple[Any, ...]]:
+        """The read of a checked query: only the filters it has, so the planner picks the
+        index of the order (after ``action =``, its own), or the session's rows."""
+        m = self.mark
+        first = "expires_at_ms" if query.order == "expiry" else "pending_since_ms"
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (
+            ("action =", query.action),
+            ("session_id =", query.session_id),
+            ("expires_at_ms <", query.expiring_before_ms),
+            ("pending_since_ms <", query.pending_before_ms),
+        ):
+            if value is not None:
+                where.append(f"{column} {m}")
+                params.append(value)
+        if query.after is not None:
+            cmp = ">" if query.order == "expiry" else "<"
+            if self.row_values:
+                where.append(f"({first}, session_id, tool_call_id) {cmp} ({m}, {m}, {m})")
+                params.extend(query.after)
+            else:
+                # The leading bound alone is the index range; the rest trims its first value.
+                where.append(
+                    f"{first} {cmp}= {m} AND ({first} {cmp} {m} OR session_id {cmp} {m}"
+                    f" OR (session_id = {m} AND tool_call_id {cmp} {m}))"
+                )
+                key, sid, tcid = query.after
+                params.extend((key, key, sid, sid, tcid))
+        direction = "" if query.order == "expiry" else " DESC"
+        order = ", ".join(f"{c}{direction}" for c in (first, "session_id", "tool_call_id"))
+        condition = f" WHERE {' AND '.join(where)}" if where else ""
+        sql = f"SELECT {PENDING_COLUMNS} FROM {self.table}{condition} ORDER BY {order} LIMIT {m}"
+        return sql, (*params, query.limit + 1)
+
+
+def _text(value: object) -> str:
+    # PostgreSQL under SQL_ASCII and some MySQL column types answer bytes.
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8")
+    return str(value)
+
+
+def pending_items(rows: Iterable[Sequence[Any]]) -> list[PendingApproval]:
+    """Rows in :data:`PENDING_COLUMNS` order as :class:`PendingApproval` values."""
+    return [
+        PendingApproval(s, t, c, a, int(e), int(p))
+        if type(s) is type(t) is type(c) is type(a) is str  # the drivers' usual answer
+        else PendingApproval(_text(s), _text(t), _text(c), _text(a), int(e), int(p))
+        for s, t, c, a, e, p in rows
+    ]
+
+
+def pending_params(items: Iterable[PendingApproval]) -> list[tuple[str, str, str, str, int, int]]:
+    """Rows to insert, in :data:`PENDING_COLUMNS` order."""
+    return [
+        (i.session_id, i.token, i.tool_call_id, i.action, i.expires_at_ms, i.pending_since_ms)
+        for i in items
+    ]
+
+
+def found_session(row: Sequence[Any] | None) -> str | None:
+    """``find_token``'s answer from its one-row read."""
+    return None if row is None else _text(row[0])

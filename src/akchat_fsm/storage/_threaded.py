@@ -13,7 +13,7 @@ from typing import Generic, Protocol, TypeVar
 
 from ..wire.session import SessionSnapshot
 from ._closing import AsyncClosing
-from .port import ProcessingSession, StoredRecord
+from .port import PendingOrder, PendingPage, ProcessingSession, StoredRecord
 
 __all__ = ["ThreadedAsyncStorage"]
 
@@ -44,6 +44,20 @@ class _Blocking(Protocol):
     def list_processing(
         self, *, written_before_ms: int | None = None, limit: int = 1000
     ) -> list[ProcessingSession]: ...
+
+    def list_pending(
+        self,
+        *,
+        action: str | None = None,
+        session_id: str | None = None,
+        expiring_before_ms: int | None = None,
+        pending_before_ms: int | None = None,
+        order: PendingOrder = "expiry",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> PendingPage: ...
+
+    def find_token(self, token: str) -> str | None: ...
 
     def close(self) -> None: ...
 
@@ -113,6 +127,35 @@ class ThreadedAsyncStorage(AsyncClosing, Generic[S]):
                 self.sync.list_processing, written_before_ms=written_before_ms, limit=limit
             )
         )
+
+    async def list_pending(
+        self,
+        *,
+        action: str | None = None,
+        session_id: str | None = None,
+        expiring_before_ms: int | None = None,
+        pending_before_ms: int | None = None,
+        order: PendingOrder = "expiry",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> PendingPage:
+        """One page of the pending bindings across sessions (see the port's ``PendingIndex``)."""
+        return await asyncio.to_thread(
+            functools.partial(
+                self.sync.list_pending,
+                action=action,
+                session_id=session_id,
+                expiring_before_ms=expiring_before_ms,
+                pending_before_ms=pending_before_ms,
+                order=order,
+                after=after,
+                limit=limit,
+            )
+        )
+
+    async def find_token(self, token: str) -> str | None:
+        """The id of the session holding ``token`` pending, or ``None`` (see the port)."""
+        return await asyncio.to_thread(self.sync.find_token, token)
 
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""

@@ -3,7 +3,8 @@
 One InnoDB row per session: ``session_id, cursor, body, processing, written_ms``; records
 beside it in ``<table>__records`` (primary key ``(session_id, key)``). Ids and keys are
 ``utf8mb4_bin`` (case-sensitive, byte order), bodies ``LONGTEXT`` utf8mb4, returned verbatim.
-Each call is one autocommit statement, so no transaction outlives it:
+Each call is one autocommit statement (an envelope ``save`` excepted: one short transaction
+with its pending rows, ADR-0029), so no transaction outlives it:
 
 * create: ``INSERT …``; a duplicate key (1062) is the definite conflict
 * update: ``UPDATE … WHERE session_id = %s AND cursor = %s``; the connection sets
@@ -20,9 +21,12 @@ a statement timeout (MariaDB ``max_statement_time``, 1969) rolls the statement b
 table, 1054 no column, 1364 a NOT NULL column we never fill, 1366/1406 a column that cannot
 hold the text) is ``ConfigError``: it fails the same way again.
 
-``delete`` removes a session's envelope and records in one multi-table ``DELETE``. The
-processing index is the ``processing``/``written_ms`` columns of both tables, written by the
-same statement as the state they describe (ADR-0085), with an index on ``processing``.
+``delete`` removes a session's envelope, records and pending rows in one multi-table
+``DELETE``. The processing index is the ``processing``/``written_ms`` columns of both tables,
+written by the same statement as the state they describe (ADR-0085), with an index on
+``processing``. The pending index is ``<table>__pending``: a ``save`` is ``BEGIN``, the
+conditional statement, then (if it matched, under the envelope's row lock) the session's
+pending rows replaced, ``COMMIT``; a deadlock re-sends the whole transaction.
 """
 
 from __future__ import annotations
@@ -39,18 +43,30 @@ from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailab
 from ..wire.session import SessionSnapshot
 from ._cas import (
     DEFAULT_TABLE,
+    PreparedSave,
     check_limit,
     check_session_id,
     check_sql_identifier,
     derived_identifier,
     loaded_text,
+    now_ms,
+    prepare_save,
     record_prefix_matches_nothing,
 )
 from ._closing import Closing
+from ._pending import carry_since, check_token, make_page
 from ._read_only import read_only_refusal
-from ._sql import SqlStatements
+from ._sql import (
+    PENDING_COLUMNS,
+    PENDING_INDEXES,
+    PendingStatements,
+    SqlStatements,
+    found_session,
+    pending_items,
+    pending_params,
+)
 from ._threaded import ThreadedAsyncStorage
-from .port import ProcessingSession, StoredRecord
+from .port import PendingOrder, PendingPage, ProcessingSession, StoredRecord
 
 __all__ = ["AsyncMySQLStorage", "MySQLStorage", "map_mysql_error"]
 
@@ -203,6 +219,7 @@ class _Plan(SqlStatements):
         self.read_only = bool(read_only)
         self.table = t = check_sql_identifier(table)
         self.records = r = derived_identifier(t, "__records")
+        self.pending = p = derived_identifier(t, "__pending")
         ids = "VARCHAR({n}) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
         body = "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
         tail = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
@@ -216,12 +233,56 @@ class _Plan(SqlStatements):
             " processing BOOLEAN NOT NULL DEFAULT FALSE, written_ms BIGINT NOT NULL DEFAULT 0,"
             " PRIMARY KEY (session_id, `key`), KEY processing_idx (processing, session_id))" + tail,
         ]
+        keys = "".join(
+            f", KEY pending{suffix} ({columns})" for suffix, columns in PENDING_INDEXES.items()
+        )
+        id128 = ids.format(n=128)
+        self.create_pending = (
+            f"CREATE TABLE IF NOT EXISTS {p} (session_id {id128}, token {id128},"
+            f" tool_call_id {id128}, action {id128}, expires_at_ms BIGINT NOT NULL,"
+            f" pending_since_ms BIGINT NOT NULL, PRIMARY KEY (session_id, token){keys})" + tail
+        )
+        # Once, when this connection created the table (ADR-0029): the pending bindings of the
+        # envelopes already stored, `since` their last write. INSERT IGNORE: a writer racing
+        # this one's backfill inserts the same rows; its locking reads see the latest state.
+        # A body that is not JSON, or a binding that is not well-formed, is skipped.
+        field = "{name} {kind} PATH '$.{path}' NULL ON EMPTY NULL ON ERROR"
+        columns = ", ".join(
+            field.format(name=name, kind=kind, path=path)
+            for name, kind, path in (
+                ("token", "VARCHAR(128)", "token"),
+                ("tool_call_id", "VARCHAR(128)", "toolCallId"),
+                ("action", "VARCHAR(128)", "action"),
+                ("expires_at_ms", "BIGINT", "expiresAt"),
+                ("status", "VARCHAR(16)", "status"),
+            )
+        )
+        self.backfill_pending = (
+            f"INSERT IGNORE INTO {p} ({PENDING_COLUMNS}) SELECT s.session_id, c.token,"
+            " c.tool_call_id, c.action, c.expires_at_ms,"
+            " IF(s.written_ms > 0, s.written_ms, %s)"
+            f" FROM {t} s, JSON_TABLE(IF(JSON_VALID(s.body), s.body, '{{}}'),"
+            f" '$.confirmations[*]' COLUMNS ({columns})) c"
+            " WHERE s.body LIKE '%%\"status\":\"pending\"%%' AND c.status = 'pending'"
+            " AND c.token IS NOT NULL AND c.tool_call_id IS NOT NULL AND c.action IS NOT NULL"
+            " AND c.expires_at_ms IS NOT NULL"
+        )
+        self.pending_sql = PendingStatements(p, "%s", row_values=False)
+        self.select_since = (
+            f"SELECT token, pending_since_ms FROM {p} WHERE session_id = %s FOR UPDATE"
+        )
+        self.delete_pending = f"DELETE FROM {p} WHERE session_id = %s"
+        self.insert_pending = f"INSERT INTO {p} ({PENDING_COLUMNS}) VALUES "
         self.columns = (
             "SELECT BINARY c.table_name = %s, c.column_name, c.data_type,"
             " COALESCE(c.collation_name, ''), t.engine FROM information_schema.columns c"
             " JOIN information_schema.tables t ON t.table_schema = c.table_schema"
             " AND t.table_name = c.table_name"
             " WHERE c.table_schema = DATABASE() AND BINARY c.table_name IN (%s, %s)"
+        )
+        self.has_pending = (
+            "SELECT COUNT(*) FROM information_schema.tables"
+            " WHERE table_schema = DATABASE() AND BINARY table_name = %s"
         )
         self.select = f"SELECT body, `cursor` FROM {t} WHERE session_id = %s"
         self.insert = (
@@ -232,10 +293,11 @@ class _Plan(SqlStatements):
             f"UPDATE {t} SET `cursor` = %s, body = %s, processing = %s, written_ms = %s"
             " WHERE session_id = %s AND `cursor` = %s"
         )
-        # One statement for both tables: a reader never sees the envelope without its records.
+        # One statement for the three tables: a reader never sees the envelope without its
+        # records; its locking reads wait for a save in flight and then see its pending rows.
         self.delete = (
-            f"DELETE s, x FROM (SELECT 1 AS one) d LEFT JOIN {t} s ON s.session_id = %s"
-            f" LEFT JOIN {r} x ON x.session_id = %s"
+            f"DELETE s, x, y FROM (SELECT 1 AS one) d LEFT JOIN {t} s ON s.session_id = %s"
+            f" LEFT JOIN {r} x ON x.session_id = %s LEFT JOIN {p} y ON y.session_id = %s"
         )
         self.select_record = f"SELECT version, body FROM {r} WHERE session_id = %s AND `key` = %s"
         self.insert_record = (
@@ -311,6 +373,28 @@ class _Plan(SqlStatements):
         if self.read_only:
             raise read_only_refusal("MySQL storage", what)
 
+    def check_pending(self, present: bool) -> None:
+        """A read-only adapter cannot add the pending index to an older store."""
+        if not present:
+            raise ConfigError(
+                f"MySQL table {self.table!r} predates the pending index and a read-only "
+                "adapter does not upgrade it.",
+                hint="Open it once without read_only (any host, or a writing verb).",
+            )
+
+    def replace_pending(self, cur: Any, p: PreparedSave) -> None:
+        """Replace the session's pending rows, inside the transaction of its envelope's save
+        (which holds the envelope's row lock, so the rows read here are the latest)."""
+        previous: dict[str, int] = {}
+        if p.pending:
+            cur.execute(self.select_since, (p.session_id,))
+            previous = {_text(token): int(since) for token, since in cur.fetchall()}
+        cur.execute(self.delete_pending, (p.session_id,))
+        if p.pending:
+            rows = pending_params(carry_since(p.session_id, p.pending, previous, p.written_ms))
+            marks = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(rows))
+            cur.execute(self.insert_pending + marks, [v for row in rows for v in row])
+
 
 def _text(value: object) -> str:
     if isinstance(value, bytes | bytearray):
@@ -363,6 +447,7 @@ class MySQLStorage(Closing):
         self.table = self._plan.table
         self.read_only = self._plan.read_only
         self._records = False
+        self._pending = False
         self._lock = threading.Lock()
         self._conn: Any = None
         self._closed = False
@@ -382,17 +467,23 @@ class MySQLStorage(Closing):
                     cur.execute(statement)
                 cur.execute(self._plan.columns, self._plan.columns_params())
                 records = self._plan.layout(list(cur.fetchall()))
+                cur.execute(self._plan.has_pending, (self._plan.pending,))
+                pending = bool(cur.fetchone()[0])
                 if not self._plan.read_only:
                     for statement in self._plan.create:
                         cur.execute(statement)
                     records = True
+                    if not pending:
+                        cur.execute(self._plan.create_pending)
+                        cur.execute(self._plan.backfill_pending, (now_ms(),))
+                        pending = True
         except pymysql.err.Error as exc:
             _close_quietly(conn)
             raise connect_error(exc) from exc
         except BaseException:
             _close_quietly(conn)
             raise
-        self._conn, self._records = conn, records
+        self._conn, self._records, self._pending = conn, records, pending
         return conn
 
     def _drop(self) -> None:
@@ -408,18 +499,22 @@ class MySQLStorage(Closing):
         every: bool = False,
         records: bool = False,
         without_records: str | None = None,
+        pending: bool = False,
     ) -> Any:
         """Execute one statement: the rows (``every``), the first row, or the affected count.
 
         A write answers its affected-row count (``None`` for a definite conflict reported as
         an error, the duplicate key of a create). ``records``: a read of the records table,
         answered empty when a read-only adapter found none; ``without_records``: the
-        statement sent instead in that case.
+        statement sent instead in that case. ``pending``: a read of the pending table, which a
+        read-only adapter of an older store lacks (``ConfigError``).
         """
         if write:
             self._plan.refuse_if_read_only("a write")
         with self._lock:
             conn = self._connection()
+            if pending:
+                self._plan.check_pending(self._pending)
             if not self._records:
                 if records:
                     return [] if every else None
@@ -459,13 +554,46 @@ class MySQLStorage(Closing):
 
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
         """Store ``snapshot`` iff the stored cursor equals ``expected_cursor`` (see the port)."""
-        sql, params = self._plan.save_statement(snapshot, expected_cursor)
-        return bool(self._run(sql, params, write=True))
+        p = prepare_save(snapshot, expected_cursor)
+        sql, params = self._plan.prepared_statement(p)
+        self._plan.refuse_if_read_only("a write")
+        with self._lock:
+            conn = self._connection()
+            for attempt in range(WRITE_ATTEMPTS):
+                try:
+                    # One transaction: the envelope's CAS, then its pending rows (ADR-0029).
+                    with conn.cursor() as cur:
+                        cur.execute("BEGIN")
+                        if not cur.execute(sql, params):
+                            cur.execute("ROLLBACK")
+                            return False
+                        self._plan.replace_pending(cur, p)
+                        cur.execute("COMMIT")
+                    return True
+                except pymysql.err.Error as exc:
+                    broken = not conn.open or _rollback_failed(conn)
+                    if must_resend(exc, write=True, attempt=attempt) and not broken:
+                        continue
+                    if broken:
+                        self._drop()
+                    error = map_mysql_error(exc, sent=True, write=True, broken=broken)
+                    if error is None:
+                        return False
+                    raise error from exc
+                except UnicodeError as exc:
+                    self._drop()
+                    raise ConfigError(
+                        f"MySQL cannot carry the text: {exc}", hint=SCHEMA_HINT
+                    ) from exc
+                except BaseException:
+                    self._drop()  # interrupted mid-transaction: the server rolls it back
+                    raise
+            raise AssertionError("unreachable: the last attempt returns or raises")
 
     def delete(self, session_id: str) -> None:
         """Forget ``session_id`` and its records (one transaction); a missing one is no error."""
         sid = check_session_id(session_id)
-        self._run(self._plan.delete, (sid, sid), write=True)
+        self._run(self._plan.delete, (sid, sid, sid), write=True)
 
     # ------------------------------------------------------------------ records capability
     def load_record(self, session_id: str, key: str) -> StoredRecord | None:
@@ -516,6 +644,36 @@ class MySQLStorage(Closing):
         )
         return [ProcessingSession(_text(sid), int(ms)) for sid, ms in rows]
 
+    # ------------------------------------------------------------------ pending index
+    def list_pending(
+        self,
+        *,
+        action: str | None = None,
+        session_id: str | None = None,
+        expiring_before_ms: int | None = None,
+        pending_before_ms: int | None = None,
+        order: PendingOrder = "expiry",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> PendingPage:
+        """One page of the pending bindings across sessions (see the port's ``PendingIndex``)."""
+        query, sql, params = self._plan.pending_sql.list_statement(
+            action=action,
+            session_id=session_id,
+            expiring_before_ms=expiring_before_ms,
+            pending_before_ms=pending_before_ms,
+            order=order,
+            after=after,
+            limit=limit,
+        )
+        rows = self._run(sql, params, write=False, every=True, pending=True)
+        return make_page(query, pending_items(rows))
+
+    def find_token(self, token: str) -> str | None:
+        """The id of the session holding ``token`` pending, or ``None`` (see the port)."""
+        sql, params = self._plan.pending_sql.find_token, (check_token(token),)
+        return found_session(self._run(sql, params, write=False, pending=True))
+
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""
         return 0 if self._conn is None or not self._conn.open else 1
@@ -525,6 +683,16 @@ class MySQLStorage(Closing):
         with self._lock:
             self._closed = True
             self._drop()
+
+
+def _rollback_failed(conn: Any) -> bool:
+    """After a failed statement of the save's transaction: roll the rest back; ``True`` if even
+    that failed (the connection is not reused; the server rolls back a dropped one)."""
+    try:
+        conn.rollback()
+    except pymysql.err.Error:
+        return True
+    return False
 
 
 def _close_quietly(conn: Any) -> None:

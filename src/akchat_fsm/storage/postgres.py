@@ -19,8 +19,11 @@ is ``StorageUnavailable`` — never a conflict it cannot vouch for, never a dele
 Records live in ``<table>__records`` (primary key ``(session_id, key)``, same statements with
 ``version`` for ``cursor``). The processing index is the ``processing``/``written_ms`` columns
 of both tables, set by the same statement as the state they describe, with a partial index on
-the processing rows; ``delete`` removes a session's envelope and records in one statement.
-Tables created by 0.1.0 are upgraded in place on connect (ADR-0085).
+the processing rows. The pending index is ``<table>__pending``, its rows replaced by the
+envelope's own CAS statement (ADR-0029). ``delete`` is the one call that is a transaction: it
+locks the envelope's row, then removes the envelope, records and pending rows in one statement,
+whose snapshot (taken after the lock) sees the rows of a save it waited for. Tables created
+before are upgraded in place on connect (ADR-0085, ADR-0029).
 
 Text travels as UTF-8 (ADR-0086): a connection whose client encoding is neither UTF-8 nor
 ``SQL_ASCII`` is switched to UTF-8 on connect, a database whose encoding cannot store every
@@ -45,6 +48,7 @@ from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailab
 from ..wire.session import SessionSnapshot
 from ._cas import (
     DEFAULT_TABLE,
+    PreparedSave,
     check_limit,
     check_session_id,
     check_sql_identifier,
@@ -54,9 +58,17 @@ from ._cas import (
     record_prefix_matches_nothing,
 )
 from ._closing import AsyncClosing, Closing
+from ._pending import check_token, make_page
 from ._read_only import read_only_refusal
-from ._sql import SqlStatements
-from .port import ProcessingSession, StoredRecord
+from ._sql import (
+    PENDING_COLUMNS,
+    PENDING_INDEXES,
+    PendingStatements,
+    SqlStatements,
+    found_session,
+    pending_items,
+)
+from .port import PendingOrder, PendingPage, ProcessingSession, StoredRecord
 
 __all__ = ["AsyncPostgresStorage", "PostgresStorage", "map_pg_error"]
 
@@ -252,10 +264,12 @@ def _idle_and_quiet(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
 
 
 class Layout(NamedTuple):
-    """What a connection found: a records table, and the index columns on the sessions one."""
+    """What a connection found: a records table, the index columns on the sessions one, and
+    the pending table."""
 
     records: bool
     indexed: bool
+    pending: bool = False
 
 
 class _Plan(SqlStatements):
@@ -294,25 +308,35 @@ class _Plan(SqlStatements):
         if statement_timeout_ms is not None:
             self.setup.append(f"SET statement_timeout = {statement_timeout_ms}")
         self.records = r = derived_identifier(t, "__records")
-        self.create = _schema(t, r)
+        self.pending = p = derived_identifier(t, "__pending")
+        self.create = _schema(t, r, p)
+        self.has_pending = "SELECT to_regclass(%s) IS NOT NULL"
+        self.pending_sql = PendingStatements(p, "%s", row_values=True)
         self.columns = (
             "SELECT a.attrelid = to_regclass(%s), a.attname, format_type(a.atttypid, a.atttypmod)"
             " FROM pg_attribute a WHERE a.attrelid IN (to_regclass(%s), to_regclass(%s))"
             " AND a.attnum > 0 AND NOT a.attisdropped"
         )
         self.select = f"SELECT body, cursor FROM {t} WHERE session_id = %s"
-        self.insert = (
+        self.insert = _with_pending(
+            p,
             f"INSERT INTO {t} (session_id, cursor, body, processing, written_ms)"
-            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session_id) DO NOTHING RETURNING cursor"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session_id) DO NOTHING"
+            " RETURNING session_id, cursor",
         )
-        self.update = (
+        self.update = _with_pending(
+            p,
             f"UPDATE {t} SET cursor = %s, body = %s, updated_at = now(), processing = %s,"
-            " written_ms = %s WHERE session_id = %s AND cursor = %s RETURNING cursor"
+            " written_ms = %s WHERE session_id = %s AND cursor = %s RETURNING session_id, cursor",
         )
         self.delete = (
-            f"WITH records AS (DELETE FROM {r} WHERE session_id = %s)"
+            f"WITH records AS (DELETE FROM {r} WHERE session_id = %s),"
+            f" pending AS (DELETE FROM {p} WHERE session_id = %s)"
             f" DELETE FROM {t} WHERE session_id = %s"
         )
+        # Sent first, in the delete's transaction: it waits for a save in flight, so the
+        # delete's own snapshot (READ COMMITTED: taken after) sees the rows that save wrote.
+        self.lock_session = f"SELECT 1 FROM {t} WHERE session_id = %s FOR UPDATE"
         self.select_record = f"SELECT version, body FROM {r} WHERE session_id = %s AND key = %s"
         self.insert_record = (
             f"INSERT INTO {r} (session_id, key, version, body, processing, written_ms)"
@@ -339,6 +363,27 @@ class _Plan(SqlStatements):
 
     def columns_params(self) -> tuple[str, str, str]:
         return self.table, self.table, self.records
+
+    def pending_params(self, p: PreparedSave) -> tuple[Any, ...]:
+        """The save's pending rows as arrays: the tokens it keeps, then the columns to upsert."""
+        tokens = [row.token for row in p.pending]
+        return (
+            tokens,
+            p.written_ms,
+            tokens,
+            [row.tool_call_id for row in p.pending],
+            [row.action for row in p.pending],
+            [row.expires_at_ms for row in p.pending],
+        )
+
+    def check_pending(self, layout: Layout) -> None:
+        """A read-only adapter cannot add the pending index to an older store."""
+        if self.read_only and not layout.pending:
+            raise ConfigError(
+                f"PostgreSQL table {self.table!r} predates the pending index and a read-only "
+                "adapter does not upgrade it.",
+                hint="Open it once without read_only (any host, or a writing verb).",
+            )
 
     def layout(self, rows: list[tuple[Any, ...]]) -> Layout:
         """The existing tables' columns (``rows`` from ``columns``), checked before any change.
@@ -383,7 +428,7 @@ class _Plan(SqlStatements):
 
     def delete_statement(self, session_id: Any) -> tuple[str, tuple[Any, ...]]:
         sid = check_session_id(session_id)
-        return self.delete, (sid, sid)
+        return self.delete, (sid, sid, sid)
 
     def list_records_statement(
         self, session_id: Any, prefix: Any
@@ -401,7 +446,30 @@ class _Plan(SqlStatements):
         return self.list_processing, (before, before, count)
 
 
-def _schema(t: str, r: str) -> str:
+def _with_pending(p: str, envelope: str) -> str:
+    """The envelope's CAS statement ``envelope`` (``RETURNING session_id, cursor``), with the
+    session's pending rows replaced by the same statement iff it wrote (ADR-0029).
+
+    Rows of tokens no longer pending go; the others are upserted, so a token already pending
+    keeps its ``pending_since_ms`` and a new one takes this write's clock: ``carry_since``'s
+    rule, decided by the row that is there under the envelope's row lock, not by a snapshot.
+    The two touch disjoint rows (by token), as one statement must.
+    """
+    return (
+        f"WITH s AS ({envelope}),"
+        f" gone AS (DELETE FROM {p} WHERE session_id IN (SELECT session_id FROM s)"
+        " AND token <> ALL(%s::text[])),"
+        f" kept AS (INSERT INTO {p} ({PENDING_COLUMNS})"
+        " SELECT s.session_id, x.token, x.tool_call_id, x.action, x.expires_at_ms, %s::bigint"
+        " FROM s, unnest(%s::text[], %s::text[], %s::text[], %s::bigint[])"
+        " AS x (token, tool_call_id, action, expires_at_ms)"
+        " ON CONFLICT (session_id, token) DO UPDATE SET tool_call_id = EXCLUDED.tool_call_id,"
+        " action = EXCLUDED.action, expires_at_ms = EXCLUDED.expires_at_ms)"
+        " SELECT cursor FROM s"
+    )
+
+
+def _schema(t: str, r: str, p: str) -> str:
     """One ``DO`` block that creates the tables and indexes, or upgrades a 0.1.0 table.
 
     One statement, so the sync and async adapters run the same thing. It reads the catalog
@@ -422,7 +490,8 @@ DECLARE
   rec record;
 BEGIN
   IF to_regclass('{r}') IS NULL OR to_regclass('{index_t}') IS NULL
-     OR to_regclass('{index_r}') IS NULL OR NOT {has_column.format(t=t, c="written_ms")} THEN
+     OR to_regclass('{index_r}') IS NULL OR NOT {has_column.format(t=t, c="written_ms")}
+     OR to_regclass('{p}') IS NULL THEN
     CREATE TABLE IF NOT EXISTS {t} (session_id text PRIMARY KEY, cursor bigint NOT NULL,
       body text NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(),
       processing boolean NOT NULL DEFAULT false, written_ms bigint NOT NULL DEFAULT 0);
@@ -448,9 +517,54 @@ BEGIN
       written_ms bigint NOT NULL DEFAULT 0, PRIMARY KEY (session_id, key));
     CREATE INDEX IF NOT EXISTS {index_t} ON {t} (written_ms) WHERE processing;
     CREATE INDEX IF NOT EXISTS {index_r} ON {r} (session_id) WHERE processing;
+    IF to_regclass('{p}') IS NULL THEN
+{_pending_schema(t, p)}
+    END IF;
   END IF;
 END
 $akchat$"""
+
+
+def _pending_schema(t: str, p: str) -> str:
+    """The pending table, its indexes, and the one backfill of the envelopes already stored.
+
+    Run once, with the table (its existence is the marker), under the sessions table's lock.
+    A binding's ``since`` is its envelope's last write (``written_ms``, else ``updated_at``):
+    it was pending then. An envelope that is not valid JSON, or a binding that is not
+    well-formed, is skipped, never an upgrade failure. Ids are ``COLLATE "C"``: pages sort
+    them by code point, as every adapter does.
+    """
+    ids = 'text COLLATE "C" NOT NULL'
+    indexes = "\n".join(
+        f"      CREATE INDEX {derived_identifier(p, suffix)} ON {p} ({columns});"
+        for suffix, columns in PENDING_INDEXES.items()
+    )
+    typed = " AND ".join(
+        f"jsonb_typeof(c -> '{name}') = '{kind}'"
+        for name, kind in (
+            ("token", "string"),
+            ("toolCallId", "string"),
+            ("action", "string"),
+            ("expiresAt", "number"),
+        )
+    )
+    return f"""      CREATE TABLE {p} (session_id {ids}, token {ids}, tool_call_id {ids},
+        action {ids}, expires_at_ms bigint NOT NULL, pending_since_ms bigint NOT NULL,
+        PRIMARY KEY (session_id, token));
+{indexes}
+      FOR rec IN SELECT session_id, body, written_ms, updated_at FROM {t}
+                 WHERE body LIKE '%"status":"pending"%' LOOP
+        BEGIN
+          INSERT INTO {p} ({PENDING_COLUMNS})
+            SELECT rec.session_id, c ->> 'token', c ->> 'toolCallId', c ->> 'action',
+              (c ->> 'expiresAt')::bigint, CASE WHEN rec.written_ms > 0 THEN rec.written_ms
+              ELSE (extract(epoch FROM rec.updated_at) * 1000)::bigint END
+            FROM jsonb_array_elements(rec.body::jsonb -> 'confirmations') c
+            WHERE jsonb_typeof(c) = 'object' AND c ->> 'status' = 'pending' AND {typed}
+            ON CONFLICT DO NOTHING;
+        EXCEPTION WHEN others THEN NULL;
+        END;
+      END LOOP;"""
 
 
 def column_text(value: object, what: str) -> str:
@@ -533,7 +647,10 @@ class PostgresStorage(Closing):
                 # The table first: a short statement_timeout must not apply to the DDL.
                 with contextlib.suppress(*_CREATE_RACE):
                     conn.execute(self._plan.create)
-                layout = Layout(records=True, indexed=True)
+                layout = Layout(records=True, indexed=True, pending=True)
+            else:
+                found = conn.execute(self._plan.has_pending, (self._plan.pending,)).fetchone()
+                layout = layout._replace(pending=bool(found and found[0]))
             info = conn.info
             setup = encoding_setup(info.parameter_status("server_encoding"), info.encoding)
             for statement in self._plan.setup + setup:
@@ -558,11 +675,15 @@ class PostgresStorage(Closing):
         every: bool = False,
         records: bool = False,
         index: bool = False,
+        pending: bool = False,
+        locking: str | None = None,
     ) -> Any:
         """Execute one statement; the first row, or ``None`` (no row, or a conflict).
 
-        ``every``: the list of all rows instead (a read). ``records``/``index``: the read
-        needs the records table / the processing index, which a read-only adapter may lack.
+        ``every``: the list of all rows instead (a read). ``records``/``index``/``pending``:
+        the read needs the records table / the processing / the pending index, which a
+        read-only adapter may lack. ``locking``: a statement taking the same parameters run
+        first, in one transaction with it (a delete's row lock).
         """
         if write:
             self._plan.refuse_if_read_only("a write")
@@ -570,11 +691,18 @@ class PostgresStorage(Closing):
             conn = self._connection()
             if index:
                 self._plan.check_index(self._layout)
+            if pending:
+                self._plan.check_pending(self._layout)
             if records and self._plan.answer_without_records(self._layout):
                 return [] if every else None
             for attempt in range(WRITE_ATTEMPTS):
                 try:
-                    cur = conn.execute(sql, params)
+                    if locking is None:
+                        cur = conn.execute(sql, params)
+                    else:
+                        with conn.transaction():
+                            conn.execute(locking, params[:1])
+                            cur = conn.execute(sql, params)
                     if every:
                         return cur.fetchall()
                     return cur.fetchone() if cur.description is not None else None
@@ -605,8 +733,9 @@ class PostgresStorage(Closing):
         return self._run(sql, params, write=True) is not None
 
     def delete(self, session_id: str) -> None:
-        """Forget ``session_id`` and its records (one statement); a missing one is no error."""
-        self._run(*self._plan.delete_statement(session_id), write=True)
+        """Forget ``session_id``, its records and pending rows; a missing one is no error."""
+        sql, params = self._plan.delete_statement(session_id)
+        self._run(sql, params, write=True, locking=self._plan.lock_session)
 
     # ------------------------------------------------------------------ records capability
     def load_record(self, session_id: str, key: str) -> StoredRecord | None:
@@ -655,6 +784,37 @@ class PostgresStorage(Closing):
         statement = self._plan.list_processing_statement(written_before_ms, limit)
         rows = self._run(*statement, write=False, every=True, index=True)
         return listed_sessions(rows)
+
+    def list_pending(
+        self,
+        *,
+        action: str | None = None,
+        session_id: str | None = None,
+        expiring_before_ms: int | None = None,
+        pending_before_ms: int | None = None,
+        order: PendingOrder = "expiry",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> PendingPage:
+        """One page of the pending bindings across sessions (see the port's ``PendingIndex``)."""
+        query, sql, params = self._plan.pending_sql.list_statement(
+            action=action,
+            session_id=session_id,
+            expiring_before_ms=expiring_before_ms,
+            pending_before_ms=pending_before_ms,
+            order=order,
+            after=after,
+            limit=limit,
+        )
+        rows = self._run(sql, params, write=False, every=True, pending=True)
+        return make_page(query, pending_items(rows))
+
+    def find_token(self, token: str) -> str | None:
+        """The id of the session holding ``token`` pending, or ``None`` (see the port)."""
+        params = (check_token(token),)
+        return found_session(
+            self._run(self._plan.pending_sql.find_token, params, write=False, pending=True)
+        )
 
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""
@@ -714,7 +874,11 @@ class AsyncPostgresStorage(AsyncClosing):
             if not self._plan.read_only:
                 with contextlib.suppress(*_CREATE_RACE):
                     await conn.execute(self._plan.create)
-                layout = Layout(records=True, indexed=True)
+                layout = Layout(records=True, indexed=True, pending=True)
+            else:
+                cur = await conn.execute(self._plan.has_pending, (self._plan.pending,))
+                found = await cur.fetchone()
+                layout = layout._replace(pending=bool(found and found[0]))
             info = conn.info
             setup = encoding_setup(info.parameter_status("server_encoding"), info.encoding)
             for statement in self._plan.setup + setup:
@@ -739,6 +903,8 @@ class AsyncPostgresStorage(AsyncClosing):
         every: bool = False,
         records: bool = False,
         index: bool = False,
+        pending: bool = False,
+        locking: str | None = None,
     ) -> Any:
         if write:
             self._plan.refuse_if_read_only("a write")
@@ -746,11 +912,18 @@ class AsyncPostgresStorage(AsyncClosing):
             conn = await self._connection()
             if index:
                 self._plan.check_index(self._layout)
+            if pending:
+                self._plan.check_pending(self._layout)
             if records and self._plan.answer_without_records(self._layout):
                 return [] if every else None
             for attempt in range(WRITE_ATTEMPTS):
                 try:
-                    cur = await conn.execute(sql, params)
+                    if locking is None:
+                        cur = await conn.execute(sql, params)
+                    else:
+                        async with conn.transaction():
+                            await conn.execute(locking, params[:1])
+                            cur = await conn.execute(sql, params)
                     if every:
                         return await cur.fetchall()
                     return await cur.fetchone() if cur.description is not None else None
@@ -781,8 +954,9 @@ class AsyncPostgresStorage(AsyncClosing):
         return await self._run(sql, params, write=True) is not None
 
     async def delete(self, session_id: str) -> None:
-        """Forget ``session_id`` and its records (one statement); a missing one is no error."""
-        await self._run(*self._plan.delete_statement(session_id), write=True)
+        """Forget ``session_id``, its records and pending rows; a missing one is no error."""
+        sql, params = self._plan.delete_statement(session_id)
+        await self._run(sql, params, write=True, locking=self._plan.lock_session)
 
     # ------------------------------------------------------------------ records capability
     async def load_record(self, session_id: str, key: str) -> StoredRecord | None:
@@ -828,6 +1002,37 @@ class AsyncPostgresStorage(AsyncClosing):
         statement = self._plan.list_processing_statement(written_before_ms, limit)
         rows = await self._run(*statement, write=False, every=True, index=True)
         return listed_sessions(rows)
+
+    async def list_pending(
+        self,
+        *,
+        action: str | None = None,
+        session_id: str | None = None,
+        expiring_before_ms: int | None = None,
+        pending_before_ms: int | None = None,
+        order: PendingOrder = "expiry",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> PendingPage:
+        """One page of the pending bindings across sessions (see the port's ``PendingIndex``)."""
+        query, sql, params = self._plan.pending_sql.list_statement(
+            action=action,
+            session_id=session_id,
+            expiring_before_ms=expiring_before_ms,
+            pending_before_ms=pending_before_ms,
+            order=order,
+            after=after,
+            limit=limit,
+        )
+        rows = await self._run(sql, params, write=False, every=True, pending=True)
+        return make_page(query, pending_items(rows))
+
+    async def find_token(self, token: str) -> str | None:
+        """The id of the session holding ``token`` pending, or ``None`` (see the port)."""
+        params = (check_token(token),)
+        return found_session(
+            await self._run(self._plan.pending_sql.find_token, params, write=False, pending=True)
+        )
 
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""

@@ -6,7 +6,9 @@ Every write is ``BEGIN IMMEDIATE`` (take the write lock first: a deferred read-t
 transaction fails at once with "database is locked" under contention, busy handler or not),
 one conditional statement (two for ``delete``), then ``COMMIT``. The processing index is the
 ``processing``/``written_ms`` columns of both tables, written by the same statement as the
-state they describe, with a partial index on the processing rows (ADR-0085).
+state they describe, with a partial index on the processing rows (ADR-0085). The pending index
+is ``<table>__pending``, whose rows an envelope save replaces inside its own transaction
+(ADR-0029).
 
 The connection runs with ``isolation_level=None`` so Python never issues its own implicit
 deferred ``BEGIN``; WAL lets readers run beside the one writer; ``synchronous=FULL`` makes an
@@ -29,6 +31,7 @@ from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailab
 from ..wire.session import SessionSnapshot
 from ._cas import (
     DEFAULT_TABLE,
+    PreparedSave,
     check_limit,
     check_record_key,
     check_session_id,
@@ -41,9 +44,18 @@ from ._cas import (
     record_prefix_matches_nothing,
 )
 from ._closing import Closing
+from ._pending import carry_since, check_token, make_page
 from ._read_only import read_only_refusal
+from ._sql import (
+    PENDING_COLUMNS,
+    PENDING_INDEXES,
+    PendingStatements,
+    found_session,
+    pending_items,
+    pending_params,
+)
 from ._threaded import ThreadedAsyncStorage
-from .port import ProcessingSession, StoredRecord
+from .port import PendingOrder, PendingPage, ProcessingSession, StoredRecord
 
 __all__ = ["AsyncSQLiteStorage", "SQLiteStorage"]
 
@@ -84,10 +96,11 @@ def read_only_uri(path: str) -> str:
 
 
 class _Layout(NamedTuple):
-    """The columns of the sessions and records tables as found (empty: no such table)."""
+    """The columns of the sessions, records and pending tables as found (empty: no table)."""
 
     sessions: frozenset[str]
     records: frozenset[str]
+    pending: frozenset[str] = frozenset()
 
     @property
     def indexed(self) -> bool:
@@ -252,23 +265,33 @@ class SQLiteStorage(Closing):
         p = prepare_save(snapshot, expected_cursor)
         flag = int(p.processing)
         if p.expected is None:
-            return self._write(self._insert, (p.session_id, p.cursor, p.text, flag, p.written_ms))
-        return self._write(
-            self._update, (p.cursor, p.text, flag, p.written_ms, p.session_id, p.expected)
-        )
+            create = (p.session_id, p.cursor, p.text, flag, p.written_ms)
+            return self._write(self._insert, create, pending=p)
+        update = (p.cursor, p.text, flag, p.written_ms, p.session_id, p.expected)
+        return self._write(self._update, update, pending=p)
 
     def delete(self, session_id: str) -> None:
         """Forget ``session_id`` and its records (one transaction); a missing one is no error."""
         key = (check_session_id(session_id),)
-        self._write(self._delete, key, (self._schema.delete_records, key))
+        self._write(
+            self._delete,
+            key,
+            (self._schema.delete_records, key),
+            (self._schema.delete_pending, key),
+        )
 
     def _write(
-        self, sql: str, params: tuple[object, ...], *more: tuple[str, tuple[object, ...]]
+        self,
+        sql: str,
+        params: tuple[object, ...],
+        *more: tuple[str, tuple[object, ...]],
+        pending: PreparedSave | None = None,
     ) -> bool:
         """``BEGIN IMMEDIATE``; one statement; ``COMMIT`` iff it changed one row.
 
         ``more`` statements run after the first in the same transaction, whatever it changed
-        (``delete``: the session's records go with its envelope).
+        (``delete``: the session's records go with its envelope). ``pending``: an envelope
+        save, whose pending rows are replaced in the same transaction once it changed a row.
         """
         self._refuse_if_read_only("a write")
         with self._lock:
@@ -281,6 +304,8 @@ class SQLiteStorage(Closing):
                 if not changed:
                     conn.execute("ROLLBACK")
                     return False
+                if pending is not None:
+                    self._schema.replace_pending(conn, pending)
             except sqlite3.Error as exc:
                 self._discard_if_stuck(conn)
                 raise map_sqlite_error(exc) from exc
@@ -295,18 +320,28 @@ class SQLiteStorage(Closing):
             return True
 
     def _read(
-        self, sql: str, params: tuple[object, ...], *, records: bool = False, index: bool = False
+        self,
+        sql: str,
+        params: tuple[object, ...],
+        *,
+        records: bool = False,
+        index: bool = False,
+        pending: bool = False,
     ) -> list[Any]:
         """Rows of one query. ``records``: it reads the records table, which a read-only
-        adapter may find missing (no records); ``index``: it needs the processing index,
-        which a read-only adapter cannot add to a 0.1.0 table (``ConfigError``)."""
+        adapter may find missing (no records); ``index``/``pending``: it needs the processing
+        / pending index, which a read-only adapter cannot add to an older table
+        (``ConfigError``)."""
         with self._lock:
             conn = self._connection()
             if records and not self._layout.records:
                 return []
-            if index and not self._layout.indexed:
+            missing = (index and not self._layout.indexed and "processing") or (
+                pending and not self._layout.pending and "pending"
+            )
+            if missing:
                 raise ConfigError(
-                    f"SQLite table {self.table!r} predates the processing index (0.1.0) and a "
+                    f"SQLite table {self.table!r} predates the {missing} index and a "
                     "read-only adapter does not upgrade it.",
                     hint="Open it once without read_only (any host, or a writing verb).",
                 )
@@ -366,6 +401,36 @@ class SQLiteStorage(Closing):
         rows = self._read(self._schema.list_processing, (before, before, count), index=True)
         return [ProcessingSession(str(sid), int(ms)) for sid, ms in rows]
 
+    # ------------------------------------------------------------------ pending index
+    def list_pending(
+        self,
+        *,
+        action: str | None = None,
+        session_id: str | None = None,
+        expiring_before_ms: int | None = None,
+        pending_before_ms: int | None = None,
+        order: PendingOrder = "expiry",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> PendingPage:
+        """One page of the pending bindings across sessions (see the port's ``PendingIndex``)."""
+        query, sql, params = self._schema.pending_sql.list_statement(
+            action=action,
+            session_id=session_id,
+            expiring_before_ms=expiring_before_ms,
+            pending_before_ms=pending_before_ms,
+            order=order,
+            after=after,
+            limit=limit,
+        )
+        rows = self._read(sql, params, pending=True)
+        return make_page(query, pending_items(rows))
+
+    def find_token(self, token: str) -> str | None:
+        """The id of the session holding ``token`` pending, or ``None`` (see the port)."""
+        rows = self._read(self._schema.pending_sql.find_token, (check_token(token),), pending=True)
+        return found_session(rows[0] if rows else None)
+
     # ------------------------------------------------------------------ lifecycle
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""
@@ -380,19 +445,31 @@ class SQLiteStorage(Closing):
             conn.close()
 
 
+def _binding_field(name: str) -> str:
+    """A field of the binding ``c`` of ``json_each``, read through the body ``s.body`` (which
+    is valid JSON there; a text element's ``value`` is not JSON text)."""
+    return f"json_extract(s.body, c.fullkey || '.{name}')"
+
+
 class _Schema:
     """The SQL of the records table and the processing index, and the in-place upgrade.
 
     Tables written by 0.1.0 lack ``processing``/``written_ms``: :meth:`ensure` adds them under
     the write lock (so concurrent first connections upgrade once) and backfills the flag of
     envelopes already holding a processing confirmation, stamped with the upgrade time
-    (ADR-0085). An up-to-date schema costs two catalog reads and takes no lock.
+    (ADR-0085). A store without the pending table gets it, filled from the envelopes' pending
+    bindings, in the same transaction (ADR-0029). An up-to-date schema costs two catalog reads
+    and takes no lock.
     """
 
     def __init__(self, table: str) -> None:
-        t, r = table, f"{table}__records"
-        self.table, self.records = t, r
-        self.indexes = (f"{t}__processing", f"{r}_processing")
+        t, r, p = table, f"{table}__records", f"{table}__pending"
+        self.table, self.records, self.pending = t, r, p
+        self.indexes = (
+            f"{t}__processing",
+            f"{r}_processing",
+            *(f"{p}{suffix}" for suffix in PENDING_INDEXES),
+        )
         self.create = (
             f"CREATE TABLE IF NOT EXISTS {t} (session_id TEXT PRIMARY KEY NOT NULL,"
             " cursor INTEGER NOT NULL, body TEXT NOT NULL,"
@@ -405,7 +482,42 @@ class _Schema:
             " WHERE processing = 1",
             f"CREATE INDEX IF NOT EXISTS {self.indexes[1]} ON {r} (session_id)"
             " WHERE processing = 1",
+            f"CREATE TABLE IF NOT EXISTS {p} (session_id TEXT NOT NULL, token TEXT NOT NULL,"
+            " tool_call_id TEXT NOT NULL, action TEXT NOT NULL, expires_at_ms INTEGER NOT NULL,"
+            " pending_since_ms INTEGER NOT NULL, PRIMARY KEY (session_id, token))",
+            *(
+                f"CREATE INDEX IF NOT EXISTS {p}{suffix} ON {p} ({columns})"
+                for suffix, columns in PENDING_INDEXES.items()
+            ),
         )
+        # The pending rows of envelopes written before the pending index (ADR-0029), once:
+        # with the table. A binding's `since` is its envelope's last write when known (it was
+        # pending then), else the upgrade's instant. Anything but a well-formed pending binding
+        # is skipped, never an upgrade failure.
+        field = _binding_field
+        self.backfill_pending = (
+            f"INSERT OR IGNORE INTO {p} ({PENDING_COLUMNS}) SELECT s.session_id,"
+            f" {field('token')}, {field('toolCallId')}, {field('action')},"
+            f" {field('expiresAt')}, CASE WHEN s.written_ms > 0 THEN s.written_ms ELSE ? END"
+            f" FROM {t} s, json_each(CASE WHEN NOT json_valid(s.body) THEN '[]'"
+            " WHEN json_type(s.body, '$.confirmations') = 'array' THEN s.body ELSE '[]' END,"
+            " '$.confirmations') c"
+            " WHERE s.body LIKE '%\"status\":\"pending\"%' AND c.type = 'object'"
+            f" AND {field('status')} = 'pending'"
+            + "".join(
+                f" AND json_type(s.body, c.fullkey || '.{name}') = '{kind}'"
+                for name, kind in (
+                    ("token", "text"),
+                    ("toolCallId", "text"),
+                    ("action", "text"),
+                    ("expiresAt", "integer"),
+                )
+            )
+        )
+        self.pending_sql = PendingStatements(p, "?", row_values=True)
+        self.select_since = f"SELECT token, pending_since_ms FROM {p} WHERE session_id = ?"
+        self.insert_pending = f"INSERT INTO {p} ({PENDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
+        self.delete_pending = f"DELETE FROM {p} WHERE session_id = ?"
         statuses = ", ".join(f"'{s}'" for s in processing_statuses())
         rough = " OR ".join(f'body LIKE \'%"status":"{s}"%\'' for s in processing_statuses())
         # LIKE finds the candidates cheaply; the JSON check confirms each (a tool input may
@@ -439,12 +551,23 @@ class _Schema:
         )
 
     def layout(self, conn: sqlite3.Connection) -> _Layout:
-        """The columns of both tables as they are (two catalog reads, no lock, no write)."""
+        """The columns of the tables as they are (three catalog reads, no lock, no write)."""
 
         def columns(table: str) -> frozenset[str]:
             return frozenset(str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})"))
 
-        return _Layout(columns(self.table), columns(self.records))
+        return _Layout(columns(self.table), columns(self.records), columns(self.pending))
+
+    def replace_pending(self, conn: sqlite3.Connection, p: PreparedSave) -> None:
+        """Replace the session's pending rows, inside the transaction of its envelope's save."""
+        previous: dict[str, int] = {}
+        if p.pending:
+            rows = conn.execute(self.select_since, (p.session_id,)).fetchall()
+            previous = {str(token): int(since) for token, since in rows}
+        conn.execute(self.delete_pending, (p.session_id,))
+        if p.pending:
+            items = carry_since(p.session_id, p.pending, previous, p.written_ms)
+            conn.executemany(self.insert_pending, pending_params(items))
 
     def check(self, layout: _Layout, *, read_only: bool) -> None:
         """``ConfigError`` naming the first needed column a table lacks, before any change.
@@ -473,7 +596,7 @@ class _Schema:
 
     def _current(self, conn: sqlite3.Connection) -> bool:
         columns = {row[1] for row in conn.execute(f"PRAGMA table_info({self.table})")}
-        names = (self.records, *self.indexes)
+        names = (self.records, self.pending, *self.indexes)
         marks = ", ".join("?" for _ in names)
         found = conn.execute(
             f"SELECT count(*) FROM sqlite_master WHERE name IN ({marks})", names
@@ -499,8 +622,16 @@ class _Schema:
                 )
             if old and "processing" not in old:
                 conn.execute(self.backfill, (now_ms(),))
+            backfill = (
+                bool(old)
+                and not conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.pending,)
+                ).fetchall()
+            )
             for statement in self.create[1:]:
                 conn.execute(statement)
+            if backfill:
+                conn.execute(self.backfill_pending, (now_ms(),))
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
