@@ -21,7 +21,9 @@ NOW = 1_800_000_000_000  # the reference time every test passes as --now
 MINUTE = 60_000
 
 
-def binding(n: int, *, status: str = "pending", expires_in: int, action: str = "pay") -> ConfirmationBinding:
+def binding(
+    n: int, *, status: str = "pending", expires_in: int, action: str = "pay"
+) -> ConfirmationBinding:
     return ConfirmationBinding(
         token=f"tok-{n}",
         action=action,
