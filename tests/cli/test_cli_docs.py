@@ -35,6 +35,7 @@ def test_the_page_has_an_example_per_verb() -> None:
         "inspect",
         "reconcile",
         "settle",
+        "pending",
         "schema",
         "diagram",
     }

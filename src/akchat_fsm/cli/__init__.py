@@ -21,6 +21,7 @@ from .check_storage import check_storage
 from .demo import demo
 from .diagram import diagram
 from .inspect_cmd import inspect
+from .pending import pending
 from .reconcile import reconcile
 from .schema import schema
 from .settle import settle
@@ -81,5 +82,5 @@ def main() -> None:
     """Crash-safe chat-session metadata and human approval of agent tool calls."""
 
 
-for _command in (demo, check_storage, inspect, reconcile, settle, schema, diagram, show):
+for _command in (demo, check_storage, inspect, pending, reconcile, settle, schema, diagram, show):
     main.add_command(_command)
