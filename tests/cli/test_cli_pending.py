@@ -45,10 +45,8 @@ def snapshot(session_id: str, *bindings: ConfirmationBinding) -> SessionSnapshot
     )
 
 
-@pytest.fixture(params=[sqlite_url, postgres_url], ids=["sqlite", "postgres"])
-def url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    made: str = request.param(tmp_path, request)
-    storage = open_storage(made)
+def fill(url: str) -> str:
+    storage = open_storage(url)
     try:
         assert storage.save(
             snapshot(
@@ -63,7 +61,12 @@ def url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
         assert storage.save(snapshot("s-c", binding(5, status="rejected", expires_in=MINUTE)), None)
     finally:
         storage.close()
-    return made
+    return url
+
+
+@pytest.fixture(params=[sqlite_url, postgres_url], ids=["sqlite", "postgres"])
+def url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    return fill(request.param(tmp_path, request))
 
 
 def listed(url: str, *args: str) -> dict[str, object]:
@@ -148,3 +151,40 @@ def test_a_missing_store_is_reported_and_not_created(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert result.stderr.startswith("error: no store at")
     assert not path.exists()
+
+
+def _sqlite_bytes(path: Path) -> tuple[bytes, bool]:
+    wal = path.with_name(path.name + "-wal")
+    return path.read_bytes(), wal.exists() and wal.stat().st_size > 0
+
+
+def test_listing_leaves_the_store_byte_for_byte(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    url = fill(f"sqlite:///{path}")
+    before = _sqlite_bytes(path)
+    for args in ([], ["--json"], ["--order", "newest", "--limit", "1"]):
+        assert run("pending", url, "--now", str(NOW), *args).exit_code == 0
+        assert _sqlite_bytes(path) == before, args
+
+
+def test_a_store_older_than_the_pending_index_is_reported_not_upgraded(tmp_path: Path) -> None:
+    import contextlib
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    storage = open_storage(url)
+    try:
+        assert storage.save(snapshot("s-a", binding(1, expires_in=MINUTE)), None)
+    finally:
+        storage.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "old.db")) as conn:
+        conn.execute("DROP TABLE akchat_sessions__pending")  # as a store written before it
+        conn.commit()
+    before = _sqlite_bytes(tmp_path / "old.db")
+    result = run("pending", url)
+    assert result.exit_code == 2, result.stdout
+    assert len(result.stderr.splitlines()) == 1 and "pending" in result.stderr
+    assert _sqlite_bytes(tmp_path / "old.db") == before
+    with open_storage(url) as writer:  # a writer upgrades it once; then the verb lists it
+        assert writer.load("s-a") is not None
+    assert tokens(listed(url)) == ["tok-1"]

@@ -108,8 +108,10 @@ def _table(page: PendingPage, now_ms: int, next_command: str | None) -> Group:
     else:
         parts.append(Text("No pending approvals match."))
     if next_command is not None:
-        parts.append(Text("next page:", no_wrap=True))
-        parts.append(Text(f"  {inert(next_command)}", no_wrap=True, overflow="ignore"))
+        # Pinned like every copied line: the terminal folds it, rich never wraps or cuts it.
+        lines = Table(box=None, show_header=False, pad_edge=False, expand=False)
+        lines.add_column("line", no_wrap=True, overflow="ignore")
+        parts.append(pinned_rows(lines, [("next page:",), (f"  {inert(next_command)}",)]))
     return Group(*parts)
 
 
