@@ -77,7 +77,6 @@ PLAIN_IN_BOTH: dict[str, str] = {
 MORE_THAN_ONE_LINE: dict[str, str] = {
     # The drivers are the one place the flavours differ (ADR-0060): ~10 lines each.
     "session.drivers.run_async": "the driver itself",
-    "integrations._bridge_io.run_async": "the driver itself",
     # The sync ledger refuses an ``async def`` body before anything is claimed (a static
     # check, ADR-0091); the asyncio ledger takes either kind of body.
     "integrations.ledger.AsyncToolLedger.execute": "refuses an async body, then the plan",

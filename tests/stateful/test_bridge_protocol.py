@@ -47,7 +47,7 @@ from akchat_fsm.integrations._bridge import (
     plan_decide,
     plan_start,
 )
-from akchat_fsm.integrations._bridge_io import Invoke, ListRecords, LoadRecord, SaveRecord
+from akchat_fsm.integrations._bridge_io import ListRecords, LoadRecord, SaveRecord
 from akchat_fsm.integrations._bridge_runs import (
     DECISION_PREFIX,
     RunRecord,
@@ -58,6 +58,13 @@ from akchat_fsm.integrations._bridge_runs import (
 from akchat_fsm.integrations.ledger import AsyncToolLedger, ExecutionState, ToolLedger
 from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge, _Runtime
 from akchat_fsm.machines.confirmation import ConfirmationEvent
+from akchat_fsm.session.drivers import Ports
+from akchat_fsm.session.effects import (
+    BridgeEffect,
+    ResolveConfirmation,
+    ResumeRuntime,
+    StartRuntime,
+)
 from akchat_fsm.storage.memory import MemoryStorage
 from akchat_fsm.storage.sqlite import SQLiteStorage
 from akchat_fsm.testing.doubles import RecordingUpstream
@@ -105,7 +112,7 @@ def fault_table(effect: Any) -> tuple[str, ...]:
         return FAULTS["save"]
     if isinstance(effect, LoadRecord | ListRecords):
         return FAULTS["read"]
-    return FAULTS["runtime" if effect.port == "runtime" else "session"]
+    return FAULTS["runtime" if isinstance(effect, StartRuntime | ResumeRuntime) else "session"]
 
 
 class _Client:
@@ -149,11 +156,12 @@ class BridgeProtocol(RuleBasedStateMachine):
         ledger = AsyncToolLedger(self.storage, self.session_id, owner="machine", clock=self.clock)
         return BridgeContext(self.session_id, "pydantic-ai", "machine", self.clock, ledger)
 
-    def ports(self, client: _Client) -> dict[str, Any]:
-        return {
-            "session": _SessionPort(client.session, self.storage, TTL_MS),
-            "runtime": _Runtime(self.agent),
-        }
+    def ports(self, client: _Client) -> Ports:
+        return Ports(
+            self.storage,
+            session=_SessionPort(client.session, self.storage, TTL_MS),
+            runtime=_Runtime(self.agent),
+        )
 
     def bridge(self) -> PydanticAIBridge:
         """A fault-free host (the recovery process, the humans at teardown)."""
@@ -248,7 +256,7 @@ class BridgeProtocol(RuleBasedStateMachine):
         assert run is not None
         effect = run.next
         fault = fault_table(effect)[draw]
-        name = effect.method if isinstance(effect, Invoke) else type(effect).__name__
+        name = type(effect).__name__
         self.coverage[f"effect:{name}"] += 1
         if fault == "crash-before":
             return self._crash(client, f"before:{name}")
@@ -259,8 +267,8 @@ class BridgeProtocol(RuleBasedStateMachine):
         elif fault in ("unknown", "unavailable", "crash-after"):
             self.storage.armed = fault
         try:
-            value = perform(effect, self.storage, self.ports(client))
-            if fault == "crash-after" and isinstance(effect, Invoke):
+            value = perform(effect, self.ports(client))
+            if fault == "crash-after" and isinstance(effect, BridgeEffect):
                 raise Crash()  # the call returned; the process died before using the result
             if isinstance(effect, LoadRecord) and effect.key.startswith(DECISION_PREFIX):
                 self.coverage[f"read:decided:{'found' if value is not None else 'none'}"] += 1
@@ -423,12 +431,12 @@ class BridgeProtocol(RuleBasedStateMachine):
 #: reaches them only by chance (it depends on the seed); ``pinned_program`` drives each one
 #: on every run, so the floor only fails when the bridge made a point unreachable.
 FLOOR = (
-    "effect:resolve",
-    "effect:resume",
+    "effect:ResolveConfirmation",
+    "effect:ResumeRuntime",
     "effect:SaveRecord",
-    "crash:in:resume:body:",
-    "crash:in:resume:w:",
-    "crash:in:resolve:",
+    "crash:in:ResumeRuntime:body:",
+    "crash:in:ResumeRuntime:w:",
+    "crash:in:ResolveConfirmation:",
     "thrown:OutcomeUnknown",
     "continue:ok",
     "approve:ok",
@@ -438,8 +446,8 @@ FLOOR = (
 )
 
 
-def _is_invoke(method: str) -> Callable[[Any], bool]:
-    return lambda effect: isinstance(effect, Invoke) and effect.method == method
+def _is(kind: type) -> Callable[[Any], bool]:
+    return lambda effect: isinstance(effect, kind)
 
 
 def _start_and_step_to(
@@ -506,13 +514,13 @@ def pinned_program(machine: type[BridgeProtocol]) -> None:
         m.start_first_run()
         m.bridge_invariants()
         # an approval dies after its write applied; a recovery finishes it
-        _start_and_step_to(m, 2, "approve", _is_invoke("resolve"))
-        _step(m, 2, "w:crash-after", hits="crash:in:resolve:")
+        _start_and_step_to(m, 2, "approve", _is(ResolveConfirmation))
+        _step(m, 2, "w:crash-after", hits="crash:in:ResolveConfirmation:")
         # approving the other call continues the run, which dies inside the first tool body
         # after its side effect; a recovery finds that execution unknown and settles it; a
         # client continues the run to its end
-        _start_and_step_to(m, 0, "approve", _is_invoke("resume"), world="reconcile")
-        _step(m, 0, "body:crash-after", hits="crash:in:resume:body:")
+        _start_and_step_to(m, 0, "approve", _is(ResumeRuntime), world="reconcile")
+        _step(m, 0, "body:crash-after", hits="crash:in:ResumeRuntime:body:")
         _run(m, 1, "continue", "reconcile", hits=("reconcile:execution_unknown", "continue:ok"))
         # a new run, whose first record save applies with an unknown outcome
         _start_and_step_to(m, 0, "start", lambda effect: isinstance(effect, SaveRecord))
@@ -524,10 +532,10 @@ def pinned_program(machine: type[BridgeProtocol]) -> None:
         # applies
         _run(m, 0, "approve", hits=("approve:ok",))
         before = [_reached(m.coverage, p) for p in ("churn:pruned", "read:decided:found")]
-        _start_and_step_to(m, 1, "approve", _is_invoke("resume"), world="churn")
+        _start_and_step_to(m, 1, "approve", _is(ResumeRuntime), world="churn")
         after = [_reached(m.coverage, p) for p in ("churn:pruned", "read:decided:found")]
         assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
-        _step(m, 1, "w:crash-before", hits="crash:in:resume:w:")
+        _step(m, 1, "w:crash-before", hits="crash:in:ResumeRuntime:w:")
     finally:
         m.teardown()
 

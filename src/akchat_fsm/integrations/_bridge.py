@@ -3,8 +3,10 @@
 A runtime module (pydantic-ai, the OpenAI Agents SDK) supplies only a *runtime port*: ``start``
 a run and ``resume`` a paused one from its serialised state, each returning a
 :class:`RuntimeResult`, with approved tool bodies executed through the :class:`ExecutionGuard`
-it is given. Everything else is shared, written once as plans run by the drivers of
-:mod:`._bridge_io` (this module: the plans and the facades; :mod:`._bridge_ports`: the guard,
+it is given. Everything else is shared, written once as plans run by the session's drivers
+(:mod:`akchat_fsm.session.drivers`, ADR-0121; this module: the plans and the facades; the
+session and the runtime are reached through typed effects, ``ProposeCall``, ``ResumeRuntime``
+and the rest; :mod:`._bridge_ports`: the guard,
 the session's upstream and memory; :mod:`._bridge_runs`: the run record's decisions):
 
 * a paused run is saved as a run record (CAS create), then each call awaiting approval becomes
@@ -34,13 +36,23 @@ from typing import Any, Protocol, TypeVar
 
 from ..errors import ConfigError, OutcomeUnknown, StorageError
 from ..machines.confirmation import ConfirmationEvent
+from ..session.drivers import Ports, run_async, run_sync
+from ..session.effects import (
+    CachedBindings,
+    ExpireDue,
+    ProposeCall,
+    ReadBindings,
+    ReconcileSession,
+    ResolveConfirmation,
+    ResumeRuntime,
+    StartRuntime,
+)
 from ..session.session import ReconcileOutcome
 from ..storage.checks import check_session_id, now_ms
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
 from ._bridge_io import (
     STORED_RECORD_HINT,
-    Invoke,
     ListRecords,
     LoadRecord,
     Plan,
@@ -48,8 +60,6 @@ from ._bridge_io import (
     require_records,
     stored_json,
 )
-from ._bridge_io import run_async as _run_async
-from ._bridge_io import run_sync as _run_sync
 from ._bridge_ports import (
     AsyncBridgeUpstream,
     AsyncLedgerMemory,
@@ -240,7 +250,7 @@ def _lease_renewer(
     ctx: BridgeContext, run_id: str, claim: str, lease_ms: int
 ) -> Callable[[], Awaitable[None]]:
     async def renew() -> None:
-        await _run_async(plan_renew(ctx, run_id, claim, lease_ms), ctx.ledger.storage)
+        await run_async(plan_renew(ctx, run_id, claim, lease_ms), Ports(ctx.ledger._io))
 
     return renew
 
@@ -280,7 +290,7 @@ def _save_run(ctx: BridgeContext, run: RunRecord, expected: int | None) -> Plan[
 def _propose_all(calls: Sequence[PendingCall]) -> Plan[tuple[ConfirmationBinding, ...]]:
     bindings = []
     for call in calls:
-        bindings.append((yield Invoke("session", "propose", (call,))))
+        bindings.append((yield ProposeCall(call)))
     return tuple(bindings)
 
 
@@ -295,7 +305,7 @@ def plan_start(
     """Claim the run id, run the agent; if it paused, save the run record (CAS create), then
     propose its calls."""
     yield from _claim_run_id(ctx, run_id)  # a bad or used run id is refused before the agent
-    result: RuntimeResult = yield Invoke("runtime", "start", args, kwargs)
+    result: RuntimeResult = yield StartRuntime(args, kwargs)
     if result.calls is None:
         return RunOutcome(run_id, "completed", result.output, snapshot=result.snapshot)
     run = decide_start_run(run_id, ctx.runtime, result.snapshot, result.calls, ctx.clock())
@@ -381,10 +391,10 @@ def _readiness(ctx: BridgeContext, run: RunRecord, external: Mapping[str, Any]) 
     continuation claim stays true after it. While the run waits, each decided call is kept in
     a decision record too, read back for a call whose confirmation retention pruned (ADR-0103).
     """
-    bindings = yield Invoke("session", "cached_bindings")
+    bindings = yield CachedBindings()
     readiness = decide_readiness(run, bindings, {}, external)
     if not readiness.ready:
-        bindings = yield Invoke("session", "bindings")
+        bindings = yield ReadBindings()
         readiness = decide_readiness(run, bindings, {}, external)
     recorded: dict[str, ConfirmationStatus] = {}
     if readiness.unproposed:  # never proposed, or decided and then pruned by retention
@@ -392,7 +402,7 @@ def _readiness(ctx: BridgeContext, run: RunRecord, external: Mapping[str, Any]) 
         readiness = decide_readiness(run, bindings, {}, external, recorded)
     if readiness.unproposed:
         yield from _propose_all(readiness.unproposed)
-        bindings = yield Invoke("session", "bindings")
+        bindings = yield ReadBindings()
         readiness = decide_readiness(run, bindings, {}, external, recorded)
     if not readiness.ready:
         # The run waits: keep what is decided beyond the envelope's retention (ADR-0013).
@@ -488,9 +498,7 @@ def _resume(
     """Resume the runtime from our claim and save the run's next state from that claim."""
     approved = frozenset(d.tool_call_id for d in decisions if d.approved)
     try:
-        result: RuntimeResult = yield Invoke(
-            "runtime", "resume", (run, decisions, ctx.guard(approved, run))
-        )
+        result: RuntimeResult = yield ResumeRuntime(run, decisions, ctx.guard(approved, run))
     except Exception:  # never on GeneratorExit or a kill: a dead process releases nothing
         # Every body that ran is in the ledger, so the run may go back to paused: the next
         # continuation replays those bodies. If this save fails, reconcile recovers the claim.
@@ -550,7 +558,7 @@ def plan_decide(
     ctx: BridgeContext, token: str, intent: ConfirmationEvent, reason: str | None, go_on: bool
 ) -> Plan[Decided]:
     """Resolve one confirmation (the session's two CAS), then continue its run if now ready."""
-    binding: ConfirmationBinding = yield Invoke("session", "resolve", (token, intent, reason))
+    binding: ConfirmationBinding = yield ResolveConfirmation(token, intent, reason)
     if not go_on:
         return Decided(binding, None)
     run_id = yield from plan_find_run(ctx, binding.tool_call_id)
@@ -561,7 +569,7 @@ def plan_decide(
 
 def plan_expire_due(ctx: BridgeContext) -> Plan[tuple[RunOutcome, ...]]:
     """Expire every due confirmation, then continue the runs that became ready."""
-    expired: tuple[ConfirmationBinding, ...] = yield Invoke("session", "expire_due")
+    expired: tuple[ConfirmationBinding, ...] = yield ExpireDue()
     outcomes = []
     seen: set[str] = set()
     for binding in expired:
@@ -580,7 +588,7 @@ def plan_reconcile(ctx: BridgeContext) -> Plan[BridgeReport]:
     """
     from .ledger import ExecutionUnknown
 
-    confirmations = yield Invoke("session", "reconcile")
+    confirmations = yield ReconcileSession()
     runs: list[RunOutcome] = []
     in_flight: set[str] = set()
     for key in (yield ListRecords(ctx.session_id, RUN_PREFIX)):
@@ -749,11 +757,12 @@ class Bridge(_BridgeBase):
         )
 
     def _run(self, plan: Plan[T]) -> T:
-        ports = {
-            "session": _SessionPort(self.session, self.storage, self.ttl_ms),
-            "runtime": _OutsideALoop(self._runtime(), type(self).__name__),
-        }
-        return _run_sync(plan, self.storage, ports=ports)
+        ports = Ports(
+            self.storage,
+            session=_SessionPort(self.session, self.storage, self.ttl_ms),
+            runtime=_OutsideALoop(self._runtime(), type(self).__name__),
+        )
+        return run_sync(plan, ports)
 
     def _start(
         self, run_id: str | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]
@@ -819,11 +828,12 @@ class AsyncBridge(_BridgeBase):
         self.ledger = self._ctx.ledger
 
     async def _run(self, plan: Plan[T]) -> T:
-        ports = {
-            "session": _AsyncSessionPort(self.session, self.storage, self.ttl_ms),
-            "runtime": self._runtime(),
-        }
-        return await _run_async(plan, self.storage, ports=ports)
+        ports = Ports(
+            self.storage,
+            session=_AsyncSessionPort(self.session, self.storage, self.ttl_ms),
+            runtime=self._runtime(),
+        )
+        return await run_async(plan, ports)
 
     async def _start(
         self, run_id: str | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]

@@ -7,10 +7,13 @@
   reviewer's reason for the model);
 * :class:`LedgerMemory` is the session's chat memory for reconcile: a tool call's status is
   read from the ledger (``tool_call_statuses``, or a canonical memory record from ``load``);
-* ``_SessionPort`` holds the session calls the plans make (``Invoke("session", ...)``).
+* ``_SessionPort`` holds the session calls the plans make (the typed bridge effects:
+  ``ProposeCall``, ``ResolveConfirmation``, ``ExpireDue``, ``ReconcileSession``,
+  ``ReadBindings``, ``CachedBindings``), each a confirmation-coordinator call over
+  :class:`BridgeUpstream`.
 
 Each comes as a sync class and its asyncio twin; the logic they need is a plan, run by the
-drivers of :mod:`._bridge_io`.
+drivers of :mod:`akchat_fsm.session.drivers`.
 """
 
 from __future__ import annotations
@@ -25,12 +28,11 @@ from typing import Any
 from ..core.records import EXPIRED_REASON, RECONCILED_REJECT_REASON
 from ..errors import ConfigError, ConfirmationError, OutcomeUnknown
 from ..machines.confirmation import ConfirmationEvent
+from ..session.drivers import Ports, run_async, run_sync
 from ..session.ports import ToolCallProposal
 from ..storage.checks import check_session_id, now_ms
 from ..wire.session import ConfirmationBinding
 from ._bridge_io import ListRecords, LoadRecord, Plan, SaveRecord, require_records
-from ._bridge_io import run_async as _run_async
-from ._bridge_io import run_sync as _run_sync
 from ._bridge_runs import RUN_PREFIX, PendingCall, RunRecord, denial_key
 from .ledger import (
     AsyncToolLedger,
@@ -178,7 +180,7 @@ class BridgeUpstream(_UpstreamBase):
         return None
 
     def deny(self, tool_call_id: str, reason: str) -> None:
-        _run_sync(plan_record_denial(self.session_id, tool_call_id, reason), self.storage)
+        run_sync(plan_record_denial(self.session_id, tool_call_id, reason), Ports(self.storage))
 
 
 class AsyncBridgeUpstream(_UpstreamBase):
@@ -193,7 +195,9 @@ class AsyncBridgeUpstream(_UpstreamBase):
         return None
 
     async def deny(self, tool_call_id: str, reason: str) -> None:
-        await _run_async(plan_record_denial(self.session_id, tool_call_id, reason), self.storage)
+        await run_async(
+            plan_record_denial(self.session_id, tool_call_id, reason), Ports(self.storage)
+        )
 
 
 _STATUS = {ExecutionState.EXECUTED: "complete", ExecutionState.EXECUTING: "running"}
@@ -243,41 +247,45 @@ def plan_memory_record(session_id: str) -> Plan[dict[str, Any]]:
     return {"version": 1, "messages": [message] if tool_calls else []}
 
 
-class LedgerMemory:
+class _LedgerMemoryBase:
+    def __init__(self, storage: Any, session_id: str) -> None:
+        self.storage = require_records(storage)
+        self.session_id = check_session_id(session_id)
+
+
+class LedgerMemory(_LedgerMemoryBase):
     """The session's ``ChatMemory`` for bridged runs: tool-call statuses read from the ledger.
 
     ``tool_call_statuses(ids)`` is the direct port; ``load()`` builds the canonical memory
     record for reconcilers that read messages.
     """
 
-    def __init__(self, storage: Any, session_id: str) -> None:
-        self.storage = require_records(storage)
-        self.session_id = check_session_id(session_id)
-
     def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> Mapping[str, str]:
-        return _run_sync(plan_tool_call_statuses(self.session_id, tool_call_ids), self.storage)
-
-    def load(self) -> dict[str, Any]:
-        return _run_sync(plan_memory_record(self.session_id), self.storage)
-
-
-class AsyncLedgerMemory(LedgerMemory):
-    """The asyncio twin of :class:`LedgerMemory`."""
-
-    async def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> Mapping[str, str]:  # type: ignore[override]
-        return await _run_async(
-            plan_tool_call_statuses(self.session_id, tool_call_ids), self.storage
+        return run_sync(
+            plan_tool_call_statuses(self.session_id, tool_call_ids), Ports(self.storage)
         )
 
-    async def load(self) -> dict[str, Any]:  # type: ignore[override]
-        return await _run_async(plan_memory_record(self.session_id), self.storage)
+    def load(self) -> dict[str, Any]:
+        return run_sync(plan_memory_record(self.session_id), Ports(self.storage))
+
+
+class AsyncLedgerMemory(_LedgerMemoryBase):
+    """The asyncio twin of :class:`LedgerMemory`."""
+
+    async def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> Mapping[str, str]:
+        return await run_async(
+            plan_tool_call_statuses(self.session_id, tool_call_ids), Ports(self.storage)
+        )
+
+    async def load(self) -> dict[str, Any]:
+        return await run_async(plan_memory_record(self.session_id), Ports(self.storage))
 
 
 # --------------------------------------------------------------------------- session ports
 
 
 class _SessionPort:
-    """The session calls the bridge plans make (``Invoke("session", ...)``), sync flavour."""
+    """The session calls the bridge plans make (the typed bridge effects), sync flavour."""
 
     def __init__(self, session: Any, storage: Any, ttl_ms: int) -> None:
         self.session, self.storage, self.ttl_ms = session, storage, ttl_ms
@@ -323,6 +331,10 @@ class _AsyncSessionPort(_SessionPort):
 
     async def bindings(self) -> tuple[ConfirmationBinding, ...]:  # type: ignore[override]
         await self.session.reload()
+        return tuple(self.session.confirmations)
+
+    async def cached_bindings(self) -> tuple[ConfirmationBinding, ...]:  # type: ignore[override]
+        """The session object's copy: as of its last read or applied save (no I/O)."""
         return tuple(self.session.confirmations)
 
     def reconcile(self) -> Any:

@@ -7,7 +7,11 @@ plan effect by effect, which is how the stateful suites interleave clients and i
 between any two steps.
 
 The save and upstream effects are the core's own (:mod:`akchat_fsm.core.effects`), under the
-same names; the shell adds the reads (storage, memory) and observer delivery.
+same names; the shell adds the reads (storage, memory) and observer delivery. The ledger and the
+agent bridges (:mod:`akchat_fsm.integrations`) plan with the same vocabulary, run by the same
+drivers: the record effects (the ``RecordStorage`` capability), the tool body, and the typed
+calls a bridge makes on its session and its runtime (ADR-0121). They are plain values here, so
+one ``match`` in the driver covers every effect any plan can yield.
 """
 
 from __future__ import annotations
@@ -20,17 +24,32 @@ from ..core.effects import CallApprove, CallDeny, ProposeUpstream, SaveSnapshot
 from .observers import SessionEvent
 
 __all__ = [
+    "BodyOutcome",
+    "BridgeEffect",
+    "CachedBindings",
     "CallApprove",
     "CallDeny",
     "Effect",
     "Emit",
+    "ExpireDue",
+    "ListRecords",
     "Load",
+    "LoadRecord",
     "MemoryRead",
     "Plan",
     "PortEffect",
+    "ProposeCall",
     "ProposeUpstream",
+    "ReadBindings",
     "ReadMemory",
+    "ReconcileSession",
+    "ResolveConfirmation",
+    "ResumeRuntime",
+    "RunBody",
+    "SaveRecord",
     "SaveSnapshot",
+    "StartRuntime",
+    "StorageEffect",
 ]
 
 T = TypeVar("T")
@@ -75,8 +94,125 @@ class Emit:
     event: SessionEvent
 
 
-#: What a driver performs through a port (storage, upstream, memory): everything but ``Emit``.
-PortEffect: TypeAlias = Load | SaveSnapshot | ProposeUpstream | CallApprove | CallDeny | ReadMemory
-Effect: TypeAlias = PortEffect | Emit
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRecord:
+    """``storage.load_record(session_id, key)`` → ``(version, text)`` or ``None``."""
+
+    session_id: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class SaveRecord:
+    """``storage.save_record(...)`` → ``True`` (applied) or ``False`` (definite conflict)."""
+
+    session_id: str
+    key: str
+    text: str
+    expected_version: int | None
+    processing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ListRecords:
+    """``storage.list_records(session_id, prefix)`` → sorted keys."""
+
+    session_id: str
+    prefix: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunBody:
+    """Run the guarded tool body once; the result is a :class:`BodyOutcome`, never an error."""
+
+
+@dataclass(frozen=True, slots=True)
+class BodyOutcome:
+    """What the body did: returned ``value``, or raised ``error``."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+
+# --------------------------------------------------------------------------- bridge calls
+# A bridge's calls on its session (a confirmation coordinator over the bridge's upstream) and
+# on its runtime (start or resume the agent). Their exceptions reach the plan unmapped: only
+# the plan knows what a failure leaves behind.
+
+
+@dataclass(frozen=True, slots=True)
+class StartRuntime:
+    """``runtime.start(*args, **kwargs)`` → the runtime's result for a new run."""
+
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeRuntime:
+    """``runtime.resume(run, decisions, guard)`` → the runtime's result for a continuation."""
+
+    run: Any
+    decisions: tuple[Any, ...]
+    guard: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ProposeCall:
+    """Propose a paused run's call as a confirmation → its binding."""
+
+    call: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveConfirmation:
+    """Approve, reject or expire ``token`` (the session's two CAS) → the terminal binding."""
+
+    token: str
+    intent: Any
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireDue:
+    """Expire every due confirmation → the bindings this call expired."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileSession:
+    """Reconcile the session's processing confirmations from the ledger → its outcomes."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBindings:
+    """Re-read the session from storage → its confirmation bindings."""
+
+
+@dataclass(frozen=True, slots=True)
+class CachedBindings:
+    """The session object's bindings as of its last read or applied save (no I/O)."""
+
+
+#: What a driver performs through ``storage``; its failures are mapped once (reads changed
+#: nothing, writes may have applied).
+StorageEffect: TypeAlias = Load | SaveSnapshot | LoadRecord | SaveRecord | ListRecords
+BridgeEffect: TypeAlias = (
+    StartRuntime
+    | ResumeRuntime
+    | ProposeCall
+    | ResolveConfirmation
+    | ExpireDue
+    | ReconcileSession
+    | ReadBindings
+    | CachedBindings
+)
+#: What a driver performs through a port: everything but ``Emit`` and ``RunBody``.
+PortEffect: TypeAlias = (
+    StorageEffect | ProposeUpstream | CallApprove | CallDeny | ReadMemory | BridgeEffect
+)
+Effect: TypeAlias = PortEffect | Emit | RunBody
 #: A plan yields effects, receives their results, and returns ``T``.
 Plan: TypeAlias = Generator[Effect, Any, T]

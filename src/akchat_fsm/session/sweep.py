@@ -37,6 +37,7 @@ from ..errors import AkchatError, ConfigError, StorageUnavailable
 from ..storage.port import AsyncSessionStorage, ProcessingSession, SessionStorage
 from ._confirm import ReconcileOutcome
 from .definition import ChatDefinition
+from .drivers import _advance  # the one step of every driver (ADR-0121)
 from .ports import AsyncChatMemory, AsyncUpstreamChat, ChatMemory, UpstreamChat
 from .session import (
     AsyncChatSession,
@@ -376,15 +377,6 @@ def _cutoff(older_than_ms: object, limit: object, clock: Callable[[], int]) -> i
 PortsFor = Callable[[str], SweepPorts | None]
 AsyncPortsFor = Callable[[str], AsyncSweepPorts | Awaitable[AsyncSweepPorts | None] | None]
 ProgressFn = Callable[[SweptSession, int, int], None]
-
-
-def _advance(
-    plan: Generator[Any, Any, Any], value: Any, error: Exception | None
-) -> tuple[bool, Any]:
-    try:
-        return False, plan.send(value) if error is None else plan.throw(error)
-    except StopIteration as stop:
-        return True, stop.value
 
 
 def _sweep(
