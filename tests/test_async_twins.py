@@ -54,6 +54,9 @@ UNPAIRED: dict[str, str] = {
     # The conformance kit's sync face over an asyncio adapter: a bridge *to* asyncio, not
     # the asyncio flavour of something.
     "testing._bridge.AsyncBridge": "a sync wrapper named for what it wraps",
+    # A bridge's session calls are plans (ADR-0121): one class for both flavours, whose
+    # methods build plans and do no I/O; the driver that runs them has the flavour.
+    "integrations._bridge_ports.BridgeSession": "builds plans; the driver has the flavour",
     # The `demo` command's world runs one synchronous story; it ships no asyncio flavour.
     "cli._demo_world.DemoUpstream": "the sync demo's upstream and memory",
     "cli._demo_world.ClientUpstream": "the sync demo's crashing client",

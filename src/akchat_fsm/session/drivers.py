@@ -6,7 +6,7 @@ exception into it; the plan decides what that means. Storage exceptions that are
 ours are mapped here, once, for every storage effect: a failed read (``load``,
 ``load_record``, ``list_records``) changed nothing (:class:`StorageUnavailable`), a failed
 write (``save``, ``save_record``) may have applied (:class:`OutcomeUnknown`). Upstream,
-memory, session and runtime exceptions go to the plan untouched, because only the plan knows
+memory and runtime exceptions go to the plan untouched, because only the plan knows
 which record they leave behind.
 
 Every port call is made in one place (``_start``) for both drivers, one ``match`` over every
@@ -32,24 +32,18 @@ from ..wire.bounded import thaw
 from ._flavour import wrong_flavour
 from .effects import (
     BodyOutcome,
-    CachedBindings,
     CallApprove,
     CallDeny,
     Effect,
     Emit,
-    ExpireDue,
     ListRecords,
     Load,
     LoadRecord,
     MemoryRead,
     Plan,
     PortEffect,
-    ProposeCall,
     ProposeUpstream,
-    ReadBindings,
     ReadMemory,
-    ReconcileSession,
-    ResolveConfirmation,
     ResumeRuntime,
     RunBody,
     SaveRecord,
@@ -66,7 +60,7 @@ T = TypeVar("T")
 NO_UPSTREAM = "This session has no upstream chat controller."
 NO_MEMORY = "Reconciliation needs the host's ChatMemory."
 NO_BODY = "This plan has no tool body to run."
-NO_BRIDGE = "This plan's {port} port is missing: only a bridge's plans call it."
+NO_RUNTIME = "This plan has no agent runtime: only a bridge's plans call one."
 ASYNC_BODY = "An async tool body was given to a sync API; use the async twin."
 #: The right API for a record or bridge port of the other flavour (the session's is
 #: :data:`~akchat_fsm.session._flavour.RIGHT_API`).
@@ -83,8 +77,7 @@ class Ports:
     """Where a plan's effects go. Only ``storage`` is needed by every plan.
 
     ``upstream`` and ``memory`` serve some session plans; ``body`` is a ledger plan's guarded
-    tool body (``RunBody``); ``session`` and ``runtime`` are a bridge's session calls and its
-    agent runtime (the bridge effects).
+    tool body (``RunBody``); ``runtime`` is a bridge's agent runtime (the bridge effects).
     """
 
     storage: Any
@@ -92,7 +85,6 @@ class Ports:
     memory: Any = None
     observers: Sequence[Observer] = field(default_factory=tuple)
     body: Callable[[], Any] | None = None
-    session: Any = None
     runtime: Any = None
 
 
@@ -167,11 +159,6 @@ def _raise_mapped(effect: StorageEffect, method: str, exc: Exception) -> NoRetur
     raise mapped from exc
 
 
-def _bridge(ports: Ports, name: str, method: str, *args: Any) -> _Started:
-    port = _port(ports, name, NO_BRIDGE.format(port=name))
-    return _Started(getattr(port, method)(*args), f"{name}.{method}", session_api=False)
-
-
 def _start(effect: PortEffect, ports: Ports) -> _Started:
     """Make the port call ``effect`` asks for: the one place that maps effects to ports.
 
@@ -198,22 +185,12 @@ def _start(effect: PortEffect, ports: Ports) -> _Started:
                 return _Started(returned, "memory.tool_call_statuses", _statuses)
             return _Started(memory.load(), "memory.load", _record)
         case StartRuntime(args=args, kwargs=kwargs):
-            runtime = _port(ports, "runtime", NO_BRIDGE.format(port="runtime"))
+            runtime = _port(ports, "runtime", NO_RUNTIME)
             return _Started(runtime.start(*args, **kwargs), "runtime.start", session_api=False)
         case ResumeRuntime(run=run, decisions=decisions, guard=guard):
-            return _bridge(ports, "runtime", "resume", run, decisions, guard)
-        case ProposeCall(call=call):
-            return _bridge(ports, "session", "propose", call)
-        case ResolveConfirmation(token=token, intent=intent, reason=reason):
-            return _bridge(ports, "session", "resolve", token, intent, reason)
-        case ExpireDue():
-            return _bridge(ports, "session", "expire_due")
-        case ReconcileSession():
-            return _bridge(ports, "session", "reconcile")
-        case ReadBindings():
-            return _bridge(ports, "session", "bindings")
-        case CachedBindings():
-            return _bridge(ports, "session", "cached_bindings")
+            runtime = _port(ports, "runtime", NO_RUNTIME)
+            returned = runtime.resume(run, decisions, guard)
+            return _Started(returned, "runtime.resume", session_api=False)
         case _:
             assert_never(effect)
 
@@ -324,7 +301,7 @@ async def _execute_async(effect: Effect, ports: Ports) -> Any:
         return started.finish(await started.returned)
     except Exception as exc:
         if started.storage is None:
-            raise  # upstream, memory, session, runtime exceptions are the plan's to interpret
+            raise  # upstream, memory and runtime exceptions are the plan's to interpret
         _raise_mapped(started.storage, started.port.removeprefix("storage."), exc)
 
 

@@ -10,7 +10,7 @@ The save and upstream effects are the core's own (:mod:`akchat_fsm.core.effects`
 same names; the shell adds the reads (storage, memory) and observer delivery. The ledger and the
 agent bridges (:mod:`akchat_fsm.integrations`) plan with the same vocabulary, run by the same
 drivers: the record effects (the ``RecordStorage`` capability), the tool body, and the typed
-calls a bridge makes on its session and its runtime (ADR-0121). They are plain values here, so
+calls a bridge makes on its runtime (ADR-0121). They are plain values here, so
 one ``match`` in the driver covers every effect any plan can yield.
 """
 
@@ -26,24 +26,18 @@ from .observers import SessionEvent
 __all__ = [
     "BodyOutcome",
     "BridgeEffect",
-    "CachedBindings",
     "CallApprove",
     "CallDeny",
     "Effect",
     "Emit",
-    "ExpireDue",
     "ListRecords",
     "Load",
     "LoadRecord",
     "MemoryRead",
     "Plan",
     "PortEffect",
-    "ProposeCall",
     "ProposeUpstream",
-    "ReadBindings",
     "ReadMemory",
-    "ReconcileSession",
-    "ResolveConfirmation",
     "ResumeRuntime",
     "RunBody",
     "SaveRecord",
@@ -138,9 +132,10 @@ class BodyOutcome:
 
 
 # --------------------------------------------------------------------------- bridge calls
-# A bridge's calls on its session (a confirmation coordinator over the bridge's upstream) and
-# on its runtime (start or resume the agent). Their exceptions reach the plan unmapped: only
-# the plan knows what a failure leaves behind.
+# A bridge's calls on its agent runtime (start or resume). Their exceptions reach the plan
+# unmapped: only the plan knows what a failure leaves behind. A bridge's calls on its session
+# are no effects: a bridge plan composes the session's own plans (``yield from``), so their
+# loads, saves and events are effects of the bridge plan itself (ADR-0121).
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,55 +155,10 @@ class ResumeRuntime:
     guard: Any
 
 
-@dataclass(frozen=True, slots=True)
-class ProposeCall:
-    """Propose a paused run's call as a confirmation → its binding."""
-
-    call: Any
-
-
-@dataclass(frozen=True, slots=True)
-class ResolveConfirmation:
-    """Approve, reject or expire ``token`` (the session's two CAS) → the terminal binding."""
-
-    token: str
-    intent: Any
-    reason: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class ExpireDue:
-    """Expire every due confirmation → the bindings this call expired."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReconcileSession:
-    """Reconcile the session's processing confirmations from the ledger → its outcomes."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReadBindings:
-    """Re-read the session from storage → its confirmation bindings."""
-
-
-@dataclass(frozen=True, slots=True)
-class CachedBindings:
-    """The session object's bindings as of its last read or applied save (no I/O)."""
-
-
 #: What a driver performs through ``storage``; its failures are mapped once (reads changed
 #: nothing, writes may have applied).
 StorageEffect: TypeAlias = Load | SaveSnapshot | LoadRecord | SaveRecord | ListRecords
-BridgeEffect: TypeAlias = (
-    StartRuntime
-    | ResumeRuntime
-    | ProposeCall
-    | ResolveConfirmation
-    | ExpireDue
-    | ReconcileSession
-    | ReadBindings
-    | CachedBindings
-)
+BridgeEffect: TypeAlias = StartRuntime | ResumeRuntime
 #: What a driver performs through a port: everything but ``Emit`` and ``RunBody``.
 PortEffect: TypeAlias = (
     StorageEffect | ProposeUpstream | CallApprove | CallDeny | ReadMemory | BridgeEffect
