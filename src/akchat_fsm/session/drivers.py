@@ -23,7 +23,7 @@ what it returns if that is awaitable (a sync body is fine there), the sync drive
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar, assert_never
 
@@ -31,19 +31,23 @@ from ..errors import AkchatError, ConfigError, OutcomeUnknown, StorageUnavailabl
 from ..wire.bounded import thaw
 from ._flavour import wrong_flavour
 from .effects import (
+    AskHost,
     BodyOutcome,
     CallApprove,
     CallDeny,
     Effect,
     Emit,
+    ListProcessing,
     ListRecords,
     Load,
     LoadRecord,
     MemoryRead,
     Plan,
     PortEffect,
+    Progress,
     ProposeUpstream,
     ReadMemory,
+    ReconcileListed,
     ResumeRuntime,
     RunBody,
     SaveRecord,
@@ -61,6 +65,7 @@ NO_UPSTREAM = "This session has no upstream chat controller."
 NO_MEMORY = "Reconciliation needs the host's ChatMemory."
 NO_BODY = "This plan has no tool body to run."
 NO_RUNTIME = "This plan has no agent runtime: only a bridge's plans call one."
+NO_SWEEPER = "This plan has no sweeper: only reconcile_all's plan asks the host."
 ASYNC_BODY = "An async tool body was given to a sync API; use the async twin."
 #: The right API for a record or bridge port of the other flavour (the session's is
 #: :data:`~akchat_fsm.session._flavour.RIGHT_API`).
@@ -68,8 +73,9 @@ RIGHT_BRIDGE_API = {
     "async": "the asyncio twin (AsyncToolLedger, AsyncBridge, read_bridge_records_async)",
     "sync": "the sync twin (ToolLedger, Bridge, read_bridge_records)",
 }
+RIGHT_SWEEP_API = {"async": "reconcile_all_async", "sync": "reconcile_all"}
 #: Which effects read storage (a failure changed nothing); every other storage effect writes.
-_READS = (Load, LoadRecord, ListRecords)
+_READS = (Load, LoadRecord, ListRecords, ListProcessing)
 
 
 @dataclass
@@ -77,7 +83,8 @@ class Ports:
     """Where a plan's effects go. Only ``storage`` is needed by every plan.
 
     ``upstream`` and ``memory`` serve some session plans; ``body`` is a ledger plan's guarded
-    tool body (``RunBody``); ``runtime`` is a bridge's agent runtime (the bridge effects).
+    tool body (``RunBody``); ``runtime`` is a bridge's agent runtime (the bridge effects);
+    ``sweeper`` performs ``reconcile_all``'s host steps (the sweep effects).
     """
 
     storage: Any
@@ -86,6 +93,7 @@ class Ports:
     observers: Sequence[Observer] = field(default_factory=tuple)
     body: Callable[[], Any] | None = None
     runtime: Any = None
+    sweeper: Any = None
 
 
 def _storage_error(effect: StorageEffect, method: str, exc: Exception) -> AkchatError:
@@ -148,8 +156,8 @@ class _Started:
     finish: Callable[[Any], Any] = _identity
     #: A storage effect: its port's exceptions are mapped by :func:`_storage_error`.
     storage: StorageEffect | None = None
-    #: Which API to name when the flavour is wrong (RIGHT_API of the session, or the bridges').
-    session_api: bool = True
+    #: The API to name when the flavour is wrong, per flavour (``None``: the session's).
+    right: Mapping[str, str] | None = None
 
 
 def _raise_mapped(effect: StorageEffect, method: str, exc: Exception) -> NoReturn:
@@ -166,7 +174,9 @@ def _start(effect: PortEffect, ports: Ports) -> _Started:
     effect fails here, loudly, instead of being taken for some port's answer.
     """
     match effect:
-        case Load() | SaveSnapshot() | LoadRecord() | SaveRecord() | ListRecords():
+        case (
+            Load() | SaveSnapshot() | LoadRecord() | SaveRecord() | ListRecords() | ListProcessing()
+        ):
             return _store(effect, ports.storage)
         case ProposeUpstream(tool_call_id=tool_call_id, name=name, args=args):
             upstream = _port(ports, "upstream", NO_UPSTREAM)
@@ -186,11 +196,22 @@ def _start(effect: PortEffect, ports: Ports) -> _Started:
             return _Started(memory.load(), "memory.load", _record)
         case StartRuntime(args=args, kwargs=kwargs):
             runtime = _port(ports, "runtime", NO_RUNTIME)
-            return _Started(runtime.start(*args, **kwargs), "runtime.start", session_api=False)
+            return _Started(runtime.start(*args, **kwargs), "runtime.start", right=RIGHT_BRIDGE_API)
         case ResumeRuntime(run=run, decisions=decisions, guard=guard):
             runtime = _port(ports, "runtime", NO_RUNTIME)
             returned = runtime.resume(run, decisions, guard)
-            return _Started(returned, "runtime.resume", session_api=False)
+            return _Started(returned, "runtime.resume", right=RIGHT_BRIDGE_API)
+        case AskHost(session_id=session_id):
+            sweeper = _port(ports, "sweeper", NO_SWEEPER)
+            return _Started(sweeper.ask(session_id), "ports_for", right=RIGHT_SWEEP_API)
+        case ReconcileListed():
+            return _Started(
+                _port(ports, "sweeper", NO_SWEEPER).reconcile(effect), "sweeper.reconcile"
+            )
+        case Progress():
+            return _Started(
+                _port(ports, "sweeper", NO_SWEEPER).progress(effect), "sweeper.progress"
+            )
         case _:
             assert_never(effect)
 
@@ -213,14 +234,19 @@ def _store(effect: StorageEffect, storage: Any) -> _Started:
             kwargs = {"processing": effect.processing}
         case ListRecords(session_id=session_id, prefix=prefix):
             method, args = "list_records", (session_id, prefix)
+        case ListProcessing(written_before_ms=written_before_ms, limit=limit):
+            method, args = "list_processing", ()
+            kwargs = {"written_before_ms": written_before_ms, "limit": limit}
         case _:
             assert_never(effect)
-    records = not isinstance(effect, Load | SaveSnapshot)
+    records = isinstance(effect, LoadRecord | SaveRecord | ListRecords)
+    sweep = isinstance(effect, ListProcessing)
     try:
         returned = getattr(storage, method)(*args, **kwargs)
     except Exception as exc:
         _raise_mapped(effect, method, exc)
-    return _Started(returned, f"storage.{method}", storage=effect, session_api=not records)
+    right = RIGHT_BRIDGE_API if records else RIGHT_SWEEP_API if sweep else None
+    return _Started(returned, f"storage.{method}", storage=effect, right=right)
 
 
 def _statuses(value: Any) -> MemoryRead:
@@ -239,8 +265,8 @@ def _close(awaitable: object) -> None:
 
 
 def _refusal(started: _Started, *, asyncio_port: bool) -> ConfigError:
-    right = None if started.session_api else RIGHT_BRIDGE_API
-    return ConfigError(wrong_flavour(started.port, asyncio_port=asyncio_port, right=right))
+    message = wrong_flavour(started.port, asyncio_port=asyncio_port, right=started.right)
+    return ConfigError(message)
 
 
 def _run_body_sync(ports: Ports) -> BodyOutcome:

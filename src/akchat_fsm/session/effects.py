@@ -16,7 +16,7 @@ one ``match`` in the driver covers every effect any plan can yield.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
@@ -24,26 +24,31 @@ from ..core.effects import CallApprove, CallDeny, ProposeUpstream, SaveSnapshot
 from .observers import SessionEvent
 
 __all__ = [
+    "AskHost",
     "BodyOutcome",
     "BridgeEffect",
     "CallApprove",
     "CallDeny",
     "Effect",
     "Emit",
+    "ListProcessing",
     "ListRecords",
     "Load",
     "LoadRecord",
     "MemoryRead",
     "Plan",
     "PortEffect",
+    "Progress",
     "ProposeUpstream",
     "ReadMemory",
+    "ReconcileListed",
     "ResumeRuntime",
     "RunBody",
     "SaveRecord",
     "SaveSnapshot",
     "StartRuntime",
     "StorageEffect",
+    "SweepEffect",
 ]
 
 T = TypeVar("T")
@@ -155,13 +160,63 @@ class ResumeRuntime:
     guard: Any
 
 
+# --------------------------------------------------------------------------- the sweep
+# ``reconcile_all``'s steps (:mod:`akchat_fsm.session.sweep`): the processing index read, and
+# the host's side of each listed session, performed by the sweep's own port of its flavour.
+
+
+@dataclass(frozen=True, slots=True)
+class ListProcessing:
+    """``storage.list_processing(written_before_ms=..., limit=...)`` → the listed sessions."""
+
+    written_before_ms: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class AskHost:
+    """``ports_for(session_id)``: what to reconcile this session with, or ``None``."""
+
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileListed:
+    """Resume a listed session with the host's definition, then ``reconcile`` it with the
+    host's memory and upstream (or its bridge): the public calls, so every check they make
+    applies. → the reconcile outcomes, or the bridge's report."""
+
+    session_id: str
+    ports: Any
+    release_untouched: bool
+    clock: Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """``progress(session, done, total)``: tell the caller (a progress bar) one is done."""
+
+    session: Any
+    done: int
+    total: int
+
+
 #: What a driver performs through ``storage``; its failures are mapped once (reads changed
 #: nothing, writes may have applied).
-StorageEffect: TypeAlias = Load | SaveSnapshot | LoadRecord | SaveRecord | ListRecords
+StorageEffect: TypeAlias = (
+    Load | SaveSnapshot | LoadRecord | SaveRecord | ListRecords | ListProcessing
+)
 BridgeEffect: TypeAlias = StartRuntime | ResumeRuntime
+SweepEffect: TypeAlias = AskHost | ReconcileListed | Progress
 #: What a driver performs through a port: everything but ``Emit`` and ``RunBody``.
 PortEffect: TypeAlias = (
-    StorageEffect | ProposeUpstream | CallApprove | CallDeny | ReadMemory | BridgeEffect
+    StorageEffect
+    | ProposeUpstream
+    | CallApprove
+    | CallDeny
+    | ReadMemory
+    | BridgeEffect
+    | SweepEffect
 )
 Effect: TypeAlias = PortEffect | Emit | RunBody
 #: A plan yields effects, receives their results, and returns ``T``.
