@@ -54,6 +54,9 @@ UNPAIRED: dict[str, str] = {
     # The conformance kit's sync face over an asyncio adapter: a bridge *to* asyncio, not
     # the asyncio flavour of something.
     "testing._bridge.AsyncBridge": "a sync wrapper named for what it wraps",
+    # A bridge's session calls are plans (ADR-0121): one class for both flavours, whose
+    # methods build plans and do no I/O; the driver that runs them has the flavour.
+    "integrations._bridge_ports.BridgeSession": "builds plans; the driver has the flavour",
     # The `demo` command's world runs one synchronous story; it ships no asyncio flavour.
     "cli._demo_world.DemoUpstream": "the sync demo's upstream and memory",
     "cli._demo_world.ClientUpstream": "the sync demo's crashing client",
@@ -77,7 +80,6 @@ PLAIN_IN_BOTH: dict[str, str] = {
 MORE_THAN_ONE_LINE: dict[str, str] = {
     # The drivers are the one place the flavours differ (ADR-0060): ~10 lines each.
     "session.drivers.run_async": "the driver itself",
-    "integrations._bridge_io.run_async": "the driver itself",
     # The sync ledger refuses an ``async def`` body before anything is claimed (a static
     # check, ADR-0091); the asyncio ledger takes either kind of body.
     "integrations.ledger.AsyncToolLedger.execute": "refuses an async body, then the plan",

@@ -27,6 +27,7 @@ from akchat_fsm.integrations.ledger import (
     ledger_key,
     plan_settle_unknown,
 )
+from akchat_fsm.storage.memory import MemoryStorage
 
 SID = "s-ledger"
 ARGS = {"to": "a@example.com"}
@@ -443,3 +444,40 @@ def test_every_bridge_error_carries_its_record_and_is_not_a_confirmation_error()
     with pytest.raises(BridgeError) as lost:
         decide_settle_run(None, "n", snapshot="", calls=None, output=None, now_ms=1)
     assert isinstance(lost.value, RunClaimLost) and lost.value.record is None
+
+
+class _Answers:
+    """A callable object standing for a port method: only its answer shows its flavour."""
+
+    def __init__(self, method: Any) -> None:
+        self.method = method
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.method(*args, **kwargs)
+
+
+def _opaque_records(inner: MemoryStorage) -> Any:
+    class Opaque:
+        pass
+
+    storage = Opaque()
+    for name in ("load_record", "save_record", "list_records", "delete_record"):
+        setattr(storage, name, _Answers(getattr(inner, name)))
+    return storage
+
+
+def test_the_asyncio_ledger_refuses_a_record_port_whose_answer_is_not_awaitable() -> None:
+    # ADR-0121: the asyncio driver has one flavour policy; a plain answer is refused, never
+    # taken for the asyncio port's result (it used to be awaited "if awaitable").
+    ledger = AsyncToolLedger(_opaque_records(MemoryStorage()), "s-opaque")
+    with pytest.raises(ConfigError, match=r"storage\.load_record is synchronous.*ToolLedger"):
+        asyncio.run(ledger.get("c1"))
+
+
+def test_the_asyncio_ledger_adapts_a_sync_storage_when_it_is_built() -> None:
+    inner = MemoryStorage()
+    ledger = AsyncToolLedger(inner, "s-sync")
+    done = asyncio.run(ledger.execute("c1", "send", {"to": "a"}, lambda: "sent"))
+    assert done.ran and done.value == "sent"
+    assert ledger.storage is inner  # the host's object, as given
+    assert ToolLedger(inner, "s-sync").get("c1").state is ExecutionState.EXECUTED  # type: ignore[union-attr]

@@ -447,6 +447,27 @@ def test_ports_of_the_wrong_flavour_fail_that_session_only() -> None:
     assert "returned dict" in str(report.sessions[0].error)
 
 
+def test_an_async_ports_for_given_to_the_sync_sweep_fails_that_session_only() -> None:
+    # ADR-0121: one flavour policy; the host's coroutine is closed (it never ran), refused with
+    # the right function named, never taken for the session's ports.
+    storage = MemoryStorage()
+    host = crashed(storage, "s-async-host", ("before",))
+
+    async def ports_for(sid: str) -> SweepPorts:  # pragma: no cover - never awaited
+        return SweepPorts(DEFINITION, host, host)
+
+    report = reconcile_all(
+        storage,
+        ports_for,  # type: ignore[arg-type]
+        older_than_ms=FIVE_MINUTES,
+        clock=later(10),
+    )
+    (swept,) = report.sessions
+    assert isinstance(swept.error, ConfigError)
+    assert "ports_for is asyncio" in str(swept.error) and "reconcile_all_async" in str(swept.error)
+    assert statuses(storage, "s-async-host") == ["approving", "pending"]
+
+
 def test_an_index_that_fails_to_answer_is_storage_unavailable() -> None:
     class Down(MemoryStorage):
         def list_processing(self, **kwargs: Any) -> Any:

@@ -10,7 +10,6 @@ is all that survives; the client's plan is then abandoned.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +18,8 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from akchat_fsm.errors import OutcomeUnknown, StorageUnavailable
-from akchat_fsm.integrations._bridge_io import Effect, Invoke, _call, _invoke
+from akchat_fsm.session.drivers import Ports, execute_sync
+from akchat_fsm.session.effects import Effect
 
 CALLS_PER_RUN = 2
 
@@ -113,11 +113,9 @@ def build_agent(truth: Truth) -> Agent[None, Any]:
     return agent
 
 
-def perform(effect: Effect, storage: Any, ports: Mapping[str, Any]) -> Any:
-    """Perform one effect as the sync driver would (the plan gets the result)."""
-    if isinstance(effect, Invoke):
-        return _invoke(ports, effect)
-    return _call(storage, effect)  # type: ignore[arg-type]
+def perform(effect: Effect, ports: Ports) -> Any:
+    """Perform one effect as the sync driver does (the plan gets the result)."""
+    return execute_sync(effect, ports)
 
 
 class PlanStepper:

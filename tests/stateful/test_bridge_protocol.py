@@ -42,12 +42,12 @@ from akchat_fsm import ChatDefinition, resume_chat_session
 from akchat_fsm.errors import AkchatError
 from akchat_fsm.integrations._bridge import (
     BridgeContext,
-    _SessionPort,
     plan_continue,
     plan_decide,
     plan_start,
 )
-from akchat_fsm.integrations._bridge_io import Invoke, ListRecords, LoadRecord, SaveRecord
+from akchat_fsm.integrations._bridge_io import ListRecords, LoadRecord, SaveRecord
+from akchat_fsm.integrations._bridge_ports import BridgeSession
 from akchat_fsm.integrations._bridge_runs import (
     DECISION_PREFIX,
     RunRecord,
@@ -58,6 +58,14 @@ from akchat_fsm.integrations._bridge_runs import (
 from akchat_fsm.integrations.ledger import AsyncToolLedger, ExecutionState, ToolLedger
 from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge, _Runtime
 from akchat_fsm.machines.confirmation import ConfirmationEvent
+from akchat_fsm.session.drivers import Ports
+from akchat_fsm.session.effects import (
+    BridgeEffect,
+    Load,
+    ResumeRuntime,
+    SaveSnapshot,
+    StartRuntime,
+)
 from akchat_fsm.storage.memory import MemoryStorage
 from akchat_fsm.storage.sqlite import SQLiteStorage
 from akchat_fsm.testing.doubles import RecordingUpstream
@@ -82,10 +90,8 @@ FAULTS: dict[str, tuple[str, ...]] = {
     + ("unavailable", "crash-before")
     + ("crash-after",) * 2,
     "read": ("ok",) * 18 + ("unavailable", "crash-before"),
-    # a session operation: arm its first write (a CAS of the envelope or a denial record)
-    "session": ("ok",) * 15
-    + ("w:unknown", "w:unavailable", "w:crash-before", "w:crash-after")
-    + ("crash-before",),
+    # an observer event of a session plan the bridge composed: only a kill before it
+    "emit": ("ok",) * 19 + ("crash-before",),
     # the runtime (start / resume): arm its first write (a ledger claim) or the tool body
     "runtime": ("ok",) * 6
     + ("w:unknown", "w:unavailable", "w:crash-before", "w:crash-after") * 2
@@ -101,11 +107,11 @@ CHURN_KEEP = 1
 
 def fault_table(effect: Any) -> tuple[str, ...]:
     """The faults a draw can mean for ``effect``."""
-    if isinstance(effect, SaveRecord):
+    if isinstance(effect, SaveRecord | SaveSnapshot):
         return FAULTS["save"]
-    if isinstance(effect, LoadRecord | ListRecords):
+    if isinstance(effect, LoadRecord | ListRecords | Load):
         return FAULTS["read"]
-    return FAULTS["runtime" if effect.port == "runtime" else "session"]
+    return FAULTS["runtime" if isinstance(effect, StartRuntime | ResumeRuntime) else "emit"]
 
 
 class _Client:
@@ -145,15 +151,17 @@ class BridgeProtocol(RuleBasedStateMachine):
     def clock(self) -> int:
         return self.now
 
-    def ctx(self) -> BridgeContext:
+    def ctx(self, client: _Client) -> BridgeContext:
+        """The client's plans compose its session's plans: their loads, saves and events are
+        steps of the bridge plan, so a fault can fall between any two of them."""
         ledger = AsyncToolLedger(self.storage, self.session_id, owner="machine", clock=self.clock)
-        return BridgeContext(self.session_id, "pydantic-ai", "machine", self.clock, ledger)
+        session = BridgeSession(client.session, self.storage, TTL_MS)
+        return BridgeContext(
+            self.session_id, "pydantic-ai", "machine", self.clock, ledger, session=session
+        )
 
-    def ports(self, client: _Client) -> dict[str, Any]:
-        return {
-            "session": _SessionPort(client.session, self.storage, TTL_MS),
-            "runtime": _Runtime(self.agent),
-        }
+    def ports(self) -> Ports:
+        return Ports(self.storage, runtime=_Runtime(self.agent))
 
     def bridge(self) -> PydanticAIBridge:
         """A fault-free host (the recovery process, the humans at teardown)."""
@@ -174,8 +182,8 @@ class BridgeProtocol(RuleBasedStateMachine):
     def run_record(self, run_id: str) -> RunRecord | None:
         return RunRecord.from_stored(self.raw.load_record(self.session_id, f"run:{run_id}"))
 
-    def _plan(self, op: str, pick: int) -> Any:
-        ctx = self.ctx()
+    def _plan(self, client: _Client, op: str, pick: int) -> Any:
+        ctx = self.ctx(client)
         if op in INTENTS:
             bindings = self.bindings()
             live = [b.token for b in bindings if not b.status.is_terminal]
@@ -238,7 +246,7 @@ class BridgeProtocol(RuleBasedStateMachine):
                     DEFINITION, session_id=self.session_id, storage=self.storage, clock=self.clock
                 )
             client.op = op
-            client.run = PlanStepper(self._plan(op, pick))
+            client.run = PlanStepper(self._plan(client, op, pick))
             self._finish(client)
             return
         self._step(client, draw)
@@ -248,7 +256,7 @@ class BridgeProtocol(RuleBasedStateMachine):
         assert run is not None
         effect = run.next
         fault = fault_table(effect)[draw]
-        name = effect.method if isinstance(effect, Invoke) else type(effect).__name__
+        name = type(effect).__name__
         self.coverage[f"effect:{name}"] += 1
         if fault == "crash-before":
             return self._crash(client, f"before:{name}")
@@ -259,8 +267,8 @@ class BridgeProtocol(RuleBasedStateMachine):
         elif fault in ("unknown", "unavailable", "crash-after"):
             self.storage.armed = fault
         try:
-            value = perform(effect, self.storage, self.ports(client))
-            if fault == "crash-after" and isinstance(effect, Invoke):
+            value = perform(effect, self.ports())
+            if fault == "crash-after" and isinstance(effect, BridgeEffect):
                 raise Crash()  # the call returned; the process died before using the result
             if isinstance(effect, LoadRecord) and effect.key.startswith(DECISION_PREFIX):
                 self.coverage[f"read:decided:{'found' if value is not None else 'none'}"] += 1
@@ -423,12 +431,12 @@ class BridgeProtocol(RuleBasedStateMachine):
 #: reaches them only by chance (it depends on the seed); ``pinned_program`` drives each one
 #: on every run, so the floor only fails when the bridge made a point unreachable.
 FLOOR = (
-    "effect:resolve",
-    "effect:resume",
+    "effect:SaveSnapshot",
+    "effect:ResumeRuntime",
     "effect:SaveRecord",
-    "crash:in:resume:body:",
-    "crash:in:resume:w:",
-    "crash:in:resolve:",
+    "crash:in:ResumeRuntime:body:",
+    "crash:in:ResumeRuntime:w:",
+    "crash:in:SaveSnapshot:",
     "thrown:OutcomeUnknown",
     "continue:ok",
     "approve:ok",
@@ -438,8 +446,8 @@ FLOOR = (
 )
 
 
-def _is_invoke(method: str) -> Callable[[Any], bool]:
-    return lambda effect: isinstance(effect, Invoke) and effect.method == method
+def _is(kind: type) -> Callable[[Any], bool]:
+    return lambda effect: isinstance(effect, kind)
 
 
 def _start_and_step_to(
@@ -506,13 +514,13 @@ def pinned_program(machine: type[BridgeProtocol]) -> None:
         m.start_first_run()
         m.bridge_invariants()
         # an approval dies after its write applied; a recovery finishes it
-        _start_and_step_to(m, 2, "approve", _is_invoke("resolve"))
-        _step(m, 2, "w:crash-after", hits="crash:in:resolve:")
+        _start_and_step_to(m, 2, "approve", _is(SaveSnapshot))  # the claim (CAS#1)
+        _step(m, 2, "crash-after", hits="crash:in:SaveSnapshot:")
         # approving the other call continues the run, which dies inside the first tool body
         # after its side effect; a recovery finds that execution unknown and settles it; a
         # client continues the run to its end
-        _start_and_step_to(m, 0, "approve", _is_invoke("resume"), world="reconcile")
-        _step(m, 0, "body:crash-after", hits="crash:in:resume:body:")
+        _start_and_step_to(m, 0, "approve", _is(ResumeRuntime), world="reconcile")
+        _step(m, 0, "body:crash-after", hits="crash:in:ResumeRuntime:body:")
         _run(m, 1, "continue", "reconcile", hits=("reconcile:execution_unknown", "continue:ok"))
         # a new run, whose first record save applies with an unknown outcome
         _start_and_step_to(m, 0, "start", lambda effect: isinstance(effect, SaveRecord))
@@ -524,10 +532,10 @@ def pinned_program(machine: type[BridgeProtocol]) -> None:
         # applies
         _run(m, 0, "approve", hits=("approve:ok",))
         before = [_reached(m.coverage, p) for p in ("churn:pruned", "read:decided:found")]
-        _start_and_step_to(m, 1, "approve", _is_invoke("resume"), world="churn")
+        _start_and_step_to(m, 1, "approve", _is(ResumeRuntime), world="churn")
         after = [_reached(m.coverage, p) for p in ("churn:pruned", "read:decided:found")]
         assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
-        _step(m, 1, "w:crash-before", hits="crash:in:resume:w:")
+        _step(m, 1, "w:crash-before", hits="crash:in:ResumeRuntime:w:")
     finally:
         m.teardown()
 

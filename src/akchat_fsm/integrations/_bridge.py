@@ -3,8 +3,10 @@
 A runtime module (pydantic-ai, the OpenAI Agents SDK) supplies only a *runtime port*: ``start``
 a run and ``resume`` a paused one from its serialised state, each returning a
 :class:`RuntimeResult`, with approved tool bodies executed through the :class:`ExecutionGuard`
-it is given. Everything else is shared, written once as plans run by the drivers of
-:mod:`._bridge_io` (this module: the plans and the facades; :mod:`._bridge_ports`: the guard,
+it is given. Everything else is shared, written once as plans run by the session's drivers
+(:mod:`akchat_fsm.session.drivers`, ADR-0121; this module: the plans and the facades; the
+session and the runtime are reached through typed effects, ``ProposeCall``, ``ResumeRuntime``
+and the rest; :mod:`._bridge_ports`: the guard,
 the session's upstream and memory; :mod:`._bridge_runs`: the run record's decisions):
 
 * a paused run is saved as a run record (CAS create), then each call awaiting approval becomes
@@ -34,13 +36,14 @@ from typing import Any, Protocol, TypeVar
 
 from ..errors import ConfigError, OutcomeUnknown, StorageError
 from ..machines.confirmation import ConfirmationEvent
+from ..session.drivers import Ports, run_async, run_sync
+from ..session.effects import ResumeRuntime, StartRuntime
 from ..session.session import ReconcileOutcome
 from ..storage.checks import check_session_id, now_ms
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
 from ._bridge_io import (
     STORED_RECORD_HINT,
-    Invoke,
     ListRecords,
     LoadRecord,
     Plan,
@@ -48,16 +51,13 @@ from ._bridge_io import (
     require_records,
     stored_json,
 )
-from ._bridge_io import run_async as _run_async
-from ._bridge_io import run_sync as _run_sync
 from ._bridge_ports import (
     AsyncBridgeUpstream,
     AsyncLedgerMemory,
+    BridgeSession,
     BridgeUpstream,
     ExecutionGuard,
     LedgerMemory,
-    _AsyncSessionPort,
-    _SessionPort,
 )
 from ._bridge_runs import (
     RUN_PREFIX,
@@ -226,6 +226,13 @@ class BridgeContext:
     idempotent_tools: frozenset[str] = field(default_factory=frozenset)
     #: How long a continuation claim holds without a renewal (``None``: no lease).
     lease_ms: int | None = None
+    #: The session's plans the bridge plans compose (``None`` only for plans that need none).
+    session: BridgeSession | None = None
+
+    def confirmations(self) -> BridgeSession:
+        if self.session is None:  # pragma: no cover - every facade builds its context with one
+            raise ConfigError("This bridge plan needs its session.")
+        return self.session
 
     def guard(self, approved: frozenset[str], run: RunRecord | None = None) -> ExecutionGuard:
         """The guard for tool bodies; inside our continuation of ``run`` (with a lease), each
@@ -240,7 +247,7 @@ def _lease_renewer(
     ctx: BridgeContext, run_id: str, claim: str, lease_ms: int
 ) -> Callable[[], Awaitable[None]]:
     async def renew() -> None:
-        await _run_async(plan_renew(ctx, run_id, claim, lease_ms), ctx.ledger.storage)
+        await run_async(plan_renew(ctx, run_id, claim, lease_ms), Ports(ctx.ledger._io))
 
     return renew
 
@@ -277,10 +284,12 @@ def _save_run(ctx: BridgeContext, run: RunRecord, expected: int | None) -> Plan[
     return applied
 
 
-def _propose_all(calls: Sequence[PendingCall]) -> Plan[tuple[ConfirmationBinding, ...]]:
+def _propose_all(
+    ctx: BridgeContext, calls: Sequence[PendingCall]
+) -> Plan[tuple[ConfirmationBinding, ...]]:
     bindings = []
     for call in calls:
-        bindings.append((yield Invoke("session", "propose", (call,))))
+        bindings.append((yield from ctx.confirmations().propose(call)))
     return tuple(bindings)
 
 
@@ -295,7 +304,7 @@ def plan_start(
     """Claim the run id, run the agent; if it paused, save the run record (CAS create), then
     propose its calls."""
     yield from _claim_run_id(ctx, run_id)  # a bad or used run id is refused before the agent
-    result: RuntimeResult = yield Invoke("runtime", "start", args, kwargs)
+    result: RuntimeResult = yield StartRuntime(args, kwargs)
     if result.calls is None:
         return RunOutcome(run_id, "completed", result.output, snapshot=result.snapshot)
     run = decide_start_run(run_id, ctx.runtime, result.snapshot, result.calls, ctx.clock())
@@ -346,7 +355,7 @@ def _after_pause(ctx: BridgeContext, run: RunRecord) -> Plan[RunOutcome]:
     for call in run.approvals:
         with contextlib.suppress(OutcomeUnknown):  # an index is a hint: a scan is the fallback
             yield SaveRecord(ctx.session_id, _index_key(call.tool_call_id, run.run_id), "{}", None)
-    pending = yield from _propose_all(run.approvals)
+    pending = yield from _propose_all(ctx, run.approvals)
     return RunOutcome(run.run_id, "paused", None, pending, run.externals, run.snapshot)
 
 
@@ -381,18 +390,18 @@ def _readiness(ctx: BridgeContext, run: RunRecord, external: Mapping[str, Any]) 
     continuation claim stays true after it. While the run waits, each decided call is kept in
     a decision record too, read back for a call whose confirmation retention pruned (ADR-0103).
     """
-    bindings = yield Invoke("session", "cached_bindings")
+    bindings = ctx.confirmations().cached_bindings()
     readiness = decide_readiness(run, bindings, {}, external)
     if not readiness.ready:
-        bindings = yield Invoke("session", "bindings")
+        bindings = yield from ctx.confirmations().bindings()
         readiness = decide_readiness(run, bindings, {}, external)
     recorded: dict[str, ConfirmationStatus] = {}
     if readiness.unproposed:  # never proposed, or decided and then pruned by retention
         recorded = yield from _recorded_decisions(ctx, readiness.unproposed)
         readiness = decide_readiness(run, bindings, {}, external, recorded)
     if readiness.unproposed:
-        yield from _propose_all(readiness.unproposed)
-        bindings = yield Invoke("session", "bindings")
+        yield from _propose_all(ctx, readiness.unproposed)
+        bindings = yield from ctx.confirmations().bindings()
         readiness = decide_readiness(run, bindings, {}, external, recorded)
     if not readiness.ready:
         # The run waits: keep what is decided beyond the envelope's retention (ADR-0013).
@@ -488,9 +497,7 @@ def _resume(
     """Resume the runtime from our claim and save the run's next state from that claim."""
     approved = frozenset(d.tool_call_id for d in decisions if d.approved)
     try:
-        result: RuntimeResult = yield Invoke(
-            "runtime", "resume", (run, decisions, ctx.guard(approved, run))
-        )
+        result: RuntimeResult = yield ResumeRuntime(run, decisions, ctx.guard(approved, run))
     except Exception:  # never on GeneratorExit or a kill: a dead process releases nothing
         # Every body that ran is in the ledger, so the run may go back to paused: the next
         # continuation replays those bodies. If this save fails, reconcile recovers the claim.
@@ -550,7 +557,7 @@ def plan_decide(
     ctx: BridgeContext, token: str, intent: ConfirmationEvent, reason: str | None, go_on: bool
 ) -> Plan[Decided]:
     """Resolve one confirmation (the session's two CAS), then continue its run if now ready."""
-    binding: ConfirmationBinding = yield Invoke("session", "resolve", (token, intent, reason))
+    binding: ConfirmationBinding = yield from ctx.confirmations().resolve(token, intent, reason)
     if not go_on:
         return Decided(binding, None)
     run_id = yield from plan_find_run(ctx, binding.tool_call_id)
@@ -561,7 +568,7 @@ def plan_decide(
 
 def plan_expire_due(ctx: BridgeContext) -> Plan[tuple[RunOutcome, ...]]:
     """Expire every due confirmation, then continue the runs that became ready."""
-    expired: tuple[ConfirmationBinding, ...] = yield Invoke("session", "expire_due")
+    expired: tuple[ConfirmationBinding, ...] = yield from ctx.confirmations().expire_due()
     outcomes = []
     seen: set[str] = set()
     for binding in expired:
@@ -580,7 +587,7 @@ def plan_reconcile(ctx: BridgeContext) -> Plan[BridgeReport]:
     """
     from .ledger import ExecutionUnknown
 
-    confirmations = yield Invoke("session", "reconcile")
+    confirmations = yield from ctx.confirmations().reconcile()
     runs: list[RunOutcome] = []
     in_flight: set[str] = set()
     for key in (yield ListRecords(ctx.session_id, RUN_PREFIX)):
@@ -659,6 +666,7 @@ class _BridgeBase:
             guard_ledger,
             self.idempotent_tools,
             _check_lease(lease_ms),
+            BridgeSession(session, self.storage, ttl_ms),
         )
 
     def execution_guard(self, approved: Iterable[str] = ()) -> ExecutionGuard:
@@ -666,6 +674,11 @@ class _BridgeBase:
         new run's ungated calls: :meth:`ExecutionGuard.execute_ungated`); ``approved`` names
         calls it may run as approved. Continuations get theirs from ``resume``."""
         return self._ctx.guard(frozenset(approved))
+
+    def _ports(self, runtime: Any) -> Ports:
+        """One driver for the whole plan: the records, the session's own loads, saves and
+        events (to its observers as of now), and the runtime (ADR-0121)."""
+        return Ports(self.storage, observers=self._ctx.confirmations().observers, runtime=runtime)
 
     def _runtime(self) -> Any:  # pragma: no cover - each runtime module supplies its port
         raise NotImplementedError
@@ -749,11 +762,8 @@ class Bridge(_BridgeBase):
         )
 
     def _run(self, plan: Plan[T]) -> T:
-        ports = {
-            "session": _SessionPort(self.session, self.storage, self.ttl_ms),
-            "runtime": _OutsideALoop(self._runtime(), type(self).__name__),
-        }
-        return _run_sync(plan, self.storage, ports=ports)
+        runtime = _OutsideALoop(self._runtime(), type(self).__name__)
+        return run_sync(plan, self._ports(runtime))
 
     def _start(
         self, run_id: str | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]
@@ -819,11 +829,7 @@ class AsyncBridge(_BridgeBase):
         self.ledger = self._ctx.ledger
 
     async def _run(self, plan: Plan[T]) -> T:
-        ports = {
-            "session": _AsyncSessionPort(self.session, self.storage, self.ttl_ms),
-            "runtime": self._runtime(),
-        }
-        return await _run_async(plan, self.storage, ports=ports)
+        return await run_async(plan, self._ports(self._runtime()))
 
     async def _start(
         self, run_id: str | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]

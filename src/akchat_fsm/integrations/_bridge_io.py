@@ -1,15 +1,17 @@
-"""The I/O the ledger and the run records ask for, and the two drivers that perform it.
+"""What the ledger and the bridges share: their errors, the stored-record parser, storages.
 
 Like the session layer (ADR-0060), every ledger and run-record operation is written once as a
-plan: a generator that yields these effects and receives their results (or has their exception
-thrown into it). :func:`run_sync` needs a sync :class:`~akchat_fsm.storage.port.RecordStorage`
-and a sync body; :func:`run_async` awaits whatever is awaitable, so an asyncio host may pass an
-async or a sync storage and body (a runtime's async tool hook over a sync SQLite store, say).
+plan: a generator that yields effects and receives their results (or has their exception
+thrown into it). The effects are the session's vocabulary (:mod:`akchat_fsm.session.effects`:
+``LoadRecord``, ``SaveRecord``, ``ListRecords``, ``RunBody`` and the bridge's typed session and
+runtime calls), run by the session's two drivers (:mod:`akchat_fsm.session.drivers`), which map
+storage errors once and refuse a port of the wrong flavour before using its answer (ADR-0121).
+A body's exception is never mapped: it is handed to the plan as a :class:`BodyOutcome`,
+because only the plan knows what it must record before re-raising it.
 
-Storage exceptions that are not already ours are mapped here, once: a failed read changed
-nothing (:class:`StorageUnavailable`), a failed write may have applied (:class:`OutcomeUnknown`).
-A body's exception is never mapped: it is handed to the plan as a :class:`BodyOutcome`, because
-only the plan knows what it must record before re-raising it.
+An asyncio ledger over a *sync* storage (a runtime's async tool hook over a sync SQLite store)
+is adapted when it is built (:func:`asyncio_records`), not by a driver that awaits whatever is
+awaitable: the driver keeps one policy.
 
 Stored record text is parsed in one place, :func:`stored_json`, which bounds its size and
 nesting before parsing, so a hostile or corrupt record is a ``ConfigError`` (ADR-0103).
@@ -20,28 +22,28 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Generator
 from itertools import accumulate
 from typing import Any, TypeAlias, TypeVar
 
-from ..errors import AkchatError, ConfigError, OutcomeUnknown, StorageUnavailable
+from ..errors import AkchatError, ConfigError
+from ..session.drivers import ASYNC_BODY
+from ..session.effects import BodyOutcome, Effect, ListRecords, LoadRecord, RunBody, SaveRecord
 from ..storage.checks import MAX_RECORD_CHARS
 
 __all__ = [
+    "ASYNC_BODY",
     "MAX_RECORD_DEPTH",
     "BodyOutcome",
     "BridgeError",
     "Effect",
-    "Invoke",
     "ListRecords",
     "LoadRecord",
     "Plan",
     "RunBody",
     "SaveRecord",
+    "asyncio_records",
     "require_records",
-    "run_async",
-    "run_sync",
     "stored_json",
 ]
 
@@ -67,9 +69,6 @@ RECORDS_NEEDED = (
     "delete_record) that the tool-execution ledger and agent bridges need."
 )
 RECORDS_HINT = "Use a shipped adapter (memory, SQLite, PostgreSQL, Redis) or add the capability."
-ASYNC_BODY = "An async tool body was given to a sync API; use the async twin."
-ASYNC_STORAGE = "An asyncio storage was given to a sync API; use the async twin."
-ASYNC_PORT = "An asyncio session or runtime was given to a sync API; use the async twin."
 _RECORD_METHODS = ("load_record", "save_record", "list_records", "delete_record")
 
 
@@ -137,178 +136,46 @@ def require_records(storage: Any) -> Any:
     return storage
 
 
-@dataclass(frozen=True, slots=True)
-class LoadRecord:
-    """``storage.load_record(session_id, key)`` → ``(version, text)`` or ``None``."""
-
-    session_id: str
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class SaveRecord:
-    """``storage.save_record(...)`` → ``True`` (applied) or ``False`` (definite conflict)."""
-
-    session_id: str
-    key: str
-    text: str
-    expected_version: int | None
-    processing: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ListRecords:
-    """``storage.list_records(session_id, prefix)`` → sorted keys."""
-
-    session_id: str
-    prefix: str
-
-
-@dataclass(frozen=True, slots=True)
-class RunBody:
-    """Run the guarded tool body once; the result is a :class:`BodyOutcome`, never an error."""
-
-
-@dataclass(frozen=True, slots=True)
-class Invoke:
-    """Call ``method`` of the named port (the session, the runtime); its exception is thrown
-    into the plan unmapped, because only the plan knows what the failure leaves behind."""
-
-    port: str
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class BodyOutcome:
-    """What the body did: returned ``value``, or raised ``error``."""
-
-    value: Any = None
-    error: BaseException | None = None
-
-
-Effect: TypeAlias = LoadRecord | SaveRecord | ListRecords | RunBody | Invoke
 Plan: TypeAlias = Generator[Effect, Any, T]
-Body = Callable[[], Any]
 
 
-def _mapped(effect: Effect, exc: Exception) -> AkchatError:
-    if isinstance(exc, AkchatError):
-        return exc
-    err: AkchatError
-    if isinstance(effect, SaveRecord):
-        err = OutcomeUnknown(f"record save failed and may have applied: {exc!r}")
-    else:
-        err = StorageUnavailable(f"record read failed: {exc!r}")
-    err.__cause__ = exc
-    return err
+class _AsyncRecords:
+    """A sync ``RecordStorage`` given to the asyncio ledger: each call is made directly (it
+    blocks the event loop for its duration, as a sync SQLite store does) and its answer handed
+    back from a coroutine, so the asyncio driver sees an asyncio port like any other."""
 
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
 
-def _call(storage: Any, effect: LoadRecord | SaveRecord | ListRecords) -> Any:
-    """Issue the storage call (its result may be an awaitable for an async storage)."""
-    if isinstance(effect, LoadRecord):
-        return storage.load_record(effect.session_id, effect.key)
-    if isinstance(effect, SaveRecord):
-        return storage.save_record(
-            effect.session_id,
-            effect.key,
-            effect.text,
-            effect.expected_version,
-            processing=effect.processing,
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def load_record(self, session_id: str, key: str) -> Any:
+        return self.inner.load_record(session_id, key)
+
+    async def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> Any:
+        return self.inner.save_record(
+            session_id, key, text, expected_version, processing=processing
         )
-    return storage.list_records(effect.session_id, effect.prefix)
+
+    async def list_records(self, session_id: str, prefix: str = "") -> Any:
+        return self.inner.list_records(session_id, prefix)
+
+    async def delete_record(self, session_id: str, key: str) -> Any:
+        return self.inner.delete_record(session_id, key)
 
 
-def _advance(plan: Plan[Any], value: Any, error: Exception | None) -> tuple[bool, Any]:
-    try:
-        return False, plan.send(value) if error is None else plan.throw(error)
-    except StopIteration as stop:
-        return True, stop.value
-
-
-def _not_awaitable(value: Any, message: str) -> Any:
-    """A sync driver never holds an awaitable: close it and refuse (it never ran)."""
-    if inspect.isawaitable(value):
-        close = getattr(value, "close", None)
-        if close is not None:
-            close()
-        raise ConfigError(message)
-    return value
-
-
-def _no_body() -> Any:
-    raise ConfigError("This plan has no tool body to run.")
-
-
-def _run_sync_body(body: Body) -> BodyOutcome:
-    try:
-        result = body()
-    except Exception as exc:  # recorded by the plan, then re-raised by it
-        return BodyOutcome(error=exc)
-    try:
-        # An async body on the sync API never ran: never record a coroutine as its result.
-        return BodyOutcome(value=_not_awaitable(result, ASYNC_BODY))
-    except ConfigError as exc:
-        return BodyOutcome(error=exc)
-
-
-def _invoke(ports: Mapping[str, Any], effect: Invoke) -> Any:
-    return getattr(ports[effect.port], effect.method)(*effect.args, **effect.kwargs)
-
-
-def run_sync(
-    plan: Plan[T], storage: Any, body: Body = _no_body, ports: Mapping[str, Any] | None = None
-) -> T:
-    """Run ``plan`` to completion: the sync driver takes a sync storage, ``body`` and ports
-    (an awaitable is refused, ADR-0091); the asyncio driver awaits whatever is awaitable."""
-    done, out = _advance(plan, None, None)
-    while not done:
-        value: Any = None
-        error: Exception | None = None
-        if isinstance(out, RunBody):
-            value = _run_sync_body(body)
-        elif isinstance(out, Invoke):
-            try:
-                value = _not_awaitable(_invoke(ports or {}, out), ASYNC_PORT)
-            except Exception as exc:  # the plan decides what a failed call means
-                error = exc
-        else:
-            try:
-                value = _not_awaitable(_call(storage, out), ASYNC_STORAGE)
-            except Exception as exc:
-                error = _mapped(out, exc)
-        done, out = _advance(plan, value, error)
-    return out  # type: ignore[no-any-return]
-
-
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
-
-
-async def run_async(
-    plan: Plan[T], storage: Any, body: Body = _no_body, ports: Mapping[str, Any] | None = None
-) -> T:
-    """Run ``plan`` to completion: the sync driver takes a sync storage, ``body`` and ports
-    (an awaitable is refused, ADR-0091); the asyncio driver awaits whatever is awaitable."""
-    done, out = _advance(plan, None, None)
-    while not done:
-        value: Any = None
-        error: Exception | None = None
-        if isinstance(out, RunBody):
-            try:
-                value = BodyOutcome(value=await _maybe_await(body()))
-            except Exception as exc:  # recorded by the plan, then re-raised by it
-                value = BodyOutcome(error=exc)
-        elif isinstance(out, Invoke):
-            try:
-                value = await _maybe_await(_invoke(ports or {}, out))
-            except Exception as exc:  # the plan decides what a failed call means
-                error = exc
-        else:
-            try:
-                value = await _maybe_await(_call(storage, out))
-            except Exception as exc:
-                error = _mapped(out, exc)
-        done, out = _advance(plan, value, error)
-    return out  # type: ignore[no-any-return]
+def asyncio_records(storage: Any) -> Any:
+    """``storage`` for the asyncio driver: as is when its record methods are ``async def``
+    (or of a flavour only their results can tell: the driver checks those), else adapted."""
+    method = getattr(storage, "load_record", None)
+    plain = inspect.ismethod(method) or inspect.isfunction(method)
+    return _AsyncRecords(storage) if plain and not inspect.iscoroutinefunction(method) else storage

@@ -7,30 +7,34 @@
   reviewer's reason for the model);
 * :class:`LedgerMemory` is the session's chat memory for reconcile: a tool call's status is
   read from the ledger (``tool_call_statuses``, or a canonical memory record from ``load``);
-* ``_SessionPort`` holds the session calls the plans make (``Invoke("session", ...)``).
+* :class:`BridgeSession` holds the session calls the plans make: the session's own plans,
+  composed with ``yield from``, their upstream and memory effects answered as those two ports
+  would (ADR-0121).
 
 Each comes as a sync class and its asyncio twin; the logic they need is a plan, run by the
-drivers of :mod:`._bridge_io`.
+drivers of :mod:`akchat_fsm.session.drivers`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.records import EXPIRED_REASON, RECONCILED_REJECT_REASON
 from ..errors import ConfigError, ConfirmationError, OutcomeUnknown
 from ..machines.confirmation import ConfirmationEvent
+from ..session.drivers import Ports, _advance, run_async, run_sync
+from ..session.effects import CallApprove, CallDeny, Effect, MemoryRead, ProposeUpstream, ReadMemory
 from ..session.ports import ToolCallProposal
 from ..storage.checks import check_session_id, now_ms
+from ..wire.bounded import thaw
 from ..wire.session import ConfirmationBinding
 from ._bridge_io import ListRecords, LoadRecord, Plan, SaveRecord, require_records
-from ._bridge_io import run_async as _run_async
-from ._bridge_io import run_sync as _run_sync
 from ._bridge_runs import RUN_PREFIX, PendingCall, RunRecord, denial_key
 from .ledger import (
     AsyncToolLedger,
@@ -41,9 +45,12 @@ from .ledger import (
     plan_get,
 )
 
+T = TypeVar("T")
+
 __all__ = [
     "AsyncBridgeUpstream",
     "AsyncLedgerMemory",
+    "BridgeSession",
     "BridgeUpstream",
     "ExecutionGuard",
     "LedgerMemory",
@@ -53,6 +60,9 @@ __all__ = [
     "status_of",
 ]
 
+PROPOSED_BY_THE_BRIDGE = (
+    "Calls are proposed by the bridge when a run pauses, not through this upstream."
+)
 #: A call's arguments as the ledger digests them, and its body (sync or async).
 Args = Mapping[str, Any] | str | None
 Body = Callable[[], Awaitable[Any] | Any]
@@ -158,9 +168,7 @@ class _UpstreamBase:
 
     def _proposal(self, args: Mapping[str, Any]) -> ToolCallProposal:
         if self.call is None:
-            raise ConfigError(
-                "Calls are proposed by the bridge when a run pauses, not through this upstream."
-            )
+            raise ConfigError(PROPOSED_BY_THE_BRIDGE)
         return ToolCallProposal(self.call.tool_call_id, self.call.tool, args)
 
 
@@ -178,7 +186,7 @@ class BridgeUpstream(_UpstreamBase):
         return None
 
     def deny(self, tool_call_id: str, reason: str) -> None:
-        _run_sync(plan_record_denial(self.session_id, tool_call_id, reason), self.storage)
+        run_sync(plan_record_denial(self.session_id, tool_call_id, reason), Ports(self.storage))
 
 
 class AsyncBridgeUpstream(_UpstreamBase):
@@ -193,7 +201,9 @@ class AsyncBridgeUpstream(_UpstreamBase):
         return None
 
     async def deny(self, tool_call_id: str, reason: str) -> None:
-        await _run_async(plan_record_denial(self.session_id, tool_call_id, reason), self.storage)
+        await run_async(
+            plan_record_denial(self.session_id, tool_call_id, reason), Ports(self.storage)
+        )
 
 
 _STATUS = {ExecutionState.EXECUTED: "complete", ExecutionState.EXECUTING: "running"}
@@ -243,89 +253,127 @@ def plan_memory_record(session_id: str) -> Plan[dict[str, Any]]:
     return {"version": 1, "messages": [message] if tool_calls else []}
 
 
-class LedgerMemory:
+class _LedgerMemoryBase:
+    def __init__(self, storage: Any, session_id: str) -> None:
+        self.storage = require_records(storage)
+        self.session_id = check_session_id(session_id)
+
+
+class LedgerMemory(_LedgerMemoryBase):
     """The session's ``ChatMemory`` for bridged runs: tool-call statuses read from the ledger.
 
     ``tool_call_statuses(ids)`` is the direct port; ``load()`` builds the canonical memory
     record for reconcilers that read messages.
     """
 
-    def __init__(self, storage: Any, session_id: str) -> None:
-        self.storage = require_records(storage)
-        self.session_id = check_session_id(session_id)
-
     def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> Mapping[str, str]:
-        return _run_sync(plan_tool_call_statuses(self.session_id, tool_call_ids), self.storage)
-
-    def load(self) -> dict[str, Any]:
-        return _run_sync(plan_memory_record(self.session_id), self.storage)
-
-
-class AsyncLedgerMemory(LedgerMemory):
-    """The asyncio twin of :class:`LedgerMemory`."""
-
-    async def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> Mapping[str, str]:  # type: ignore[override]
-        return await _run_async(
-            plan_tool_call_statuses(self.session_id, tool_call_ids), self.storage
+        return run_sync(
+            plan_tool_call_statuses(self.session_id, tool_call_ids), Ports(self.storage)
         )
 
-    async def load(self) -> dict[str, Any]:  # type: ignore[override]
-        return await _run_async(plan_memory_record(self.session_id), self.storage)
+    def load(self) -> dict[str, Any]:
+        return run_sync(plan_memory_record(self.session_id), Ports(self.storage))
 
 
-# --------------------------------------------------------------------------- session ports
+class AsyncLedgerMemory(_LedgerMemoryBase):
+    """The asyncio twin of :class:`LedgerMemory`."""
+
+    async def tool_call_statuses(self, tool_call_ids: Sequence[str]) -> Mapping[str, str]:
+        return await run_async(
+            plan_tool_call_statuses(self.session_id, tool_call_ids), Ports(self.storage)
+        )
+
+    async def load(self) -> dict[str, Any]:
+        return await run_async(plan_memory_record(self.session_id), Ports(self.storage))
 
 
-class _SessionPort:
-    """The session calls the bridge plans make (``Invoke("session", ...)``), sync flavour."""
+# --------------------------------------------------------------------------- the session
+
+
+def _answer(effect: Effect, session_id: str, call: PendingCall | None) -> Plan[Any]:
+    """What the bridge answers for a session plan's upstream or memory effect; any other
+    effect (a load, a save, an event) goes on to the driver."""
+    match effect:
+        case ProposeUpstream(args=args):
+            if call is None:  # pragma: no cover - only BridgeSession.propose proposes
+                raise ConfigError(PROPOSED_BY_THE_BRIDGE)
+            return ToolCallProposal(call.tool_call_id, call.tool, thaw(args))
+        case CallApprove():
+            return None  # no side effect: the approved body runs later, through the ledger
+        case CallDeny(tool_call_id=tool_call_id, reason=reason):
+            return (yield from plan_record_denial(session_id, tool_call_id, reason))
+        case ReadMemory(tool_call_ids=ids):
+            return MemoryRead(statuses=(yield from plan_tool_call_statuses(session_id, ids)))
+        case _:
+            return (yield effect)
+
+
+def _bridged(plan: Plan[T], session_id: str, call: PendingCall | None = None) -> Plan[T]:
+    """The session's ``plan`` with the bridge as its upstream and the ledger as its memory.
+
+    Composed into the bridge plan, so the session's own effects flow through the bridge's
+    driver (one driver, no nested run): what :class:`BridgeUpstream` and
+    :class:`LedgerMemory` do as ports, done here as sub-plans.
+    """
+    try:
+        done, out = _advance(plan, None, None)
+        while not done:
+            value, error = None, None
+            try:
+                value = yield from _answer(out, session_id, call)
+            except Exception as exc:  # the session plan decides what a failed effect means
+                error = exc
+            done, out = _advance(plan, value, error)
+        return out  # type: ignore[no-any-return]
+    finally:
+        plan.close()  # a crash (GeneratorExit) abandons the session plan too
+
+
+class BridgeSession:
+    """The session calls the bridge plans make, each a plan of the session's own composed
+    with ``yield from`` (ADR-0121), in either flavour: the driver decides."""
 
     def __init__(self, session: Any, storage: Any, ttl_ms: int) -> None:
         self.session, self.storage, self.ttl_ms = session, storage, ttl_ms
+        self.session_id: str = session.session_id
+        asyncio = inspect.iscoroutinefunction(getattr(session, "reload", None))
+        # The ports the session checks (flavour) before it builds a plan; never called here.
+        self._upstream: type[Any] = AsyncBridgeUpstream if asyncio else BridgeUpstream
+        self._memory: type[Any] = AsyncLedgerMemory if asyncio else LedgerMemory
 
-    def _coordinator(self, call: PendingCall | None = None) -> Any:
-        upstream = BridgeUpstream(self.storage, self.session.session_id, call)
+    @property
+    def observers(self) -> Any:
+        """The session's observers as of now (the bridge's driver delivers its events)."""
+        return self.session._ports.observers
+
+    def _coordinator(self) -> Any:
+        upstream = self._upstream(self.storage, self.session_id)
         return self.session.confirmations_for(upstream, ttl_ms=self.ttl_ms)
-
-    def bindings(self) -> tuple[ConfirmationBinding, ...]:
-        self.session.reload()
-        return tuple(self.session.confirmations)
 
     def cached_bindings(self) -> tuple[ConfirmationBinding, ...]:
         """The session object's copy: as of its last read or applied save (no I/O)."""
         return tuple(self.session.confirmations)
 
-    def propose(self, call: PendingCall) -> Any:
-        return self._coordinator(call).propose(call.tool, call.args)
-
-    def resolve(self, token: str, intent: ConfirmationEvent, reason: str | None) -> Any:
-        coordinator = self._coordinator()
-        if intent is ConfirmationEvent.APPROVE:
-            return coordinator.approve(token)
-        if intent is ConfirmationEvent.REJECT:
-            return coordinator.reject(token, reason=reason)
-        return coordinator.expire(token)
-
-    def expire_due(self) -> Any:
-        return self._coordinator().expire_due()
-
-    def reconcile(self) -> Any:
-        memory = LedgerMemory(self.storage, self.session.session_id)
-        upstream = BridgeUpstream(self.storage, self.session.session_id)
-        return self.session.reconcile(memory, upstream=upstream)
-
-
-class _AsyncSessionPort(_SessionPort):
-    """The asyncio twin of :class:`_SessionPort` (the driver awaits what these return)."""
-
-    def _coordinator(self, call: PendingCall | None = None) -> Any:
-        upstream = AsyncBridgeUpstream(self.storage, self.session.session_id, call)
-        return self.session.confirmations_for(upstream, ttl_ms=self.ttl_ms)
-
-    async def bindings(self) -> tuple[ConfirmationBinding, ...]:  # type: ignore[override]
-        await self.session.reload()
+    def bindings(self) -> Plan[tuple[ConfirmationBinding, ...]]:
+        """Re-read the session, then its bindings."""
+        yield from self.session._reload()
         return tuple(self.session.confirmations)
 
-    def reconcile(self) -> Any:
-        memory = AsyncLedgerMemory(self.storage, self.session.session_id)
-        upstream = AsyncBridgeUpstream(self.storage, self.session.session_id)
-        return self.session.reconcile(memory, upstream=upstream)
+    def propose(self, call: PendingCall) -> Plan[ConfirmationBinding]:
+        plan = self._coordinator()._propose(call.tool, call.args)
+        return _bridged(plan, self.session_id, call)
+
+    def resolve(
+        self, token: str, intent: ConfirmationEvent, reason: str | None
+    ) -> Plan[ConfirmationBinding]:
+        plan = self._coordinator()._resolve(token, intent, None, reason)
+        return _bridged(plan, self.session_id)
+
+    def expire_due(self) -> Plan[tuple[ConfirmationBinding, ...]]:
+        return _bridged(self._coordinator()._expire_due(), self.session_id)
+
+    def reconcile(self) -> Plan[Any]:
+        memory = self._memory(self.storage, self.session_id)
+        upstream = self._upstream(self.storage, self.session_id)
+        plan, _ = self.session._reconcile(memory, upstream, False)
+        return _bridged(plan, self.session_id)

@@ -48,6 +48,7 @@ from ..errors import (
 )
 from ..machines.execution import ExecutionEvent, ExecutionState
 from ..machines.tables import EXECUTION_TABLE, MACHINES
+from ..session.drivers import Ports, run_async, run_sync
 from ..storage.checks import check_record_key, check_session_id, now_ms
 from ._bridge_io import (
     ASYNC_BODY,
@@ -58,9 +59,8 @@ from ._bridge_io import (
     Plan,
     RunBody,
     SaveRecord,
+    asyncio_records,
     require_records,
-    run_async,
-    run_sync,
     stored_json,
 )
 
@@ -677,6 +677,8 @@ class _LedgerBase:
         encode: Callable[[Any], Any] = default_encode,
     ) -> None:
         self.storage = require_records(storage)
+        #: The storage as this ledger's driver calls it (adapted for the asyncio one).
+        self._io = self._records(self.storage)
         self.session_id = check_session_id(session_id)
         self.owner = owner or default_owner()
         self._clock = clock
@@ -720,6 +722,10 @@ class _LedgerBase:
             now_ms=self._clock(),
         )
 
+    @staticmethod
+    def _records(storage: Any) -> Any:
+        return storage
+
 
 class ToolLedger(_LedgerBase):
     """The ledger of one session over a sync ``RecordStorage``.
@@ -744,33 +750,41 @@ class ToolLedger(_LedgerBase):
         """
         if inspect.iscoroutinefunction(body):
             raise ConfigError(ASYNC_BODY)
-        return run_sync(self._execute(tool_call_id, tool, args, idempotent), self.storage, body)
+        return run_sync(
+            self._execute(tool_call_id, tool, args, idempotent), Ports(self._io, body=body)
+        )
 
     def get(self, tool_call_id: str) -> LedgerEntry | None:
-        return run_sync(plan_get(self.session_id, tool_call_id), self.storage)
+        return run_sync(plan_get(self.session_id, tool_call_id), Ports(self._io))
 
     def entries(self) -> tuple[LedgerEntry, ...]:
-        return run_sync(plan_entries(self.session_id), self.storage)
+        return run_sync(plan_entries(self.session_id), Ports(self._io))
 
     def unknown(self) -> tuple[LedgerEntry, ...]:
         """Entries claimed and never finished (``execution_unknown`` for operators)."""
-        return run_sync(plan_unknown(self.session_id), self.storage)
+        return run_sync(plan_unknown(self.session_id), Ports(self._io))
 
     def settle(
         self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
     ) -> LedgerEntry:
         """Settle an unknown execution: it ``ran`` (with ``result``), or it did not (released)."""
-        return run_sync(self._settle(tool_call_id, ran, result, operator), self.storage)
+        return run_sync(self._settle(tool_call_id, ran, result, operator), Ports(self._io))
 
     def settle_unknown(
         self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
     ) -> LedgerEntry:
         """Settle only if the outcome is still unknown, in one CAS; else :class:`SettleRefused`."""
-        return run_sync(self._settle_unknown(tool_call_id, ran, result, operator), self.storage)
+        return run_sync(self._settle_unknown(tool_call_id, ran, result, operator), Ports(self._io))
 
 
 class AsyncToolLedger(_LedgerBase):
-    """The asyncio twin of :class:`ToolLedger`: async or sync storage, async or sync body."""
+    """The asyncio twin of :class:`ToolLedger`: async or sync storage, async or sync body.
+
+    A sync storage is adapted here, once (its calls block the loop while they run), so the
+    asyncio driver refuses any port that is not asyncio (ADR-0121).
+    """
+
+    _records = staticmethod(asyncio_records)
 
     async def execute(
         self,
@@ -787,29 +801,29 @@ class AsyncToolLedger(_LedgerBase):
         outcome (unless ``idempotent``), and re-raises the body's own exception once recorded.
         """
         return await run_async(
-            self._execute(tool_call_id, tool, args, idempotent), self.storage, body
+            self._execute(tool_call_id, tool, args, idempotent), Ports(self._io, body=body)
         )
 
     async def get(self, tool_call_id: str) -> LedgerEntry | None:
-        return await run_async(plan_get(self.session_id, tool_call_id), self.storage)
+        return await run_async(plan_get(self.session_id, tool_call_id), Ports(self._io))
 
     async def entries(self) -> tuple[LedgerEntry, ...]:
-        return await run_async(plan_entries(self.session_id), self.storage)
+        return await run_async(plan_entries(self.session_id), Ports(self._io))
 
     async def unknown(self) -> tuple[LedgerEntry, ...]:
         """Entries claimed and never finished (``execution_unknown`` for operators)."""
-        return await run_async(plan_unknown(self.session_id), self.storage)
+        return await run_async(plan_unknown(self.session_id), Ports(self._io))
 
     async def settle(
         self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
     ) -> LedgerEntry:
         """Settle an unknown execution: it ``ran`` (with ``result``), or it did not (released)."""
-        return await run_async(self._settle(tool_call_id, ran, result, operator), self.storage)
+        return await run_async(self._settle(tool_call_id, ran, result, operator), Ports(self._io))
 
     async def settle_unknown(
         self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
     ) -> LedgerEntry:
         """Settle only if the outcome is still unknown, in one CAS; else :class:`SettleRefused`."""
         return await run_async(
-            self._settle_unknown(tool_call_id, ran, result, operator), self.storage
+            self._settle_unknown(tool_call_id, ran, result, operator), Ports(self._io)
         )

@@ -11,7 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ._bridge_io import ListRecords, LoadRecord, Plan, run_async, run_sync
+from ..session.drivers import Ports, run_async, run_sync
+from ._bridge_io import ListRecords, LoadRecord, Plan, asyncio_records
 from ._bridge_runs import RUN_PREFIX, RunRecord, RunState
 from .ledger import LedgerEntry, plan_entries
 
@@ -97,13 +98,17 @@ def plan_bridge_records(session_id: str) -> Plan[BridgeRecords]:
     return BridgeRecords(tuple(runs), tuple(entries))
 
 
+def _plan_read(storage: Any, session_id: str) -> Plan[BridgeRecords | None]:
+    if not has_records(storage):  # no I/O: the records read only what the storage can hold
+        return None
+    return (yield from plan_bridge_records(session_id))
+
+
 def read_bridge_records(storage: Any, session_id: str) -> BridgeRecords | None:
     """The session's bridge records, or ``None`` when ``storage`` cannot hold any."""
-    return run_sync(plan_bridge_records(session_id), storage) if has_records(storage) else None
+    return run_sync(_plan_read(storage, session_id), Ports(storage))
 
 
 async def read_bridge_records_async(storage: Any, session_id: str) -> BridgeRecords | None:
     """The session's bridge records, or ``None`` when ``storage`` cannot hold any."""
-    return (
-        await run_async(plan_bridge_records(session_id), storage) if has_records(storage) else None
-    )
+    return await run_async(_plan_read(storage, session_id), Ports(asyncio_records(storage)))

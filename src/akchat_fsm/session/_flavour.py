@@ -13,6 +13,7 @@ function.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Literal
 
 from ..errors import ConfigError
@@ -34,17 +35,19 @@ RIGHT_API = {
 MEMORY_METHODS = ("tool_call_statuses", "load")
 
 
-def wrong_flavour(port: str, *, asyncio_port: bool) -> str:
+def wrong_flavour(port: str, *, asyncio_port: bool, right: Mapping[str, str] | None = None) -> str:
     """The message for a port *call* whose result shows the wrong flavour (the drivers' check:
-    the method was called, and its result says which flavour it is)."""
+    the method was called, and its result says which flavour it is). ``right`` names the
+    API to use per flavour of the port (default: the session's)."""
+    use = RIGHT_API if right is None else right
     if asyncio_port:
         return (
             f"{port} is asyncio (it returned an awaitable) but was given to the synchronous "
-            f"API; use {RIGHT_API['async']}."
+            f"API; use {use['async']}."
         )
     return (
         f"{port} is synchronous (it did not return an awaitable) but was given to the asyncio "
-        f"API; use {RIGHT_API['sync']}."
+        f"API; use {use['sync']}."
     )
 
 

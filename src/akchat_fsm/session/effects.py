@@ -7,12 +7,16 @@ plan effect by effect, which is how the stateful suites interleave clients and i
 between any two steps.
 
 The save and upstream effects are the core's own (:mod:`akchat_fsm.core.effects`), under the
-same names; the shell adds the reads (storage, memory) and observer delivery.
+same names; the shell adds the reads (storage, memory) and observer delivery. The ledger and the
+agent bridges (:mod:`akchat_fsm.integrations`) plan with the same vocabulary, run by the same
+drivers: the record effects (the ``RecordStorage`` capability), the tool body, and the typed
+calls a bridge makes on its runtime (ADR-0121). They are plain values here, so
+one ``match`` in the driver covers every effect any plan can yield.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
@@ -20,17 +24,31 @@ from ..core.effects import CallApprove, CallDeny, ProposeUpstream, SaveSnapshot
 from .observers import SessionEvent
 
 __all__ = [
+    "AskHost",
+    "BodyOutcome",
+    "BridgeEffect",
     "CallApprove",
     "CallDeny",
     "Effect",
     "Emit",
+    "ListProcessing",
+    "ListRecords",
     "Load",
+    "LoadRecord",
     "MemoryRead",
     "Plan",
     "PortEffect",
+    "Progress",
     "ProposeUpstream",
     "ReadMemory",
+    "ReconcileListed",
+    "ResumeRuntime",
+    "RunBody",
+    "SaveRecord",
     "SaveSnapshot",
+    "StartRuntime",
+    "StorageEffect",
+    "SweepEffect",
 ]
 
 T = TypeVar("T")
@@ -75,8 +93,131 @@ class Emit:
     event: SessionEvent
 
 
-#: What a driver performs through a port (storage, upstream, memory): everything but ``Emit``.
-PortEffect: TypeAlias = Load | SaveSnapshot | ProposeUpstream | CallApprove | CallDeny | ReadMemory
-Effect: TypeAlias = PortEffect | Emit
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRecord:
+    """``storage.load_record(session_id, key)`` → ``(version, text)`` or ``None``."""
+
+    session_id: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class SaveRecord:
+    """``storage.save_record(...)`` → ``True`` (applied) or ``False`` (definite conflict)."""
+
+    session_id: str
+    key: str
+    text: str
+    expected_version: int | None
+    processing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ListRecords:
+    """``storage.list_records(session_id, prefix)`` → sorted keys."""
+
+    session_id: str
+    prefix: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunBody:
+    """Run the guarded tool body once; the result is a :class:`BodyOutcome`, never an error."""
+
+
+@dataclass(frozen=True, slots=True)
+class BodyOutcome:
+    """What the body did: returned ``value``, or raised ``error``."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+
+# --------------------------------------------------------------------------- bridge calls
+# A bridge's calls on its agent runtime (start or resume). Their exceptions reach the plan
+# unmapped: only the plan knows what a failure leaves behind. A bridge's calls on its session
+# are no effects: a bridge plan composes the session's own plans (``yield from``), so their
+# loads, saves and events are effects of the bridge plan itself (ADR-0121).
+
+
+@dataclass(frozen=True, slots=True)
+class StartRuntime:
+    """``runtime.start(*args, **kwargs)`` → the runtime's result for a new run."""
+
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeRuntime:
+    """``runtime.resume(run, decisions, guard)`` → the runtime's result for a continuation."""
+
+    run: Any
+    decisions: tuple[Any, ...]
+    guard: Any
+
+
+# --------------------------------------------------------------------------- the sweep
+# ``reconcile_all``'s steps (:mod:`akchat_fsm.session.sweep`): the processing index read, and
+# the host's side of each listed session, performed by the sweep's own port of its flavour.
+
+
+@dataclass(frozen=True, slots=True)
+class ListProcessing:
+    """``storage.list_processing(written_before_ms=..., limit=...)`` → the listed sessions."""
+
+    written_before_ms: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class AskHost:
+    """``ports_for(session_id)``: what to reconcile this session with, or ``None``."""
+
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileListed:
+    """Resume a listed session with the host's definition, then ``reconcile`` it with the
+    host's memory and upstream (or its bridge): the public calls, so every check they make
+    applies. → the reconcile outcomes, or the bridge's report."""
+
+    session_id: str
+    ports: Any
+    release_untouched: bool
+    clock: Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """``progress(session, done, total)``: tell the caller (a progress bar) one is done."""
+
+    session: Any
+    done: int
+    total: int
+
+
+#: What a driver performs through ``storage``; its failures are mapped once (reads changed
+#: nothing, writes may have applied).
+StorageEffect: TypeAlias = (
+    Load | SaveSnapshot | LoadRecord | SaveRecord | ListRecords | ListProcessing
+)
+BridgeEffect: TypeAlias = StartRuntime | ResumeRuntime
+SweepEffect: TypeAlias = AskHost | ReconcileListed | Progress
+#: What a driver performs through a port: everything but ``Emit`` and ``RunBody``.
+PortEffect: TypeAlias = (
+    StorageEffect
+    | ProposeUpstream
+    | CallApprove
+    | CallDeny
+    | ReadMemory
+    | BridgeEffect
+    | SweepEffect
+)
+Effect: TypeAlias = PortEffect | Emit | RunBody
 #: A plan yields effects, receives their results, and returns ``T``.
 Plan: TypeAlias = Generator[Effect, Any, T]

@@ -154,6 +154,10 @@ class _SessionBase:
         )
         return plan, ports
 
+    def _reload(self) -> Plan[None]:
+        """The re-read plan (a bridge plan composes it: ADR-0121)."""
+        return reload(self._holder)
+
     def _ports_with(self, upstream: object = None, memory: object = None) -> Ports:
         return Ports(
             self._ports.storage,
@@ -213,6 +217,9 @@ class _CoordinatorBase(Generic[SessionT]):
             self.session._holder, token, intent, reason=reason, session_id=session_id
         )
 
+    def _expire_due(self) -> Plan[tuple[ConfirmationBinding, ...]]:
+        return _confirm.plan_expire_due(self.session._holder)
+
     def get_by_tool_call(self, tool_call_id: str) -> ConfirmationBinding | None:
         return self.session.get_by_tool_call(tool_call_id)
 
@@ -238,7 +245,7 @@ class ChatSession(_SessionBase):
 
     def reload(self) -> None:
         """Re-read storage (validated like resume); drops nothing durable."""
-        self._run(reload(self._holder))
+        self._run(self._reload())
 
     def persist(self, *, attempts: int = 1) -> int:
         """One CAS save of the current envelope; returns the new cursor."""
@@ -326,7 +333,7 @@ class ConfirmationCoordinator(_CoordinatorBase[ChatSession]):
     def expire_due(self) -> tuple[ConfirmationBinding, ...]:
         """Expire every pending record due on the session clock (re-read first); returns those
         this call expired. Records resolved or claimed elsewhere meanwhile are skipped."""
-        return self._run(_confirm.plan_expire_due(self.session._holder))
+        return self._run(self._expire_due())
 
 
 class AsyncChatSession(_SessionBase):
@@ -344,7 +351,7 @@ class AsyncChatSession(_SessionBase):
 
     async def reload(self) -> None:
         """Re-read storage (validated like resume); drops nothing durable."""
-        await self._run(reload(self._holder))
+        await self._run(self._reload())
 
     async def persist(self, *, attempts: int = 1) -> int:
         """One CAS save of the current envelope; returns the new cursor."""
@@ -428,7 +435,7 @@ class AsyncConfirmationCoordinator(_CoordinatorBase[AsyncChatSession]):
     async def expire_due(self) -> tuple[ConfirmationBinding, ...]:
         """Expire every pending record due on the session clock (re-read first); returns those
         this call expired. Records resolved or claimed elsewhere meanwhile are skipped."""
-        return await self._run(_confirm.plan_expire_due(self.session._holder))
+        return await self._run(self._expire_due())
 
 
 # --------------------------------------------------------------------------- entry points

@@ -18,10 +18,11 @@ a session after its reconcile is found by listing the index once more at the end
 such a session is reported ``execution_unknown``, never ``settled`` (docs/reconciliation.md,
 ADR-0102).
 
-The sweep is written once, as a plan of :class:`_Step` requests (list, ask the host, reconcile
-one session, report progress); :func:`reconcile_all` and :func:`reconcile_all_async` only
-execute them, as every session operation's plan is run by a sync or an async driver (ADR-0060,
-ADR-0094). Reconciling one session is the public ``resume_chat_session`` + ``reconcile`` pair
+The sweep is written once, as a plan of effects (list the index, ask the host, reconcile one
+session, report progress: :mod:`akchat_fsm.session.effects`); :func:`reconcile_all` and
+:func:`reconcile_all_async` run it on the drivers every plan runs on (ADR-0060, ADR-0094,
+ADR-0121), with the sweep's host side as a port of their flavour (``_Sweeper``). Reconciling
+one session is the public ``resume_chat_session`` + ``reconcile`` pair
 (or their asyncio twins), so its checks and rules are exactly those of a hand-written loop.
 """
 
@@ -33,10 +34,12 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, TypeAlias
 
-from ..errors import AkchatError, ConfigError, StorageUnavailable
+from ..errors import AkchatError, ConfigError
 from ..storage.port import AsyncSessionStorage, ProcessingSession, SessionStorage
 from ._confirm import ReconcileOutcome
 from .definition import ChatDefinition
+from .drivers import Ports, run_async, run_sync
+from .effects import AskHost, Effect, ListProcessing, Progress, ReconcileListed
 from .ports import AsyncChatMemory, AsyncUpstreamChat, ChatMemory, UpstreamChat
 from .session import (
     AsyncChatSession,
@@ -210,43 +213,7 @@ class SweepReport:
 # --------------------------------------------------------------------------- the plan
 
 
-@dataclass(frozen=True)
-class _List:
-    """``storage.list_processing(written_before_ms=..., limit=...)``."""
-
-    written_before_ms: int
-    limit: int
-
-
-@dataclass(frozen=True)
-class _AskHost:
-    """``ports_for(session_id)``: what to reconcile this session with, or ``None``."""
-
-    session_id: str
-
-
-@dataclass(frozen=True)
-class _Reconcile:
-    """Resume the session with the host's definition, then ``reconcile`` it with the host's
-    memory and upstream: the public calls, so every check they make applies here too."""
-
-    session_id: str
-    ports: SweepPorts | AsyncSweepPorts
-    release_untouched: bool
-    clock: Callable[[], int]
-
-
-@dataclass(frozen=True)
-class _Progress:
-    """``progress(session, done, total)``: tell the caller (a progress bar) one is done."""
-
-    session: SweptSession
-    done: int
-    total: int
-
-
-_Step: TypeAlias = _List | _AskHost | _Reconcile | _Progress
-_Sweep: TypeAlias = Generator[_Step, Any, SweepReport]
+_Sweep: TypeAlias = Generator[Effect, Any, SweepReport]
 
 
 def _typed(exc: Exception, what: str) -> AkchatError:
@@ -263,12 +230,12 @@ def _sweep_one(
     release_untouched: bool,
     clock: Callable[[], int],
     expected: type[SweepPorts | AsyncSweepPorts],
-) -> Generator[_Step, Any, SweptSession]:
+) -> Generator[Effect, Any, SweptSession]:
     """One listed session: ask the host, then resume and reconcile it. Every failure is this
     session's own (typed, in the result); nothing here stops the sweep."""
     sid, last = row.session_id, row.last_write_ms
     try:
-        ports = yield _AskHost(sid)
+        ports = yield AskHost(sid)
     except Exception as exc:
         return SweptSession(sid, last, error=_typed(exc, f"ports_for({sid!r})"))
     if ports is None:
@@ -285,7 +252,7 @@ def _sweep_one(
     if ports.memory is None and ports.bridge is None:
         return SweptSession(sid, last, error=ConfigError(NO_MEMORY.format(sid=sid)))
     try:
-        reconciled = yield _Reconcile(sid, ports, release_untouched, clock)
+        reconciled = yield ReconcileListed(sid, ports, release_untouched, clock)
     except AkchatError as exc:
         return SweptSession(sid, last, error=exc)
     outcomes, unknown, waiting = _read_reconciled(reconciled)
@@ -316,25 +283,16 @@ def _plan_sweep(
     expected: type[SweepPorts | AsyncSweepPorts],
 ) -> _Sweep:
     """List the stuck sessions once, then settle each in turn, reporting progress."""
-    try:
-        listed: Sequence[ProcessingSession] = yield _List(cutoff_ms, limit)
-    except AkchatError:
-        raise
-    except Exception as exc:  # a failed read changed nothing: safe to retry
-        raise StorageUnavailable(f"list_processing failed: {exc!r}") from exc
+    # A failed read changed nothing (StorageUnavailable, mapped by the driver): safe to retry.
+    listed: Sequence[ProcessingSession] = yield ListProcessing(cutoff_ms, limit)
     swept: list[SweptSession] = []
     for row in listed:
         swept.append((yield from _sweep_one(row, release_untouched, clock, expected)))
-        yield _Progress(swept[-1], len(swept), len(listed))
+        yield Progress(swept[-1], len(swept), len(listed))
     if any(s.status == "settled" for s in swept):
         # A session is settled only if the index let go of it: what still holds one is a
         # processing record beside the envelope that its reconcile could not settle.
-        try:
-            still = {row.session_id for row in (yield _List(cutoff_ms, limit))}
-        except AkchatError:
-            raise
-        except Exception as exc:
-            raise StorageUnavailable(f"list_processing failed: {exc!r}") from exc
+        still = {row.session_id for row in (yield ListProcessing(cutoff_ms, limit))}
         swept = [
             replace(s, held=True) if s.status == "settled" and s.session_id in still else s
             for s in swept
@@ -378,15 +336,6 @@ AsyncPortsFor = Callable[[str], AsyncSweepPorts | Awaitable[AsyncSweepPorts | No
 ProgressFn = Callable[[SweptSession, int, int], None]
 
 
-def _advance(
-    plan: Generator[Any, Any, Any], value: Any, error: Exception | None
-) -> tuple[bool, Any]:
-    try:
-        return False, plan.send(value) if error is None else plan.throw(error)
-    except StopIteration as stop:
-        return True, stop.value
-
-
 def _sweep(
     storage: Any,
     ports_for: Callable[[str], Any],
@@ -397,78 +346,66 @@ def _sweep(
     progress: ProgressFn | None,
     *,
     asyncio: bool,
-) -> Generator[Any, Any, SweepReport]:
-    """Both sweeps, written once: the plan's steps made into port calls.
-
-    Yields what each call returned (an awaitable in the asyncio flavour) and is sent its
-    result, or thrown its error; the two drivers below differ only in awaiting it.
-    """
+) -> tuple[_Sweep, Ports]:
+    """Both sweeps, written once: the plan, and the ports its driver performs it through.
+    Every argument is checked here, before any I/O."""
     _flavour(storage, want_async=asyncio)
     cutoff = _cutoff(older_than_ms, limit, clock)
     expected = AsyncSweepPorts if asyncio else SweepPorts
-    resume: Callable[..., Any] = resume_chat_session_async if asyncio else resume_chat_session
+    sweeper = (_AsyncSweeper if asyncio else _Sweeper)(storage, ports_for, progress)
     plan = _plan_sweep(cutoff, limit, release_untouched, clock, expected)
-    done, step = _advance(plan, None, None)
-    while not done:
-        value, error = None, None
-        try:
-            value = yield from _perform(step, storage, ports_for, progress, resume)
-        except Exception as exc:  # the plan decides what a failed step means
-            error = exc
-        done, step = _advance(plan, value, error)
-    return step  # type: ignore[no-any-return]
+    return plan, Ports(storage, sweeper=sweeper)
 
 
-def _perform(
-    step: _Step,
-    storage: Any,
-    ports_for: Callable[[str], Any],
-    progress: ProgressFn | None,
-    resume: Callable[..., Any],
-) -> Generator[Any, Any, Any]:
-    """One plan step: each port call's return value is yielded to the driver."""
-    if isinstance(step, _List):
-        return (
-            yield storage.list_processing(
-                written_before_ms=step.written_before_ms, limit=step.limit
-            )
-        )
-    if isinstance(step, _AskHost):
-        return (yield ports_for(step.session_id))
-    if isinstance(step, _Reconcile):
-        ports: Any = step.ports
-        session = yield resume(
-            ports.definition, session_id=step.session_id, storage=storage, clock=step.clock
+class _Sweeper:
+    """The sync sweep's host side: the host's callbacks, and the public session calls that
+    reconcile one listed session."""
+
+    def __init__(
+        self, storage: Any, ports_for: Callable[[str], Any], progress: ProgressFn | None
+    ) -> None:
+        self.storage, self.ports_for, self.report = storage, ports_for, progress
+
+    def ask(self, session_id: str) -> Any:
+        return self.ports_for(session_id)
+
+    def reconcile(self, step: ReconcileListed) -> Any:
+        ports = step.ports
+        session = resume_chat_session(
+            ports.definition, session_id=step.session_id, storage=self.storage, clock=step.clock
         )
         if ports.bridge is not None:
-            return (yield ports.bridge(session).reconcile())
-        return (
-            yield session.reconcile(
-                ports.memory, upstream=ports.upstream, release_untouched=step.release_untouched
-            )
+            return ports.bridge(session).reconcile()
+        return session.reconcile(
+            ports.memory, upstream=ports.upstream, release_untouched=step.release_untouched
         )
-    if progress is not None:
-        progress(step.session, step.done, step.total)
-    return None
+
+    def progress(self, step: Progress) -> None:
+        if self.report is not None:
+            self.report(step.session, step.done, step.total)
 
 
-def _drive_sync(sweep: Generator[Any, Any, SweepReport]) -> SweepReport:
-    done, out = _advance(sweep, None, None)
-    while not done:  # a sync call's return value is its result
-        done, out = _advance(sweep, out, None)
-    return out  # type: ignore[no-any-return]
+class _AsyncSweeper(_Sweeper):
+    """The asyncio sweep's host side (its ``ports_for`` may be a plain or an ``async``
+    function: it is the host's code, not a port, so either is awaited or taken as is)."""
 
+    async def ask(self, session_id: str) -> Any:
+        found = self.ports_for(session_id)
+        return (await found) if inspect.isawaitable(found) else found
 
-async def _drive_async(sweep: Generator[Any, Any, SweepReport]) -> SweepReport:
-    done, out = _advance(sweep, None, None)
-    while not done:
-        value, error = None, None
-        try:
-            value = (await out) if inspect.isawaitable(out) else out
-        except Exception as exc:
-            error = exc
-        done, out = _advance(sweep, value, error)
-    return out  # type: ignore[no-any-return]
+    async def reconcile(self, step: ReconcileListed) -> Any:
+        ports = step.ports
+        session = await resume_chat_session_async(
+            ports.definition, session_id=step.session_id, storage=self.storage, clock=step.clock
+        )
+        if ports.bridge is not None:
+            return await ports.bridge(session).reconcile()
+        return await session.reconcile(
+            ports.memory, upstream=ports.upstream, release_untouched=step.release_untouched
+        )
+
+    async def progress(self, step: Progress) -> None:  # type: ignore[override]
+        super().progress(step)
 
 
 def reconcile_all(
@@ -493,8 +430,8 @@ def reconcile_all(
     ``progress(session, done, total)`` is called after each session. Never raises for one
     session's failure (see :class:`SweptSession`); raises only if the index cannot be read.
     """
-    return _drive_sync(
-        _sweep(
+    return run_sync(
+        *_sweep(
             storage,
             ports_for,
             older_than_ms,
@@ -529,8 +466,8 @@ async def reconcile_all_async(
     ``progress(session, done, total)`` is called after each session. Never raises for one
     session's failure (see :class:`SweptSession`); raises only if the index cannot be read.
     """
-    return await _drive_async(
-        _sweep(
+    return await run_async(
+        *_sweep(
             storage,
             ports_for,
             older_than_ms,
