@@ -35,6 +35,7 @@ from akchat_fsm.storage.memory import MemoryStorage
 from akchat_fsm.storage.sqlite import SQLiteStorage
 from akchat_fsm.wire.session import SessionSnapshot
 
+from ._history import RECONCILER
 from ._machine import DEFINITION, Pinned, ResolutionProtocol, pinned_program
 from ._world import Stepper, perform
 
@@ -62,7 +63,12 @@ class LateWritesProtocol(ResolutionProtocol):
         flying, self.in_flight = self.in_flight, []
         for snapshot, expected, sender in flying:
             before = self.stored()
-            landed = self.recording.save(snapshot, expected)
+            # The model's Network: the write lands, CAS-compared now; its writer is the claimant
+            # of a claim it carries, alive only while it still runs the plan that sent it.
+            live = sender is not None and self.clients[sender[0]].run is sender[1]
+            writer = RECONCILER if sender is None else f"c{sender[0]}"
+            with self.history.acting(writer, late=True, alive=live and not sender[1].done):
+                landed = self.recording.save(snapshot, expected)
             self.coverage[f"late:{'landed' if landed else 'refused'}"] += 1
             if landed and sender is not None:
                 index, run = sender
@@ -100,7 +106,7 @@ class LateWritesProtocol(ResolutionProtocol):
         super()._step(index, fault)
 
     # ------------------------------------------------------------------ recovery
-    def _reconcile(self, release: bool) -> None:
+    def _reconcile_run(self, release: bool) -> None:
         resume = Stepper(_ops.plan_resume(DEFINITION, self.session_id, self.clock))
         while not resume.done:
             resume.feed(perform(resume.next, self.storage, self.upstream, self.memory))
@@ -118,6 +124,7 @@ class LateWritesProtocol(ResolutionProtocol):
                     late = False
                     run.throw(self._unknown(effect, "late", None))
                     continue
+            self._calls_upstream(effect)
             run.feed(perform(effect, self.storage, self.upstream, self.memory))
         self.finished.append(run)
         if run.error is not None:
