@@ -7,6 +7,10 @@ The unknown-outcome mutants (a resume without its fence, a write nonce dropped f
 ``updatedAt``, an unknown outcome settled by cursor alone) are each killed by a unit test; here
 they must also fail the stateful suite with lost and late-landing writes
 (``test_late_writes.py``), a second layer that does not know how they are built.
+
+These runs switch the history checker off, so the suites' invariants bite on their own. The
+last section is the checker's own layer (code -> model, ``_history.py``, ADR-0056): code-only
+mutants, each of which the checker must refuse, with its message, before any invariant fires.
 """
 
 from __future__ import annotations
