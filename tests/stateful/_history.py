@@ -52,12 +52,19 @@ writer the claimant, alive only if it has not given the write up.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from akchat_fsm.machines.confirmation import ConfirmationEvent
-from akchat_fsm.machines.tables import CONFIRMATION_FACTS, CONFIRMATION_TABLE, MACHINES
+from akchat_fsm.machines.execution import ExecutionEvent, ExecutionState
+from akchat_fsm.machines.tables import (
+    CONFIRMATION_FACTS,
+    CONFIRMATION_TABLE,
+    EXECUTION_TABLE,
+    MACHINES,
+)
 from akchat_fsm.session.effects import CallApprove, CallDeny
 from akchat_fsm.testing.doubles import RecordingUpstream
 from akchat_fsm.wire.enums import ConfirmationStatus
@@ -343,3 +350,131 @@ class ModelChecker:
             for t, r in self.state.records.items()
         }
         self.state = Abstract(self.state.cursor, records)
+
+
+# --------------------------------------------------------------------------- the ledger
+# The same check for the tool-execution ledger (the model's -DLEDGER part): each call's record
+# ``call:<id>`` against the generated ``EXECUTION_TABLE`` (``EX_NEXT`` in lifecycle_tables.pml)
+# and ``body_once``. The abstraction of a stored record is its state and its claim nonce; the
+# guards are the model's: ``ours`` (the stored claim is the writer's own), ``idempotent`` (the
+# host declared the tool safe to run twice). An operator holds no claim: both guards off.
+OPERATOR = "operator"
+#: The events each kind of writer fires (a worker claims and finishes; an operator settles).
+WORKER_EVENTS = (ExecutionEvent.CLAIM, ExecutionEvent.FINISH)
+OPERATOR_EVENTS = (ExecutionEvent.SETTLE_RAN, ExecutionEvent.RELEASE)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ledger record as the model sees it (``ex_st[i]``, ``ex_by[i]``) and its version."""
+
+    state: ExecutionState = ExecutionState.ABSENT
+    claim: str | None = None
+    version: int | None = None
+
+    def __str__(self) -> str:
+        claim = "" if self.claim is None else f" claim {self.claim[:8]}"
+        return f"{self.state}{claim} v{self.version}"
+
+
+def ledger_abstraction(text: str, version: int) -> Entry:
+    """The model state of one stored ledger record (its JSON text and storage version)."""
+    raw = json.loads(text)
+    return Entry(ExecutionState(raw["state"]), raw["claim"], version)
+
+
+@dataclass
+class LedgerChecker:
+    """Follows one run's ledger writes and body runs; refuses a step the model does not allow."""
+
+    entries: dict[str, Entry] = field(default_factory=dict)
+    ran: dict[str, int] = field(default_factory=dict)
+    #: The claims under which a body ran (ghost: what an operator's verdict must agree with).
+    ran_claims: set[str] = field(default_factory=set)
+    #: The acting process, whether its tool is idempotent, and its claim nonce once it wrote one.
+    actor: str = OPERATOR
+    idempotent: bool = False
+    nonce: str | None = None
+    steps: int = 0
+    failure: Disallowed | None = None
+
+    @contextlib.contextmanager
+    def acting(self, actor: str, *, idempotent: bool = False) -> Iterator[None]:
+        """One process's call (a worker's ``execute``, an operator's verdict) inside the block;
+        it may be nested (a body's side effect), so the outer process is restored after."""
+        before = self.actor, self.idempotent, self.nonce
+        self.actor, self.idempotent, self.nonce = actor, idempotent, None
+        try:
+            yield
+        except Exception:
+            if self.failure is not None:
+                raise self.failure from None
+            raise
+        finally:
+            self.actor, self.idempotent, self.nonce = before
+        if self.failure is not None:
+            raise self.failure
+
+    def _fail(self, step: str, rule: str, key: str, after: Entry | None = None) -> None:
+        lines = [
+            f"ledger step {self.steps} is not a step the model allows: {step}",
+            f"  rule broken: {rule}",
+            f"  model state before: {key} {self.entries.get(key, Entry())}, "
+            f"body ran {self.ran.get(key, 0)}x",
+        ]
+        if after is not None:
+            lines.append(f"  model state after:  {key} {after}")
+        if self.failure is None:
+            self.failure = Disallowed("\n".join(lines))
+        raise self.failure
+
+    def saved(self, key: str, text: str, expected: int | None, applied: bool) -> None:
+        """A ledger save reached the store."""
+        if self.failure is not None:
+            return
+        self.steps += 1
+        old = self.entries.get(key, Entry())
+        step = f"{self.actor} saves {key} expecting version {expected}"
+        if not applied:
+            if expected == old.version:
+                self._fail(f"{step}, refused", "cas: a save on the stored version applies", key)
+            return
+        new = ledger_abstraction(text, (expected or 0) + 1)
+        step += f", applied: {old.state} -> {new.state}"
+        if expected != old.version:
+            self._fail(step, "cas: a save applies only on the stored version", key, new)
+        if self.actor == OPERATOR:
+            events, guards = OPERATOR_EVENTS, (False, False)
+        else:
+            if self.nonce is None and new.state is ExecutionState.EXECUTING:
+                self.nonce = new.claim  # a worker's claim write carries its nonce
+            events, guards = WORKER_EVENTS, (old.claim == self.nonce, self.idempotent)
+        fired = [e for e in events if EXECUTION_TABLE.get((old.state, e, guards)) is new.state]
+        if not fired:
+            self._fail(
+                step,
+                f"table: no {'/'.join(events)} of the execution machine moves {old.state} to "
+                f"{new.state} (ours={guards[0]}, idempotent={guards[1]})",
+                key,
+                new,
+            )
+        self.entries[key] = new
+
+    def body(self, key: str) -> None:
+        """The acting worker's tool body is about to run."""
+        if self.failure is not None:
+            return
+        self.steps += 1
+        entry = self.entries.get(key, Entry())
+        step = f"{self.actor} runs the body of {key}"
+        if entry.state is not ExecutionState.EXECUTING or entry.claim != self.nonce:
+            self._fail(step, "claim-first: a body runs only under its own stored claim", key)
+        if self.ran.get(key, 0) and not self.idempotent:
+            self._fail(step, "body_once: a tool body runs at most once per tool call", key)
+        self.ran[key] = self.ran.get(key, 0) + 1
+        if entry.claim is not None:
+            self.ran_claims.add(entry.claim)
+
+    def ran_under(self, key: str) -> bool:
+        """Whether a body ran under the stored claim of ``key`` (so "it did not run" is false)."""
+        return self.entries.get(key, Entry()).claim in self.ran_claims
