@@ -31,8 +31,9 @@ IDEMPOTENT = {call: n % 2 == 1 for n, call in enumerate(CALLS)}
 #: What a save's fault draw (0-9) means: mostly nothing.
 SAVE_FAULTS = ("ok",) * 5 + ("crash-before", "crash-after", "unknown", "lost", "ok")
 #: What happens inside a body: nothing, a crash after its side effect, a rival worker executing
-#: the same call, an operator's "it ran" given meanwhile (true: the body is running).
-IN_BODY = ("", "", "crash", "rival", "settle-ran")
+#: the same call (and perhaps crashing inside its own body), an operator's "it ran" given
+#: meanwhile (true: the body is running).
+IN_BODY = ("", "", "crash", "rival", "rival-crash", "settle-ran")
 
 
 class Crash(BaseException):
@@ -102,8 +103,8 @@ class LedgerProtocol(RuleBasedStateMachine):
             self.coverage["body"] += 1
             if in_body == "crash":
                 raise Crash("crashed inside the body, after its side effect")
-            if in_body == "rival":
-                self._execute((worker + 1) % 3, call, [], "")
+            if in_body.startswith("rival"):
+                self._execute((worker + 1) % 3, call, [], in_body.removeprefix("rival-"))
             elif in_body == "settle-ran":
                 self._settle(call, ran=True, unknown_only=True)
             return f"done by w{worker}"

@@ -25,6 +25,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from akchat_fsm import core
 from akchat_fsm.core.effects import SaveSnapshot
+from akchat_fsm.integrations import ledger
 from akchat_fsm.machines.confirmation import ConfirmationEvent
 from akchat_fsm.session import _confirm, _state
 from akchat_fsm.session._confirm import ReconcileOutcome, _complete
@@ -38,6 +39,7 @@ from akchat_fsm.wire.session import ConfirmationBinding
 from ._history import Disallowed
 from ._machine import ResolutionProtocol
 from .test_late_writes import LateWritesProtocol
+from .test_ledger_history import run_ledger
 
 
 def _upstream(holder: SessionHolder, token: str, effect: Any) -> Plan[None]:
@@ -315,3 +317,62 @@ def test_code_only_mutant_is_caught_by_the_history_checker(
     # Hypothesis' reproducer: the program that replays the failing history.
     notes = "\n".join(getattr(info.value, "__notes__", ()))
     assert "state = Checked()" in notes and "state.advance(" in notes, notes
+
+
+# --------------------------------------------------------------------------- the ledger
+_real_decide_claim = ledger.decide_claim
+_real_decide_finish = ledger.decide_finish
+
+
+def body_without_claim(
+    stored: ledger.LedgerEntry | None, request: ledger.ClaimRequest
+) -> ledger.ClaimDecision:
+    """A first execution runs its body without saving its claim (it only looks for a result)."""
+    decision = _real_decide_claim(stored, request)
+    if stored is None and decision.write is not None:
+        return ledger.ClaimDecision(ledger.ClaimAction.RUN, entry=None)
+    return decision
+
+
+def rerun_unknown(
+    stored: ledger.LedgerEntry | None, request: ledger.ClaimRequest
+) -> ledger.ClaimDecision:
+    """An execution whose outcome is unknown is re-claimed and run again, idempotent or not."""
+    return _real_decide_claim(stored, replace(request, idempotent=True))
+
+
+def finish_without_claim(
+    stored: ledger.LedgerEntry | None, claim: str, outcome: Any, result: Any, now_ms: int
+) -> ledger.LedgerEntry | None:
+    """A finish records the outcome over whatever claim is stored now, not only its own."""
+    mine = claim if stored is None else stored.claim
+    return _real_decide_finish(stored, mine, outcome, result, now_ms)
+
+
+LEDGER_MUTANTS: dict[str, tuple[str, Any, str]] = {
+    "body-without-claim": ("decide_claim", body_without_claim, "claim-first:"),
+    "rerun-unknown": ("decide_claim", rerun_unknown, "table:"),
+    "finish-without-claim": ("decide_finish", finish_without_claim, "table:"),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(LEDGER_MUTANTS))
+def test_ledger_mutant_is_caught_by_the_history_checker(
+    mutant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, broken, rule = LEDGER_MUTANTS[mutant]
+    monkeypatch.setattr(ledger, name, broken)
+    with pytest.raises(Disallowed) as info:
+        run_ledger(
+            max_examples=100,
+            database=None,
+            print_blob=False,
+            report_multiple_bugs=False,
+            derandomize=True,
+            phases=[Phase.explicit, Phase.generate],
+        )
+    message = str(info.value)
+    print(f"{mutant}:\n{message}")
+    assert f"rule broken: {rule}" in message, message
+    notes = "\n".join(getattr(info.value, "__notes__", ()))
+    assert "state = Ledger()" in notes, notes
