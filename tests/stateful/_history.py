@@ -59,10 +59,12 @@ from datetime import datetime
 
 from akchat_fsm.machines.confirmation import ConfirmationEvent
 from akchat_fsm.machines.execution import ExecutionEvent, ExecutionState
+from akchat_fsm.machines.lease import TurnLeaseEvent, TurnLeaseState
 from akchat_fsm.machines.tables import (
     CONFIRMATION_FACTS,
     CONFIRMATION_TABLE,
     EXECUTION_TABLE,
+    LEASE_TABLE,
     MACHINES,
 )
 from akchat_fsm.session.effects import CallApprove, CallDeny
@@ -111,9 +113,15 @@ class Abstract:
 
     cursor: int = 0
     records: Mapping[str, Record] = field(default_factory=dict)
+    #: The turn lease (not in the SPIN model; its machine is ``LEASE_TABLE``): the active turn
+    #: and its ``expiresAt``, and the finished turn ids.
+    turn: tuple[str, int] | None = None
+    finished: frozenset[str] = frozenset()
 
     def render(self, upstream: RecordingUpstream) -> str:
         parts = [f"cursor {self.cursor}"]
+        if self.turn is not None:
+            parts.append(f"turn {self.turn[0]} leased until {self.turn[1]}")
         for token, record in self.records.items():
             parts.append(f"{token} {record.describe(acted(upstream, record.tool_call_id))}")
         return "; ".join(parts)
@@ -155,7 +163,21 @@ def abstraction(snapshot: SessionSnapshot | None, ghosts: Abstract) -> Abstract:
             if old is None
             else replace(old, status=binding.status)
         )
-    return Abstract(snapshot.cursor, records)
+    active = snapshot.active_turn
+    return Abstract(
+        snapshot.cursor,
+        records,
+        None if active is None else (active.turn_id, active.expires_at),
+        frozenset(t.turn_id for t in snapshot.terminal_turns),
+    )
+
+
+def _lease_state(
+    turn_id: str, turn: tuple[str, int] | None, done: frozenset[str]
+) -> TurnLeaseState:
+    if turn_id in done:
+        return TurnLeaseState.RELEASED
+    return TurnLeaseState.HELD if turn is not None and turn[0] == turn_id else TurnLeaseState.FREE
 
 
 def _events(old: ConfirmationStatus, new: ConfirmationStatus, expired: bool) -> list[str]:
@@ -291,7 +313,9 @@ class ModelChecker:
                         after,
                     )
                 records[token] = replace(new, alive=False)
-        self.state = Abstract(snapshot.cursor, records)
+        if (after.turn, after.finished) != (self.state.turn, self.state.finished):
+            self._check_lease(step, now, after)
+        self.state = replace(after, records=records)
         if actor == RECONCILER and not late:
             # An applied save that changes no record is the resume's fence of every claim.
             self.fence = (
@@ -299,6 +323,28 @@ class ModelChecker:
                 if unchanged
                 else frozenset()
             )
+
+    def _check_lease(self, step: str, now: int, after: Abstract) -> None:
+        """Each turn id's lease moves by a cell of ``LEASE_TABLE`` under the model's ``busy``
+        (some lease had not expired at the write's clock reading)."""
+        old_turn, old_done = self.state.turn, self.state.finished
+        busy = old_turn is not None and old_turn[1] > now
+        ids = {t[0] for t in (old_turn, after.turn) if t is not None} | old_done | after.finished
+        for turn_id in sorted(ids):
+            was = _lease_state(turn_id, old_turn, old_done)
+            now_is = _lease_state(turn_id, after.turn, after.finished)
+            if was is TurnLeaseState.RELEASED and turn_id not in after.finished:
+                continue  # the capped list of finished turns forgot it: not a lease move
+            renewed = was is now_is is TurnLeaseState.HELD and old_turn != after.turn
+            if was is now_is and not renewed:
+                continue
+            if not [e for e in TurnLeaseEvent if LEASE_TABLE.get((was, e, busy)) is now_is]:
+                self._fail(
+                    f"{step}; turn {turn_id} {was} -> {now_is}",
+                    f"lease: no event of the turn-lease machine moves {was} to {now_is} "
+                    f"(busy={busy})",
+                    after,
+                )
 
     # ------------------------------------------------------------------ upstream
     def upstream_call(self, effect: CallApprove | CallDeny) -> None:
@@ -335,7 +381,7 @@ class ModelChecker:
             self._fail(step, "claim-first: the claimant calls upstream once per claim")
         records = dict(self.state.records)
         records[token] = replace(record, called=True)
-        self.state = Abstract(self.state.cursor, records)
+        self.state = replace(self.state, records=records)
 
     # ------------------------------------------------------------------ processes
     def gone(self, actor: str) -> None:
@@ -349,7 +395,7 @@ class ModelChecker:
             t: replace(r, alive=False) if r.claimant == actor else r
             for t, r in self.state.records.items()
         }
-        self.state = Abstract(self.state.cursor, records)
+        self.state = replace(self.state, records=records)
 
 
 # --------------------------------------------------------------------------- the ledger

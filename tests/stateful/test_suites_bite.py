@@ -272,6 +272,11 @@ def never_expired(expires_at: int, now_ms: int) -> bool:
     return False
 
 
+def never_busy(ledger: Any, now_ms: int) -> bool:
+    """A turn claim never sees a live lease: it takes over a lease that has not expired."""
+    return False
+
+
 #: name -> (module, attribute, mutant, the rule the checker must name)
 CONFORMANCE_MUTANTS: dict[str, tuple[Any, str, Any, str]] = {
     "resume-without-fence": (_confirm, "_reconcile_one", resume_without_fence, "fence:"),
@@ -284,6 +289,7 @@ CONFORMANCE_MUTANTS: dict[str, tuple[Any, str, Any, str]] = {
         "completion: only the claimant",
     ),
     "expiry-ignored": (core.records, "is_expired", never_expired, "table:"),
+    "live-lease-taken-over": (core.lease, "_busy", never_busy, "lease:"),
 }
 
 
@@ -293,7 +299,7 @@ def _run_checked() -> None:
         machine,
         settings=settings(
             settings(),
-            max_examples=100,
+            max_examples=400,
             database=None,
             print_blob=False,
             report_multiple_bugs=False,
