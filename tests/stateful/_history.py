@@ -22,6 +22,7 @@ model (resolution.pml)    code
                           :attr:`Record.alive` (it may still call upstream)
 ``expired`` guard         ``now >= expiresAt``, ``now`` being the write's own clock reading
                           (the milliseconds of its ``updatedAt``)
+(turn lease)              ``activeTurn`` (turn id, ``expiresAt``), ``terminalTurns`` ids
 ========================  ===================================================================
 
 **The rules**, each a statement of the model, with the lifecycle read from the same generated
@@ -42,7 +43,10 @@ table SPIN compiles (``machines.tables.CONFIRMATION_TABLE``, never restated here
   (``MAY_RELEASE``);
 - ``propose`` (not in the model: the model starts from a stored proposal): a record is born
   ``pending``, or final when upstream created its call already handled; ``retention``: only
-  final records are pruned.
+  final records are pruned;
+- ``lease`` (not in the SPIN model; its machine's generated table is ``LEASE_TABLE``): each turn
+  id's lease (free / held / released, from ``activeTurn`` and ``terminalTurns``) moves by a
+  cell of the table under ``busy``: some lease had not expired at the write's clock reading.
 
 Late landings are the model's ``Network`` (``-DINFLIGHT``): a write travelling after its
 timeout lands with the CAS compared then, under the same rules; a claim that lands makes its
