@@ -44,6 +44,7 @@ table SPIN compiles (``machines.tables.CONFIRMATION_TABLE``, never restated here
 - ``propose`` (not in the model: the model starts from a stored proposal): a record is born
   ``pending``, or final when upstream created its call already handled; ``retention``: only
   final records are pruned;
+- ``reason`` (not in the model, which has no reasons): a claim's deny carries a reason;
 - ``lease`` (not in the SPIN model; its machine's generated table is ``LEASE_TABLE``): each turn
   id's lease (free / held / released, from ``activeTurn`` and ``terminalTurns``) moves by a
   cell of the table under ``busy``: some lease had not expired at the write's clock reading.
@@ -371,6 +372,8 @@ class ModelChecker:
         wanted = "approve" if record.status is CONFIRMATION_FACTS.approving else "deny"
         if kind != wanted:
             self._fail(step, f"claim-first: the claim {record.status} calls {wanted}")
+        if isinstance(effect, CallDeny) and not effect.reason:
+            self._fail(step, f"reason: the deny of a {record.status} claim carries its reason")
         if actor == RECONCILER:
             if token not in self.fence:
                 self._fail(step, "fence: a resume re-saves the claim before calling upstream")

@@ -290,6 +290,8 @@ CONFORMANCE_MUTANTS: dict[str, tuple[Any, str, Any, str]] = {
     ),
     "expiry-ignored": (core.records, "is_expired", never_expired, "table:"),
     "live-lease-taken-over": (core.lease, "_busy", never_busy, "lease:"),
+    # A resumed rejection goes upstream without its reason (the reconcile's reason is dropped).
+    "reason-dropped-on-resume": (_confirm, "RECONCILED_REJECT_REASON", None, "reason:"),
 }
 
 
