@@ -267,11 +267,18 @@ class ModelChecker:
         for token, new in after.records.items():
             old_record = self.state.records.get(token)
             if old_record is None:
-                born = acted(self.upstream, new.tool_call_id) == "born"
-                if new.status is not INITIAL and not (born and new.status.is_terminal):
+                done = acted(self.upstream, new.tool_call_id)
+                if new.status is not INITIAL and not (done == "born" and new.status.is_terminal):
                     self._fail(
                         f"{step}; {token} proposed as {new.status}",
                         f"propose: a record is born {INITIAL} (final only if upstream handled it)",
+                        after,
+                    )
+                if new.status is INITIAL and done is not None:
+                    # The model's initial state: a pending record whose call upstream awaits.
+                    self._fail(
+                        f"{step}; {token} proposed as {new.status}",
+                        f"propose: a {INITIAL} record's call is untouched upstream (it did {done})",
                         after,
                     )
                 unchanged = False
