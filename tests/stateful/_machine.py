@@ -3,7 +3,8 @@
 Each client resumes the same session from the same storage and runs the library's real plans
 one effect at a time. Rules start an operation, perform the next effect (normally, with an
 unknown outcome, unavailable, or with upstream failing), crash a client between any two
-steps, move the clock past expiry, and reconcile. The invariants are checked after every step.
+steps, move the clock past expiry, and reconcile. The invariants are checked after every step,
+and every step is checked against the model as it happens (``_history.py``: code -> model).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from akchat_fsm.wire.decode import decode_session_snapshot
 from akchat_fsm.wire.enums import ConfirmationStatus
 from akchat_fsm.wire.session import SessionSnapshot
 
+from ._history import RECONCILER, ModelChecker
 from ._world import (
     RecordingStorage,
     Stepper,
@@ -113,6 +115,8 @@ class ResolutionProtocol(RuleBasedStateMachine):
     resolve_plan: ClassVar[ResolvePlan] = staticmethod(correct_resolve)
     #: What a whole run exercised (a validity floor: a run without races proves nothing).
     coverage: ClassVar[Counter[str]] = Counter()
+    #: Check every step against the model (``_history.ModelChecker``) as it happens.
+    check_history: ClassVar[bool] = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -129,6 +133,9 @@ class ResolutionProtocol(RuleBasedStateMachine):
         self.finished: list[Stepper] = []
         self.deny_attempted: set[str] = set()
         self._snapshot: SessionSnapshot | None = None
+        self.history = ModelChecker(self.upstream)
+        if self.check_history:
+            self.recording.observer = self.history.saved
 
     # ------------------------------------------------------------------ helpers
     def clock(self) -> int:
@@ -171,6 +178,11 @@ class ResolutionProtocol(RuleBasedStateMachine):
 
         return reload(holder)
 
+    def _calls_upstream(self, effect: object) -> None:
+        """The acting process is about to call upstream: the model must allow it."""
+        if self.check_history and isinstance(effect, CallApprove | CallDeny):
+            self.history.upstream_call(effect)
+
     def _drain_emits(self, run: Stepper) -> None:
         while isinstance(run.next, Emit):
             run.feed(None)
@@ -185,6 +197,7 @@ class ResolutionProtocol(RuleBasedStateMachine):
             if run.error is not None and client.op == "resume":
                 client.holder = None
             self.holds[index].clear()
+            self.history.gone(f"c{index}")
             self.finished.append(run)
             outcome = "ok" if run.error is None else type(run.error).__name__
             self.coverage[f"{client.op}:{outcome}"] += 1
@@ -253,16 +266,17 @@ class ResolutionProtocol(RuleBasedStateMachine):
         if fault == "crash":  # the client dies here, between two steps (or while idle)
             self._crash(c)
             return
-        if client.busy:
-            self._step(c, fault)
-            return
-        if client.holder is None:
-            client.op = "resume"
-            client.run = Stepper(_ops.plan_resume(DEFINITION, self.session_id, self.clock))
-        else:
-            client.op = op
-            client.run = Stepper(self._plan(client, op, pick))
-        self._after_step(c, client)
+        with self.history.acting(f"c{c}"):
+            if client.busy:
+                self._step(c, fault)
+                return
+            if client.holder is None:
+                client.op = "resume"
+                client.run = Stepper(_ops.plan_resume(DEFINITION, self.session_id, self.clock))
+            else:
+                client.op = op
+                client.run = Stepper(self._plan(client, op, pick))
+            self._after_step(c, client)
 
     def _step(self, index: int, fault: str) -> None:
         """A busy client performs its next effect, perhaps with a fault that fits the effect.
@@ -281,6 +295,7 @@ class ResolutionProtocol(RuleBasedStateMachine):
             client.created = effect.tool_call_id
         if isinstance(effect, CallDeny):
             self.deny_attempted.add(effect.tool_call_id)
+        self._calls_upstream(effect)
         if fault == "unknown" and isinstance(effect, SaveSnapshot):
             self.coverage["fault:unknown"] += 1
             self.storage.fail_next_save("unknown_after_apply")
@@ -314,14 +329,21 @@ class ResolutionProtocol(RuleBasedStateMachine):
             client.run.crash()
         client.run, client.holder = None, None
         self.holds[c].clear()
+        self.history.gone(f"c{c}")
 
     def _reconcile(self, release: bool) -> None:
+        with self.history.acting(RECONCILER):
+            self._reconcile_run(release)
+        self.history.gone(RECONCILER)
+
+    def _reconcile_run(self, release: bool) -> None:
         holder_run = Stepper(_ops.plan_resume(DEFINITION, self.session_id, self.clock))
         while not holder_run.done:
             holder_run.feed(perform(holder_run.next, self.storage, self.upstream, self.memory))
         assert holder_run.error is None, holder_run.error
         run = Stepper(_confirm.plan_reconcile(holder_run.result, release_untouched=release))
         while not run.done:
+            self._calls_upstream(run.next)
             run.feed(perform(run.next, self.storage, self.upstream, self.memory))
         assert run.error is None, run.error
         self.finished.append(run)
@@ -382,6 +404,8 @@ class ResolutionProtocol(RuleBasedStateMachine):
         assert sorted(applied) == list(range(1, len(applied) + 1)), sorted(applied)
         assert cursor == len(applied) >= self.last_cursor
         self.last_cursor = cursor
+        if self.check_history:  # the model state follows what is stored
+            assert self.history.state.cursor == cursor, (self.history.state.cursor, cursor)
 
     def no_acknowledged_save_lost(self) -> None:
         runs = [c.run for c in self.clients if c.run is not None] + self.finished
@@ -397,8 +421,8 @@ class ResolutionProtocol(RuleBasedStateMachine):
         # After every client is gone, one recovery settles every processing record, and the
         # invariants still hold: nothing executed twice, nothing claims what did not happen.
         try:
-            if self.stored() is None:
-                return
+            if self.stored() is None or self.history.failure is not None:
+                return  # (a refused history step is the failure Hypothesis reports)
             for c in range(CLIENTS):
                 self._crash(c)
             self._reconcile(release=False)

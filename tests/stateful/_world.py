@@ -42,10 +42,14 @@ def born_handled(upstream: RecordingUpstream, tool_call_id: str) -> bool:
 
 @dataclass
 class RecordingStorage:
-    """Wraps the real adapter; records every save that *applied*, whatever the caller heard."""
+    """Wraps the real adapter; records every save that *applied*, whatever the caller heard.
+
+    ``observer``, if set, hears every save that reached the store, applied or refused (the
+    history checker, ``_history.py``)."""
 
     inner: Any
     applied: dict[int, dict[str, Any]] = field(default_factory=dict)
+    observer: Callable[[SessionSnapshot, int | None, bool], None] | None = None
 
     def load(self, session_id: str) -> object:
         return self.inner.load(session_id)
@@ -55,6 +59,8 @@ class RecordingStorage:
         if ok:
             assert snapshot.cursor not in self.applied, "two saves applied at one cursor"
             self.applied[snapshot.cursor] = snapshot.to_wire()
+        if self.observer is not None:
+            self.observer(snapshot, expected_cursor, ok)
         return ok
 
 

@@ -7,10 +7,15 @@ The unknown-outcome mutants (a resume without its fence, a write nonce dropped f
 ``updatedAt``, an unknown outcome settled by cursor alone) are each killed by a unit test; here
 they must also fail the stateful suite with lost and late-landing writes
 (``test_late_writes.py``), a second layer that does not know how they are built.
+
+These runs switch the history checker off, so the suites' invariants bite on their own. The
+last section is the checker's own layer (code -> model, ``_history.py``, ADR-0056): code-only
+mutants, each of which the checker must refuse, with its message, before any invariant fires.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -20,17 +25,21 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from akchat_fsm import core
 from akchat_fsm.core.effects import SaveSnapshot
+from akchat_fsm.integrations import ledger
 from akchat_fsm.machines.confirmation import ConfirmationEvent
-from akchat_fsm.session import _confirm
+from akchat_fsm.session import _confirm, _state
 from akchat_fsm.session._confirm import ReconcileOutcome, _complete
-from akchat_fsm.session._state import SessionHolder, apply
-from akchat_fsm.session.effects import Plan
+from akchat_fsm.session._state import SessionHolder, apply, decode_stored
+from akchat_fsm.session.effects import Load, Plan
 from akchat_fsm.session.ports import UpstreamFailed
 from akchat_fsm.storage.memory import MemoryStorage
+from akchat_fsm.wire.enums import ConfirmationStatus
 from akchat_fsm.wire.session import ConfirmationBinding
 
+from ._history import Disallowed
 from ._machine import ResolutionProtocol
 from .test_late_writes import LateWritesProtocol
+from .test_ledger_history import run_ledger
 
 
 def _upstream(holder: SessionHolder, token: str, effect: Any) -> Plan[None]:
@@ -74,10 +83,15 @@ def terminal_before_upstream(
 
 
 def _run_broken(plan: Any) -> None:
+    # The suite's own invariants, without the history checker (its own layer, below).
     machine = type(
         "Broken",
         (ResolutionProtocol,),
-        {"make_storage": staticmethod(MemoryStorage), "resolve_plan": staticmethod(plan)},
+        {
+            "make_storage": staticmethod(MemoryStorage),
+            "resolve_plan": staticmethod(plan),
+            "check_history": False,
+        },
     )
     run_state_machine_as_test(
         machine,
@@ -167,8 +181,12 @@ MUTANTS: dict[str, tuple[Any, str, Any]] = {
 }
 
 
-def _run_late_writes() -> None:
-    machine = type("Mutated", (LateWritesProtocol,), {"make_storage": staticmethod(MemoryStorage)})
+def _run_late_writes(check_history: bool = False) -> None:
+    machine = type(
+        "Mutated",
+        (LateWritesProtocol,),
+        {"make_storage": staticmethod(MemoryStorage), "check_history": check_history},
+    )
     run_state_machine_as_test(
         machine,
         settings=settings(
@@ -195,5 +213,174 @@ def test_unknown_outcome_mutant_fails_the_late_writes_suite(
 
 
 def test_the_late_writes_suite_passes_the_real_coordinator_at_the_same_settings() -> None:
-    # The control: the failures above come from the mutants, not from an unfair world.
-    _run_late_writes()
+    # The control: the failures above come from the mutants, not from an unfair world; with
+    # the history checker on, it also controls the conformance mutants below.
+    _run_late_writes(check_history=True)
+
+
+# --------------------------------------------------------------------------- code -> model
+# Code-only mutants: the model stays correct, the library is broken. Each must be refused by the
+# history checker (``_history.py``) as its own layer: the suite runs with its invariants on, and
+# the failure must be the checker's, at the step the model does not allow.
+_real_claim = core.claim_resolution
+
+
+def rebase_without_reload(holder: SessionHolder) -> Plan[None]:
+    """After a conflict the session does not reload: it takes the stored cursor and keeps its
+    own (stale) envelope, so its next decision is made on records another client changed."""
+    raw = yield Load(holder.session_id)
+    stored = decode_stored(raw, holder.definition, holder.session_id)
+    if stored is None:
+        holder.adopt_stored(None)
+        return
+    holder.adopt_stored((holder.snapshot.model_copy(update={"cursor": stored[0].cursor}), None))
+
+
+def _as_status(state: core.SessionState, token: str, status: Any) -> core.SessionState:
+    bindings = tuple(
+        b.model_copy(update={"status": status}) if b.token == token else b
+        for b in state.snapshot.confirmations
+    )
+    return replace(state, snapshot=state.snapshot.model_copy(update={"confirmations": bindings}))
+
+
+def final_over_final(
+    state: core.SessionState, token: str, event: ConfirmationEvent, now_ms: int, **options: Any
+) -> core.Step:
+    """A repeat resolution of a final record saves its own verdict's final status over it."""
+    binding = core.find_binding(state, token)
+    if binding is None or not binding.status.is_terminal:
+        return _real_claim(state, token, event, now_ms, **options)
+    expired = core.records.is_expired(binding.expires_at, now_ms)
+    claimed = core.records.confirmation_step(ConfirmationStatus.PENDING, event, expired)
+    reopened = _as_status(state, token, claimed)
+    return core.complete_resolution(reopened, token, now_ms, nonce=options.get("nonce"))
+
+
+def loser_completes(
+    state: core.SessionState, token: str, event: ConfirmationEvent, now_ms: int, **options: Any
+) -> core.Step:
+    """A claim that finds another client's claim in progress completes it itself."""
+    binding = core.find_binding(state, token)
+    if binding is not None and binding.status.is_processing:
+        return core.complete_resolution(state, token, now_ms, nonce=options.get("nonce"))
+    return _real_claim(state, token, event, now_ms, **options)
+
+
+def never_expired(expires_at: int, now_ms: int) -> bool:
+    """Expiry is never read: an approve or reject after ``expiresAt`` claims as before it."""
+    return False
+
+
+def never_busy(ledger: Any, now_ms: int) -> bool:
+    """A turn claim never sees a live lease: it takes over a lease that has not expired."""
+    return False
+
+
+#: name -> (module, attribute, mutant, the rule the checker must name)
+CONFORMANCE_MUTANTS: dict[str, tuple[Any, str, Any, str]] = {
+    "resume-without-fence": (_confirm, "_reconcile_one", resume_without_fence, "fence:"),
+    "no-reload-after-conflict": (_state, "reload", rebase_without_reload, "table:"),
+    "final-over-final": (core, "claim_resolution", final_over_final, "table:"),
+    "non-owner-completes": (
+        core,
+        "claim_resolution",
+        loser_completes,
+        "completion: only the claimant",
+    ),
+    "expiry-ignored": (core.records, "is_expired", never_expired, "table:"),
+    "live-lease-taken-over": (core.lease, "_busy", never_busy, "lease:"),
+    # A resumed rejection goes upstream without its reason (the reconcile's reason is dropped).
+    "reason-dropped-on-resume": (_confirm, "RECONCILED_REJECT_REASON", None, "reason:"),
+}
+
+
+def _run_checked() -> None:
+    machine = type("Checked", (ResolutionProtocol,), {"make_storage": staticmethod(MemoryStorage)})
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            settings(),
+            max_examples=400,
+            database=None,
+            print_blob=False,
+            report_multiple_bugs=False,
+            derandomize=True,
+            phases=[Phase.explicit, Phase.generate],
+        ),
+    )
+
+
+@pytest.mark.parametrize("mutant", sorted(CONFORMANCE_MUTANTS))
+def test_code_only_mutant_is_caught_by_the_history_checker(
+    mutant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module, name, broken, rule = CONFORMANCE_MUTANTS[mutant]
+    monkeypatch.setattr(module, name, broken)
+    with pytest.raises(Disallowed) as info:
+        _run_checked()
+    message = str(info.value)
+    print(f"{mutant}:\n{message}")
+    assert f"rule broken: {rule}" in message, message
+    # Hypothesis' reproducer: the program that replays the failing history.
+    notes = "\n".join(getattr(info.value, "__notes__", ()))
+    assert "state = Checked()" in notes and "state.advance(" in notes, notes
+
+
+# --------------------------------------------------------------------------- the ledger
+_real_decide_claim = ledger.decide_claim
+_real_decide_finish = ledger.decide_finish
+
+
+def body_without_claim(
+    stored: ledger.LedgerEntry | None, request: ledger.ClaimRequest
+) -> ledger.ClaimDecision:
+    """A first execution runs its body without saving its claim (it only looks for a result)."""
+    decision = _real_decide_claim(stored, request)
+    if stored is None and decision.write is not None:
+        return ledger.ClaimDecision(ledger.ClaimAction.RUN, entry=None)
+    return decision
+
+
+def rerun_unknown(
+    stored: ledger.LedgerEntry | None, request: ledger.ClaimRequest
+) -> ledger.ClaimDecision:
+    """An execution whose outcome is unknown is re-claimed and run again, idempotent or not."""
+    return _real_decide_claim(stored, replace(request, idempotent=True))
+
+
+def finish_without_claim(
+    stored: ledger.LedgerEntry | None, claim: str, outcome: Any, result: Any, now_ms: int
+) -> ledger.LedgerEntry | None:
+    """A finish records the outcome over whatever claim is stored now, not only its own."""
+    mine = claim if stored is None else stored.claim
+    return _real_decide_finish(stored, mine, outcome, result, now_ms)
+
+
+LEDGER_MUTANTS: dict[str, tuple[str, Any, str]] = {
+    "body-without-claim": ("decide_claim", body_without_claim, "claim-first:"),
+    "rerun-unknown": ("decide_claim", rerun_unknown, "table:"),
+    "finish-without-claim": ("decide_finish", finish_without_claim, "table:"),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(LEDGER_MUTANTS))
+def test_ledger_mutant_is_caught_by_the_history_checker(
+    mutant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, broken, rule = LEDGER_MUTANTS[mutant]
+    monkeypatch.setattr(ledger, name, broken)
+    with pytest.raises(Disallowed) as info:
+        run_ledger(
+            max_examples=100,
+            database=None,
+            print_blob=False,
+            report_multiple_bugs=False,
+            derandomize=True,
+            phases=[Phase.explicit, Phase.generate],
+        )
+    message = str(info.value)
+    print(f"{mutant}:\n{message}")
+    assert f"rule broken: {rule}" in message, message
+    notes = "\n".join(getattr(info.value, "__notes__", ()))
+    assert "state = Ledger()" in notes, notes

@@ -1,0 +1,540 @@
+"""Code -> model: every step of a stateful run, abstracted and checked against the model.
+
+The SPIN model (``models/resolution.pml``) proves its properties of its own runs; this module
+checks that the code's runs are runs the model allows. Each history step of the confirmation
+machine (``_machine.py``): a save reaching the store (applied or refused, on time or landing
+late), an upstream approve/deny attempt, a client crashing or ending its plan, is mapped by
+:func:`abstraction` to the model's state and checked by :class:`ModelChecker`. A step the
+model does not allow raises :class:`Disallowed` (an ``AssertionError``) naming the step, the
+abstract state before and after, and the rule broken; Hypothesis then prints the program that
+reproduces it.
+
+**The abstraction** (defined once, here): stored envelope + upstream record -> model state.
+
+========================  ===================================================================
+model (resolution.pml)    code
+========================  ===================================================================
+``reg_cursor``            the stored snapshot's ``cursor``
+``reg_st[i]``             ``confirmations[i].status``, per token
+``up_acted/up_kind[i]``   ``RecordingUpstream.acted[tool_call_id]`` (``approve`` / ``deny``),
+                          ``born`` when upstream created the call already handled
+``owner[i]`` (ghost)      :attr:`Record.claimant` (who wrote the current claim) and
+                          :attr:`Record.alive` (it may still call upstream)
+``expired`` guard         ``now >= expiresAt``, ``now`` being the write's own clock reading
+                          (the milliseconds of its ``updatedAt``)
+(turn lease)              ``activeTurn`` (turn id, ``expiresAt``), ``terminalTurns`` ids
+========================  ===================================================================
+
+**The rules**, each a statement of the model, with the lifecycle read from the same generated
+table SPIN compiles (``machines.tables.CONFIRMATION_TABLE``, never restated here):
+
+- ``cas``: a save applies iff it expected the stored cursor, and moves it by exactly one
+  (``cas_save``, ``cursor_exact``);
+- ``table``: every status change is a cell of the table under the write's expiry guard, and
+  nothing leaves a final state (``fsm_next``, ``terminal_immutable``, ``expiry_honoured``);
+- ``claim-first``: upstream is called only for a processing record, by the client whose claim
+  save applied while it is still alive, once per claim, with the call the claim names; or by the
+  reconciler right after its fence (``upstream_call``, ``no_replay``);
+- ``fence``: the reconciler calls upstream only after re-saving the unchanged claim (ADR-0054);
+- ``completion``: a final status is saved only once upstream acted that way
+  (``no_false_completion``), by the claimant or the reconciler (only the claim's owner
+  completes it);
+- ``release``: only the reconciler releases, and only a claim whose claimant is gone
+  (``MAY_RELEASE``);
+- ``propose`` (not in the model: the model starts from a stored proposal): a record is born
+  ``pending``, or final when upstream created its call already handled; ``retention``: only
+  final records are pruned;
+- ``reason`` (not in the model, which has no reasons): a claim's deny carries a reason;
+- ``lease`` (not in the SPIN model; its machine's generated table is ``LEASE_TABLE``): each turn
+  id's lease (free / held / released, from ``activeTurn`` and ``terminalTurns``) moves by a
+  cell of the table under ``busy``: some lease had not expired at the write's clock reading.
+
+Late landings are the model's ``Network`` (``-DINFLIGHT``): a write travelling after its
+timeout lands with the CAS compared then, under the same rules; a claim that lands makes its
+writer the claimant, alive only if it has not given the write up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from akchat_fsm.machines.confirmation import ConfirmationEvent
+from akchat_fsm.machines.execution import ExecutionEvent, ExecutionState
+from akchat_fsm.machines.lease import TurnLeaseEvent, TurnLeaseState
+from akchat_fsm.machines.tables import (
+    CONFIRMATION_FACTS,
+    CONFIRMATION_TABLE,
+    EXECUTION_TABLE,
+    LEASE_TABLE,
+    MACHINES,
+)
+from akchat_fsm.session.effects import CallApprove, CallDeny
+from akchat_fsm.testing.doubles import RecordingUpstream
+from akchat_fsm.wire.enums import ConfirmationStatus
+from akchat_fsm.wire.session import SessionSnapshot
+
+#: Who takes a step: a client (``c0`` ...), the host setting the session up, the reconciler.
+HOST = "host"
+RECONCILER = "reconciler"
+INITIAL: ConfirmationStatus = MACHINES["confirmation"].initial
+#: Each final state -> the upstream call that must have acted for it (the model's ``KIND_OF``):
+#: the approving claim's final state needs ``approve``, every other one ``deny``.
+ACTED_FOR = {
+    final: "approve" if claim is CONFIRMATION_FACTS.approving else "deny"
+    for claim, final in CONFIRMATION_FACTS.matching_terminal.items()
+}
+_EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
+
+
+class Disallowed(AssertionError):
+    """A code step the model does not allow."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One confirmation as the model sees it."""
+
+    status: ConfirmationStatus
+    tool_call_id: str
+    expires_at: int
+    #: The ghost ``owner``: who wrote the current claim, and whether it may still call upstream.
+    claimant: str | None = None
+    alive: bool = False
+    called: bool = False
+
+    def describe(self, acted: str | None) -> str:
+        owner = "" if self.claimant is None else f" by {self.claimant}"
+        owner += "" if self.claimant is None or self.alive else " (gone)"
+        return f"{self.status}{owner}, upstream {acted or 'untouched'}"
+
+
+@dataclass(frozen=True)
+class Abstract:
+    """The model state: the cursor and each record (token -> :class:`Record`)."""
+
+    cursor: int = 0
+    records: Mapping[str, Record] = field(default_factory=dict)
+    #: The turn lease (not in the SPIN model; its machine is ``LEASE_TABLE``): the active turn
+    #: and its ``expiresAt``, and the finished turn ids.
+    turn: tuple[str, int] | None = None
+    finished: frozenset[str] = frozenset()
+
+    def render(self, upstream: RecordingUpstream) -> str:
+        parts = [f"cursor {self.cursor}"]
+        if self.turn is not None:
+            parts.append(f"turn {self.turn[0]} leased until {self.turn[1]}")
+        for token, record in self.records.items():
+            parts.append(f"{token} {record.describe(acted(upstream, record.tool_call_id))}")
+        return "; ".join(parts)
+
+
+def acted(upstream: RecordingUpstream, tool_call_id: str) -> str | None:
+    """What upstream did to a call (``up_acted`` / ``up_kind``): ``approve``, ``deny``,
+    ``born`` (created already handled, so no approve/deny will ever act), or ``None``."""
+    done = upstream.acted.get(tool_call_id)
+    if done is None and upstream.created.get(tool_call_id, "requires_confirmation") != (
+        "requires_confirmation"
+    ):
+        return "born"
+    return done
+
+
+def write_clock(snapshot: SessionSnapshot) -> int:
+    """The clock reading the write was decided on: ``updatedAt`` to the millisecond (the core
+    writes its ``now`` there, then the write nonce's digits, ADR-0062)."""
+    stamp = datetime.fromisoformat(snapshot.updated_at[:23] + "+00:00")
+    return (stamp - _EPOCH) // _MS
+
+
+_MS = datetime.fromisoformat("1970-01-01T00:00:00.001+00:00") - _EPOCH
+
+
+def abstraction(snapshot: SessionSnapshot | None, ghosts: Abstract) -> Abstract:
+    """The model state of a stored envelope; the ghosts (claimants) carry over from ``ghosts``.
+
+    Upstream's part is read on demand (:func:`acted`): it is the recording upstream's own state.
+    """
+    if snapshot is None:
+        return Abstract()
+    records = {}
+    for binding in snapshot.confirmations:
+        old = ghosts.records.get(binding.token)
+        records[binding.token] = (
+            Record(binding.status, binding.tool_call_id, binding.expires_at)
+            if old is None
+            else replace(old, status=binding.status)
+        )
+    active = snapshot.active_turn
+    return Abstract(
+        snapshot.cursor,
+        records,
+        None if active is None else (active.turn_id, active.expires_at),
+        frozenset(t.turn_id for t in snapshot.terminal_turns),
+    )
+
+
+def _lease_state(
+    turn_id: str, turn: tuple[str, int] | None, done: frozenset[str]
+) -> TurnLeaseState:
+    if turn_id in done:
+        return TurnLeaseState.RELEASED
+    return TurnLeaseState.HELD if turn is not None and turn[0] == turn_id else TurnLeaseState.FREE
+
+
+def _events(old: ConfirmationStatus, new: ConfirmationStatus, expired: bool) -> list[str]:
+    """The machine's events that move ``old`` to ``new`` under the guard: the table's cells."""
+    return [e for e in ConfirmationEvent if CONFIRMATION_TABLE.get((old, e, expired)) is new]
+
+
+@dataclass
+class ModelChecker:
+    """Follows one run's history and refuses a step the model does not allow."""
+
+    upstream: RecordingUpstream
+    state: Abstract = field(default_factory=Abstract)
+    #: Who takes the steps now (:meth:`acting`), whether they are late landings, and whether
+    #: the writer of a late landing still runs the plan that sent it.
+    actor: str = HOST
+    late: bool = False
+    alive: bool = True
+    #: The tokens the reconciler's last applied save fenced (re-saved unchanged).
+    fence: frozenset[str] = frozenset()
+    steps: int = 0
+    #: The refusal raised, if any: the history after it is no longer the model's to judge.
+    failure: Disallowed | None = None
+
+    @contextlib.contextmanager
+    def acting(self, actor: str, *, late: bool = False, alive: bool = True) -> Iterator[None]:
+        """Steps inside the block are ``actor``'s (``late``: saves landing after their writer
+        was told "unknown"; ``alive``: that writer still runs the plan that sent them)."""
+        before = self.actor, self.late, self.alive
+        self.actor, self.late, self.alive = actor, late, alive
+        try:
+            yield
+        except Exception:
+            # A refusal inside a storage call reaches the plan as that call's failure (the
+            # driver maps it): the refusal is what happened, whatever the plan made of it.
+            if self.failure is not None:
+                raise self.failure from None
+            raise
+        finally:
+            self.actor, self.late, self.alive = before
+        if self.failure is not None:
+            raise self.failure
+
+    def _fail(self, step: str, rule: str, after: Abstract | None = None) -> None:
+        lines = [
+            f"history step {self.steps} is not a step the model allows: {step}",
+            f"  rule broken: {rule}",
+            f"  model state before: {self.state.render(self.upstream)}",
+        ]
+        if after is not None:
+            lines.append(f"  model state after:  {after.render(self.upstream)}")
+        if self.failure is None:  # the first refusal is the one to report
+            self.failure = Disallowed("\n".join(lines))
+        raise self.failure
+
+    # ------------------------------------------------------------------ saves
+    def saved(self, snapshot: SessionSnapshot, expected: int | None, applied: bool) -> None:
+        """A save reached the store (``RecordingStorage``'s observer)."""
+        if self.failure is not None:
+            return
+        self.steps += 1
+        actor, late, alive = self.actor, self.late, self.alive
+        step = f"{actor} {'lands a late save' if late else 'saves'} expecting cursor {expected}"
+        current = self.state.cursor if self.state.cursor else None
+        if not applied:
+            if expected == current:
+                self._fail(f"{step}, refused", "cas: a save on the stored cursor applies")
+            if not late and actor == RECONCILER:
+                self.fence = frozenset()
+            return
+        after = abstraction(snapshot, self.state)
+        step += f", applied: cursor {self.state.cursor} -> {snapshot.cursor}"
+        if expected != current or snapshot.cursor != self.state.cursor + 1:
+            self._fail(step, "cas: a save applies only on the stored cursor, and adds one", after)
+        client = actor not in (HOST, RECONCILER)
+        now = write_clock(snapshot)
+        records = dict(after.records)
+        unchanged = True
+        for token, old in self.state.records.items():
+            if token not in records and not old.status.is_terminal:
+                self._fail(f"{step}; {token} pruned", "retention: only final records go", after)
+        for token, new in after.records.items():
+            old_record = self.state.records.get(token)
+            if old_record is None:
+                done = acted(self.upstream, new.tool_call_id)
+                if new.status is not INITIAL and not (done == "born" and new.status.is_terminal):
+                    self._fail(
+                        f"{step}; {token} proposed as {new.status}",
+                        f"propose: a record is born {INITIAL} (final only if upstream handled it)",
+                        after,
+                    )
+                if new.status is INITIAL and done is not None:
+                    # The model's initial state: a pending record whose call upstream awaits.
+                    self._fail(
+                        f"{step}; {token} proposed as {new.status}",
+                        f"propose: a {INITIAL} record's call is untouched upstream (it did {done})",
+                        after,
+                    )
+                unchanged = False
+                continue
+            old = old_record.status
+            if new.status is old:
+                continue
+            unchanged = False
+            expired = now >= new.expires_at  # the model's guard: the clock past expiresAt
+            move = f"{step}; {token} {old} -> {new.status}"
+            if not _events(old, new.status, expired):
+                self._fail(
+                    move,
+                    f"table: no event of the confirmation machine moves {old} to {new.status} "
+                    f"(expired={expired})",
+                    after,
+                )
+            if old is INITIAL:  # a claim: its writer owns it (alive if it acts on it)
+                records[token] = replace(new, claimant=actor, alive=client and alive, called=False)
+            elif new.status is INITIAL:  # a release
+                if actor != RECONCILER or old_record.alive:
+                    self._fail(
+                        move,
+                        "release: only the reconciler releases, and only a claim whose "
+                        f"claimant is gone (claimant {old_record.claimant}, "
+                        f"{'alive' if old_record.alive else 'gone'})",
+                        after,
+                    )
+                records[token] = replace(new, claimant=None, alive=False, called=False)
+            else:  # a completion
+                if actor not in (RECONCILER, old_record.claimant):
+                    self._fail(
+                        move,
+                        f"completion: only the claimant ({old_record.claimant}) or the "
+                        "reconciler completes a claim",
+                        after,
+                    )
+                done = acted(self.upstream, new.tool_call_id)
+                if done != ACTED_FOR[new.status]:
+                    self._fail(
+                        move,
+                        f"completion: {new.status} only after upstream did "
+                        f"{ACTED_FOR[new.status]} (it did {done or 'nothing'})",
+                        after,
+                    )
+                records[token] = replace(new, alive=False)
+        if (after.turn, after.finished) != (self.state.turn, self.state.finished):
+            self._check_lease(step, now, after)
+        self.state = replace(after, records=records)
+        if actor == RECONCILER and not late:
+            # An applied save that changes no record is the resume's fence of every claim.
+            self.fence = (
+                frozenset(t for t, r in records.items() if r.status.is_processing)
+                if unchanged
+                else frozenset()
+            )
+
+    def _check_lease(self, step: str, now: int, after: Abstract) -> None:
+        """Each turn id's lease moves by a cell of ``LEASE_TABLE`` under the model's ``busy``
+        (some lease had not expired at the write's clock reading)."""
+        old_turn, old_done = self.state.turn, self.state.finished
+        busy = old_turn is not None and old_turn[1] > now
+        ids = {t[0] for t in (old_turn, after.turn) if t is not None} | old_done | after.finished
+        for turn_id in sorted(ids):
+            was = _lease_state(turn_id, old_turn, old_done)
+            now_is = _lease_state(turn_id, after.turn, after.finished)
+            if was is TurnLeaseState.RELEASED and turn_id not in after.finished:
+                continue  # the capped list of finished turns forgot it: not a lease move
+            renewed = was is now_is is TurnLeaseState.HELD and old_turn != after.turn
+            if was is now_is and not renewed:
+                continue
+            if not [e for e in TurnLeaseEvent if LEASE_TABLE.get((was, e, busy)) is now_is]:
+                self._fail(
+                    f"{step}; turn {turn_id} {was} -> {now_is}",
+                    f"lease: no event of the turn-lease machine moves {was} to {now_is} "
+                    f"(busy={busy})",
+                    after,
+                )
+
+    # ------------------------------------------------------------------ upstream
+    def upstream_call(self, effect: CallApprove | CallDeny) -> None:
+        """``actor`` is about to call upstream (whether or not the call will reach it)."""
+        self.steps += 1
+        actor = self.actor
+        kind = "approve" if isinstance(effect, CallApprove) else "deny"
+        step = f"{actor} calls upstream {kind} {effect.tool_call_id}"
+        found = [
+            (t, r) for t, r in self.state.records.items() if r.tool_call_id == effect.tool_call_id
+        ]
+        if not found:
+            if kind == "deny" and actor not in (HOST, RECONCILER):
+                return  # a propose that could not bind the call it created denies it
+            self._fail(step, "claim-first: upstream is called only for a stored claim")
+            return
+        token, record = found[0]
+        if not record.status.is_processing:
+            self._fail(step, f"claim-first: {token} is {record.status}, not a saved claim")
+        wanted = "approve" if record.status is CONFIRMATION_FACTS.approving else "deny"
+        if kind != wanted:
+            self._fail(step, f"claim-first: the claim {record.status} calls {wanted}")
+        if isinstance(effect, CallDeny) and not effect.reason:
+            self._fail(step, f"reason: the deny of a {record.status} claim carries its reason")
+        if actor == RECONCILER:
+            if token not in self.fence:
+                self._fail(step, "fence: a resume re-saves the claim before calling upstream")
+            self.fence = frozenset()
+            return
+        if record.claimant != actor or not record.alive:
+            self._fail(
+                step,
+                f"claim-first: only the live claimant ({record.claimant}) calls upstream",
+            )
+        if record.called:
+            self._fail(step, "claim-first: the claimant calls upstream once per claim")
+        records = dict(self.state.records)
+        records[token] = replace(record, called=True)
+        self.state = replace(self.state, records=records)
+
+    # ------------------------------------------------------------------ processes
+    def gone(self, actor: str) -> None:
+        """``actor`` crashed or ended its plan: it will not act on its claims any more (the
+        reconciler: its run ended, so no fence carries over to the next one)."""
+        if actor == RECONCILER:
+            self.fence = frozenset()
+        if not any(r.claimant == actor and r.alive for r in self.state.records.values()):
+            return
+        records = {
+            t: replace(r, alive=False) if r.claimant == actor else r
+            for t, r in self.state.records.items()
+        }
+        self.state = replace(self.state, records=records)
+
+
+# --------------------------------------------------------------------------- the ledger
+# The same check for the tool-execution ledger (the model's -DLEDGER part): each call's record
+# ``call:<id>`` against the generated ``EXECUTION_TABLE`` (``EX_NEXT`` in lifecycle_tables.pml)
+# and ``body_once``. The abstraction of a stored record is its state and its claim nonce; the
+# guards are the model's: ``ours`` (the stored claim is the writer's own), ``idempotent`` (the
+# host declared the tool safe to run twice). An operator holds no claim: both guards off.
+OPERATOR = "operator"
+#: The events each kind of writer fires (a worker claims and finishes; an operator settles).
+WORKER_EVENTS = (ExecutionEvent.CLAIM, ExecutionEvent.FINISH)
+OPERATOR_EVENTS = (ExecutionEvent.SETTLE_RAN, ExecutionEvent.RELEASE)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ledger record as the model sees it (``ex_st[i]``, ``ex_by[i]``) and its version."""
+
+    state: ExecutionState = ExecutionState.ABSENT
+    claim: str | None = None
+    version: int | None = None
+
+    def __str__(self) -> str:
+        claim = "" if self.claim is None else f" claim {self.claim[:8]}"
+        return f"{self.state}{claim} v{self.version}"
+
+
+def ledger_abstraction(text: str, version: int) -> Entry:
+    """The model state of one stored ledger record (its JSON text and storage version)."""
+    raw = json.loads(text)
+    return Entry(ExecutionState(raw["state"]), raw["claim"], version)
+
+
+@dataclass
+class LedgerChecker:
+    """Follows one run's ledger writes and body runs; refuses a step the model does not allow."""
+
+    entries: dict[str, Entry] = field(default_factory=dict)
+    ran: dict[str, int] = field(default_factory=dict)
+    #: The claims under which a body ran (ghost: what an operator's verdict must agree with).
+    ran_claims: set[str] = field(default_factory=set)
+    #: The acting process, whether its tool is idempotent, and its claim nonce once it wrote one.
+    actor: str = OPERATOR
+    idempotent: bool = False
+    nonce: str | None = None
+    steps: int = 0
+    failure: Disallowed | None = None
+
+    @contextlib.contextmanager
+    def acting(self, actor: str, *, idempotent: bool = False) -> Iterator[None]:
+        """One process's call (a worker's ``execute``, an operator's verdict) inside the block;
+        it may be nested (a body's side effect), so the outer process is restored after."""
+        before = self.actor, self.idempotent, self.nonce
+        self.actor, self.idempotent, self.nonce = actor, idempotent, None
+        try:
+            yield
+        except Exception:
+            if self.failure is not None:
+                raise self.failure from None
+            raise
+        finally:
+            self.actor, self.idempotent, self.nonce = before
+        if self.failure is not None:
+            raise self.failure
+
+    def _fail(self, step: str, rule: str, key: str, after: Entry | None = None) -> None:
+        lines = [
+            f"ledger step {self.steps} is not a step the model allows: {step}",
+            f"  rule broken: {rule}",
+            f"  model state before: {key} {self.entries.get(key, Entry())}, "
+            f"body ran {self.ran.get(key, 0)}x",
+        ]
+        if after is not None:
+            lines.append(f"  model state after:  {key} {after}")
+        if self.failure is None:
+            self.failure = Disallowed("\n".join(lines))
+        raise self.failure
+
+    def saved(self, key: str, text: str, expected: int | None, applied: bool) -> None:
+        """A ledger save reached the store."""
+        if self.failure is not None:
+            return
+        self.steps += 1
+        old = self.entries.get(key, Entry())
+        step = f"{self.actor} saves {key} expecting version {expected}"
+        if not applied:
+            if expected == old.version:
+                self._fail(f"{step}, refused", "cas: a save on the stored version applies", key)
+            return
+        new = ledger_abstraction(text, (expected or 0) + 1)
+        step += f", applied: {old.state} -> {new.state}"
+        if expected != old.version:
+            self._fail(step, "cas: a save applies only on the stored version", key, new)
+        if self.actor == OPERATOR:
+            events, guards = OPERATOR_EVENTS, (False, False)
+        else:
+            if self.nonce is None and new.state is ExecutionState.EXECUTING:
+                self.nonce = new.claim  # a worker's claim write carries its nonce
+            events, guards = WORKER_EVENTS, (old.claim == self.nonce, self.idempotent)
+        fired = [e for e in events if EXECUTION_TABLE.get((old.state, e, guards)) is new.state]
+        if not fired:
+            self._fail(
+                step,
+                f"table: no {'/'.join(events)} of the execution machine moves {old.state} to "
+                f"{new.state} (ours={guards[0]}, idempotent={guards[1]})",
+                key,
+                new,
+            )
+        self.entries[key] = new
+
+    def body(self, key: str) -> None:
+        """The acting worker's tool body is about to run."""
+        if self.failure is not None:
+            return
+        self.steps += 1
+        entry = self.entries.get(key, Entry())
+        step = f"{self.actor} runs the body of {key}"
+        if entry.state is not ExecutionState.EXECUTING or entry.claim != self.nonce:
+            self._fail(step, "claim-first: a body runs only under its own stored claim", key)
+        if self.ran.get(key, 0) and not self.idempotent:
+            self._fail(step, "body_once: a tool body runs at most once per tool call", key)
+        self.ran[key] = self.ran.get(key, 0) + 1
+        if entry.claim is not None:
+            self.ran_claims.add(entry.claim)
+
+    def ran_under(self, key: str) -> bool:
+        """Whether a body ran under the stored claim of ``key`` (so "it did not run" is false)."""
+        return self.entries.get(key, Entry()).claim in self.ran_claims
