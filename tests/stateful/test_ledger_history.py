@@ -104,7 +104,10 @@ class LedgerProtocol(RuleBasedStateMachine):
             if in_body == "crash":
                 raise Crash("crashed inside the body, after its side effect")
             if in_body.startswith("rival"):
-                self._execute((worker + 1) % 3, call, [], in_body.removeprefix("rival-"))
+                # "rival" -> the rival does nothing in its own body; "rival-crash" -> it crashes
+                # there (never "rival" again: a rival whose body runs must not recurse).
+                rival = in_body.removeprefix("rival").removeprefix("-")
+                self._execute((worker + 1) % 3, call, [], rival)
             elif in_body == "settle-ran":
                 self._settle(call, ran=True, unknown_only=True)
             return f"done by w{worker}"
