@@ -55,12 +55,18 @@ from ._security import (
     Csrf,
     SecurityHeaders,
     is_loopback_client,
+    principal_identity,
     same_origin,
 )
 
 Principal = Any
 Authorize = Callable[[Request], "Principal | Awaitable[Principal | None] | None"]
 CanDecide = Callable[[Principal, PendingApproval], bool]
+
+#: The longest ``after`` cursor the inbox passes to storage. The shipped adapters' longest is 389
+#: characters ("p1." and the base64 of the JSON of the order, a safe integer and two
+#: 128-character identifiers); a longer one is refused before storage is asked.
+MAX_CURSOR = 400
 
 #: The principal of the local-only mode, when the host gives no ``authorize`` hook.
 LOCAL_PRINCIPAL = "local"
@@ -146,6 +152,7 @@ class _Inbox:
         self.trusted_origins: frozenset[str] = options["trusted_origins"]
         self.bounds: Bounds = options["bounds"]
         self.page_size: int = options["page_size"]
+        self.max_cursor: int = options["max_cursor"]
         self.max_reason: int = options["max_reason"]
         self.max_body: int = options["max_body"]
         self.poll_s: float = options["poll_interval_s"]
@@ -169,7 +176,7 @@ class _Inbox:
         return found
 
     def refuse(self, request: Request, status_code: int, message: str) -> Response:
-        return self.page(request, "refused.html", {"message": message}, status_code, nonce=None)
+        return self.page(request, "refused.html", {"message": message}, status_code, for_=None)
 
     def page(
         self,
@@ -178,16 +185,19 @@ class _Inbox:
         context: dict[str, Any],
         status_code: int = 200,
         *,
-        nonce: str | None = "",
+        for_: Principal | None,
     ) -> Response:
-        """A rendered page; ``nonce=""`` gives it a CSRF token (and the cookie, if new)."""
+        """A rendered page; rendered ``for_`` a principal, it carries a CSRF token bound to
+        that principal (and the nonce cookie, if new); a refusal carries none."""
         fresh = None
-        if nonce == "":
+        token = ""
+        if for_ is not None:
             nonce = request.cookies.get(CSRF_COOKIE) or ""
             if not 20 <= len(nonce) <= 128:
                 nonce = fresh = Csrf.new_nonce()
+            token = self.csrf.form_token(nonce, principal_identity(for_))
         context = {**context, "csrf_field": CSRF_FIELD, "local_only": self.local_only}
-        context["csrf_token"] = self.csrf.form_token(nonce) if nonce else ""
+        context["csrf_token"] = token
         response = self.templates.TemplateResponse(request, name, context, status_code)
         if fresh is not None:
             response.set_cookie(
@@ -200,8 +210,9 @@ class _Inbox:
             )
         return response
 
-    async def form(self, request: Request) -> dict[str, str] | Response:
-        """The POST's fields, once its origin, size and CSRF token passed; else the refusal."""
+    async def form(self, request: Request, principal: Principal) -> dict[str, str] | Response:
+        """The POST's fields, once its origin, size and CSRF token (bound to ``principal``)
+        passed; else the refusal."""
         own = f"{request.url.scheme}://{request.url.netloc}"
         if not same_origin(request.headers, own, self.trusted_origins):
             return self.refuse(request, 403, "This request did not come from the inbox page.")
@@ -218,7 +229,8 @@ class _Inbox:
         except (UnicodeDecodeError, ValueError):
             return self.refuse(request, 400, "The form could not be read.")
         fields = dict(pairs)
-        if not self.csrf.valid(request.cookies.get(CSRF_COOKIE), fields.get(CSRF_FIELD)):
+        nonce, token = request.cookies.get(CSRF_COOKIE), fields.get(CSRF_FIELD)
+        if not self.csrf.valid(nonce, token, principal_identity(principal)):
             return self.refuse(request, 403, "The form expired: reload the page and try again.")
         return fields
 
@@ -350,7 +362,7 @@ class _Inbox:
 
     def fingerprint(self) -> tuple[str, ...]:
         page = self.storage.list_pending(order="newest", limit=100)
-        return tuple(item.token for item in page.items)
+        return tuple(item.token for item in page.items[:100])
 
 
 # ---------------------------------------------------------------------- routes
@@ -376,6 +388,8 @@ async def list_page(request: Request) -> Response:
     if principal is None:
         return inbox.refuse(request, 401 if not inbox.local_only else 403, _NOT_AUTHORIZED)
     filters = _filters(request)
+    if len(filters["after"] or "") > inbox.max_cursor:
+        return inbox.refuse(request, 400, "The page cursor is too long.")
     if any(len(value or "") > 512 for value in filters.values()):
         return inbox.refuse(request, 400, "A filter is too long.")
     try:
@@ -391,10 +405,15 @@ async def list_page(request: Request) -> Response:
             "remaining_ms": item.expires_at_ms - now,
             "countdown": countdown(item.expires_at_ms - now),
         }
-        for item in page.items
+        for item in page.items[: inbox.page_size]  # an adapter ignoring the limit: still a page
     ]
-    context = {"rows": rows, "filters": filters, "next_after": page.next_after}
-    return inbox.page(request, "list.html", context)
+    context = {
+        "rows": rows,
+        "hidden": len(page.items) - len(rows),
+        "filters": filters,
+        "next_after": page.next_after,
+    }
+    return inbox.page(request, "list.html", context, for_=principal)
 
 
 async def detail_page(request: Request) -> Response:
@@ -411,7 +430,7 @@ async def detail_page(request: Request) -> Response:
         return inbox.refuse(request, 404, "No such call.")
     context = _call_context(inbox, principal, located)
     context["conversation"] = await run_in_threadpool(inbox.conversation, located.session_id)
-    return inbox.page(request, "detail.html", context)
+    return inbox.page(request, "detail.html", context, for_=principal)
 
 
 def _call_context(inbox: _Inbox, principal: Principal, located: _Located) -> dict[str, Any]:
@@ -434,7 +453,7 @@ async def _decision(request: Request, approve: bool) -> Response:
     principal = await inbox.principal(request)
     if principal is None:
         return inbox.refuse(request, 401 if not inbox.local_only else 403, _NOT_AUTHORIZED)
-    fields = await inbox.form(request)
+    fields = await inbox.form(request, principal)
     if isinstance(fields, Response):
         return fields
     token = request.path_params["token"]
@@ -448,7 +467,7 @@ async def _decision(request: Request, approve: bool) -> Response:
     if outcome.kind in ("won", "expired"):
         inbox.changes.notify()
     context = {"outcome": outcome, "call": outcome.located, "approve": approve}
-    return inbox.page(request, "result.html", context, outcome.status_code)
+    return inbox.page(request, "result.html", context, outcome.status_code, for_=principal)
 
 
 async def approve(request: Request) -> Response:
@@ -509,6 +528,7 @@ def create_inbox(
     trusted_origins: tuple[str, ...] = (),
     bounds: Bounds = DEFAULT_BOUNDS,
     page_size: int = 50,
+    max_cursor: int = MAX_CURSOR,
     max_reason: int = 1_000,
     max_body: int = 16_384,
     poll_interval_s: float = 2.0,
@@ -538,7 +558,11 @@ def create_inbox(
             hint="Pass upstream_for=(session_id -> UpstreamChat), bridge_for, or both.",
         )
     if not (
-        1 <= page_size <= 1000 and max_reason >= 1 and max_body >= 1024 and recent_messages >= 1
+        1 <= page_size <= 1000
+        and 16 <= max_cursor <= 4096
+        and max_reason >= 1
+        and max_body >= 1024
+        and recent_messages >= 1
     ):
         raise ConfigError("The inbox's bounds are invalid.", hint="See docs/inbox.md.")
     if can_decide is None:
@@ -558,6 +582,7 @@ def create_inbox(
         trusted_origins=frozenset(trusted_origins),
         bounds=bounds,
         page_size=page_size,
+        max_cursor=max_cursor,
         max_reason=max_reason,
         max_body=max_body,
         poll_interval_s=poll_interval_s,
