@@ -12,6 +12,8 @@ from ._security import principal_identity
 from .app import (
     LOCAL_PRINCIPAL,
     MAX_CURSOR,
+    AsyncBridge,
+    AsyncInboxStorage,
     Bridge,
     InboxApp,
     InboxStorage,
@@ -22,6 +24,8 @@ from .app import (
 __all__ = [
     "LOCAL_PRINCIPAL",
     "MAX_CURSOR",
+    "AsyncBridge",
+    "AsyncInboxStorage",
     "Bounds",
     "Bridge",
     "InboxApp",
