@@ -161,3 +161,16 @@ def test_a_permission_revoked_after_the_page_is_rechecked_on_the_post(world: Wor
     response = post(bob, f"/call/{record.token}/approve", {"csrf": csrf, "session": "s-1"})
     assert response.status_code == 403 and 'data-kind="forbidden"' in response.text
     assert world.stored("s-1") == before and world.upstream.calls == []
+
+
+def test_a_session_the_host_gives_no_way_to_decide_is_a_page_not_a_500(world: World) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a"})
+    app = world.app(authorize=by_header, can_decide=everyone, bridge_for=lambda _sid: None,
+                    upstream_for=None)  # fmt: skip
+    ana = client(app)
+    before = world.stored("s-1")
+    form = open_call(ana, record.token, "s-1")
+    response = post(ana, f"/call/{record.token}/approve", {"csrf": form, "session": "s-1"})
+    assert response.status_code == 501 and 'data-kind="undecidable"' in response.text
+    assert "no upstream for this session" in response.text
+    assert world.stored("s-1") == before and world.upstream.calls == []

@@ -125,7 +125,7 @@ class _Outcome:
     """What a decision request showed: a page name, its HTTP status and what it says."""
 
     status_code: int
-    kind: str  # won | decided | expired | missing | forbidden | failed | busy
+    kind: str  # won | decided | expired | missing | forbidden | failed | busy | undecidable
     located: _Located | None = None
     detail: str = ""
 
@@ -358,6 +358,8 @@ class _Inbox:
             return _Outcome(409, "decided", await self.locate(token, session_id) or located)
         except InvalidConfirmationToken:
             return _Outcome(404, "missing")
+        except ConfigError as exc:  # the host gave no way to decide this session: nothing ran
+            return _Outcome(501, "undecidable", located, exc.message)
         except (SessionConflict, StorageUnavailable, OutcomeUnknown, BridgeError) as exc:
             return _Outcome(503, "busy", located, type(exc).__name__)
         after = await self.locate(token, session_id) or located
