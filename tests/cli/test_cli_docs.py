@@ -36,6 +36,7 @@ def test_the_page_has_an_example_per_verb() -> None:
         "reconcile",
         "settle",
         "pending",
+        "inbox",
         "schema",
         "diagram",
     }

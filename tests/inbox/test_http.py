@@ -55,10 +55,18 @@ def test_refuses_to_start_without_authorize(world: World) -> None:
         create_inbox(world.storage, definition=DEFINITION, upstream_for=lambda s: world.upstream)
 
 
-def test_refuses_async_storage_and_no_way_to_decide(world: World) -> None:
-    with pytest.raises(ConfigError, match="pending index"):
-        create_inbox(AsyncMemoryStorage(), definition=DEFINITION, local_only=True,
-                     upstream_for=lambda s: world.upstream)  # fmt: skip
+class HalfAsync(AsyncMemoryStorage):
+    """An index whose two methods are of two flavours: neither path could call it."""
+
+    def find_token(self, token: str) -> str | None:  # type: ignore[override]
+        return None
+
+
+def test_refuses_a_storage_without_the_index_and_no_way_to_decide(world: World) -> None:
+    for storage in (object(), HalfAsync()):  # asyncio storage is accepted (test_async.py)
+        with pytest.raises(ConfigError, match="pending index"):
+            create_inbox(storage, definition=DEFINITION, local_only=True,  # type: ignore[arg-type]
+                         upstream_for=lambda s: world.upstream)  # fmt: skip
     with pytest.raises(ConfigError, match="way to decide"):
         create_inbox(world.storage, definition=DEFINITION, local_only=True)
 

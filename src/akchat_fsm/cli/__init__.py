@@ -20,6 +20,7 @@ from ._common import EXIT_INVALID, EXIT_USAGE, describe, inert
 from .check_storage import check_storage
 from .demo import demo
 from .diagram import diagram
+from .inbox_cmd import inbox
 from .inspect_cmd import inspect
 from .pending import pending
 from .reconcile import reconcile
@@ -82,5 +83,16 @@ def main() -> None:
     """Crash-safe chat-session metadata and human approval of agent tool calls."""
 
 
-for _command in (demo, check_storage, inspect, pending, reconcile, settle, schema, diagram, show):
+for _command in (
+    demo,
+    check_storage,
+    inspect,
+    pending,
+    inbox,
+    reconcile,
+    settle,
+    schema,
+    diagram,
+    show,
+):
     main.add_command(_command)

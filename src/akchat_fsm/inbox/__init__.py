@@ -8,10 +8,24 @@ the session's own two-CAS decision (or the host's bridge for the session), ADR-0
 from __future__ import annotations
 
 from ._render import Bounds, countdown, pretty_arguments
-from .app import LOCAL_PRINCIPAL, Bridge, InboxApp, InboxStorage, create_inbox, pending_changes
+from ._security import principal_identity
+from .app import (
+    LOCAL_PRINCIPAL,
+    MAX_CURSOR,
+    AsyncBridge,
+    AsyncInboxStorage,
+    Bridge,
+    InboxApp,
+    InboxStorage,
+    create_inbox,
+    pending_changes,
+)
 
 __all__ = [
     "LOCAL_PRINCIPAL",
+    "MAX_CURSOR",
+    "AsyncBridge",
+    "AsyncInboxStorage",
     "Bounds",
     "Bridge",
     "InboxApp",
@@ -20,4 +34,5 @@ __all__ = [
     "create_inbox",
     "pending_changes",
     "pretty_arguments",
+    "principal_identity",
 ]

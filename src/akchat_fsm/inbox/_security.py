@@ -74,8 +74,20 @@ def is_loopback_client(request: Request) -> bool:
     return name.lower() in _LOOPBACK_NAMES
 
 
+def principal_identity(principal: object) -> str:
+    """The stable identity a CSRF token is bound to: the principal's ``id`` attribute when it
+    has one (and it is not ``None``), else ``str(principal)``.
+
+    It must be the same for one user on every request and differ between users, so a token
+    one user's page holds is refused in another user's request (docs/inbox.md).
+    """
+    found = getattr(principal, "id", None)
+    return str(principal if found is None else found)
+
+
 class Csrf:
-    """Signed double submit: a random nonce in a cookie, its HMAC in every form."""
+    """Signed double submit: a random nonce in a cookie; in every form, the HMAC of that nonce
+    *and* the identity of the principal the page was rendered for."""
 
     def __init__(self, secret: bytes | None) -> None:
         self._secret = secret if secret is not None else secrets.token_bytes(32)
@@ -84,13 +96,15 @@ class Csrf:
     def new_nonce() -> str:
         return secrets.token_urlsafe(32)
 
-    def form_token(self, nonce: str) -> str:
-        return hmac.new(self._secret, nonce.encode(), hashlib.sha256).hexdigest()
+    def form_token(self, nonce: str, identity: str) -> str:
+        # The nonce is URL-safe base64 (no ":"), so "length:nonce:identity" reads one way only.
+        message = f"{len(nonce)}:{nonce}:{identity}".encode("utf-8", "surrogatepass")
+        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
 
-    def valid(self, nonce: str | None, token: str | None) -> bool:
+    def valid(self, nonce: str | None, token: str | None, identity: str) -> bool:
         if not nonce or not token or len(nonce) > 128 or len(token) > 128:
             return False
-        return hmac.compare_digest(self.form_token(nonce), token)
+        return hmac.compare_digest(self.form_token(nonce, identity), token)
 
 
 def same_origin(headers: Headers, own_origin: str, trusted: frozenset[str]) -> bool:

@@ -4,7 +4,9 @@ Every request is authorized by the host's hook (or refused unless it comes from 
 the explicit local-only mode); every POST is checked for its CSRF token and its origin, then
 its body is read within a bound, all *before* storage is touched, so a refused request
 changes nothing. A decision is the session's own two-CAS approve / reject, or the host's
-bridge for the session (``bridge_for``), run in a worker thread: the storage ports are sync.
+bridge for the session (``bridge_for``). Sync or asyncio storage, the routes are written once:
+every port and hook call goes through ``_Inbox.call``, which runs a sync one in a worker
+thread and awaits an asyncio one on the loop.
 """
 
 from __future__ import annotations
@@ -40,13 +42,23 @@ from ..errors import (
 )
 from ..integrations import BridgeError
 from ..session import (
+    AsyncChatMemory,
+    AsyncUpstreamChat,
     ChatDefinition,
     ChatMemory,
     UpstreamChat,
     UpstreamFailed,
     resume_chat_session,
+    resume_chat_session_async,
 )
-from ..storage.port import PendingApproval, PendingIndex, PendingPage, SessionStorage
+from ..storage.port import (
+    AsyncPendingIndex,
+    AsyncSessionStorage,
+    PendingApproval,
+    PendingIndex,
+    PendingPage,
+    SessionStorage,
+)
 from ..wire import ConfirmationBinding, ConfirmationStatus, MemoryRecord, validate_memory_record
 from ._render import DEFAULT_BOUNDS, Bounds, countdown, pretty_arguments, visible
 from ._security import (
@@ -55,12 +67,22 @@ from ._security import (
     Csrf,
     SecurityHeaders,
     is_loopback_client,
+    principal_identity,
     same_origin,
 )
 
 Principal = Any
 Authorize = Callable[[Request], "Principal | Awaitable[Principal | None] | None"]
-CanDecide = Callable[[Principal, PendingApproval], bool]
+CanDecide = Callable[[Principal, PendingApproval], "bool | Awaitable[bool]"]
+
+#: The longest ``after`` cursor the inbox passes to storage. The shipped adapters' longest is 389
+#: characters ("p1." and the base64 of the JSON of the order, a safe integer and two
+#: 128-character identifiers); a longer one is refused before storage is asked.
+MAX_CURSOR = 400
+
+BridgeFor = Callable[[str], "Bridge | AsyncBridge | Awaitable[AsyncBridge | None] | None"]
+UpstreamFor = Callable[[str], "UpstreamChat | AsyncUpstreamChat"]
+MemoryFor = Callable[[str], "ChatMemory | AsyncChatMemory | None"]
 
 #: The principal of the local-only mode, when the host gives no ``authorize`` hook.
 LOCAL_PRINCIPAL = "local"
@@ -70,12 +92,24 @@ class InboxStorage(SessionStorage, PendingIndex, Protocol):
     """A sync storage adapter with the pending index (memory, SQLite, PostgreSQL, ...)."""
 
 
+class AsyncInboxStorage(AsyncSessionStorage, AsyncPendingIndex, Protocol):
+    """An asyncio storage adapter with the pending index (``AsyncSQLiteStorage``, ...)."""
+
+
 class Bridge(Protocol):
     """What ``bridge_for`` returns: an agent-runtime bridge's two decisions."""
 
     def approve(self, token: str) -> object: ...
 
     def reject(self, token: str, reason: str | None = None) -> object: ...
+
+
+class AsyncBridge(Protocol):
+    """The asyncio twin of :class:`Bridge` (``AsyncPydanticAIBridge``, ...)."""
+
+    async def approve(self, token: str) -> object: ...
+
+    async def reject(self, token: str, reason: str | None = None) -> object: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +125,7 @@ class _Outcome:
     """What a decision request showed: a page name, its HTTP status and what it says."""
 
     status_code: int
-    kind: str  # won | decided | expired | missing | forbidden | failed | busy
+    kind: str  # won | decided | expired | missing | forbidden | failed | busy | undecidable
     located: _Located | None = None
     detail: str = ""
 
@@ -132,20 +166,23 @@ class _Inbox:
     """The routes' shared configuration; one per :func:`create_inbox` call."""
 
     def __init__(self, **options: Any) -> None:
-        self.storage: InboxStorage = options["storage"]
+        self.storage: InboxStorage | AsyncInboxStorage = options["storage"]
+        #: Asyncio storage: every port is awaited on the loop (ADR-0130, amended).
+        self.asyncio: bool = options["asyncio"]
         self.definition_for: Callable[[str], ChatDefinition] = options["definition_for"]
         self.authorize: Authorize | None = options["authorize"]
         self.can_decide: CanDecide = options["can_decide"]
         self.local_only: bool = options["local_only"]
-        self.bridge_for: Callable[[str], Bridge | None] | None = options["bridge_for"]
-        self.upstream_for: Callable[[str], UpstreamChat] | None = options["upstream_for"]
-        self.memory_for: Callable[[str], ChatMemory | None] | None = options["memory_for"]
+        self.bridge_for: BridgeFor | None = options["bridge_for"]
+        self.upstream_for: UpstreamFor | None = options["upstream_for"]
+        self.memory_for: MemoryFor | None = options["memory_for"]
         self.recent: int = options["recent_messages"]
         self.clock: Callable[[], int] = options["clock"]
         self.csrf = Csrf(options["csrf_secret"])
         self.trusted_origins: frozenset[str] = options["trusted_origins"]
         self.bounds: Bounds = options["bounds"]
         self.page_size: int = options["page_size"]
+        self.max_cursor: int = options["max_cursor"]
         self.max_reason: int = options["max_reason"]
         self.max_body: int = options["max_body"]
         self.poll_s: float = options["poll_interval_s"]
@@ -169,7 +206,7 @@ class _Inbox:
         return found
 
     def refuse(self, request: Request, status_code: int, message: str) -> Response:
-        return self.page(request, "refused.html", {"message": message}, status_code, nonce=None)
+        return self.page(request, "refused.html", {"message": message}, status_code, for_=None)
 
     def page(
         self,
@@ -178,16 +215,19 @@ class _Inbox:
         context: dict[str, Any],
         status_code: int = 200,
         *,
-        nonce: str | None = "",
+        for_: Principal | None,
     ) -> Response:
-        """A rendered page; ``nonce=""`` gives it a CSRF token (and the cookie, if new)."""
+        """A rendered page; rendered ``for_`` a principal, it carries a CSRF token bound to
+        that principal (and the nonce cookie, if new); a refusal carries none."""
         fresh = None
-        if nonce == "":
+        token = ""
+        if for_ is not None:
             nonce = request.cookies.get(CSRF_COOKIE) or ""
             if not 20 <= len(nonce) <= 128:
                 nonce = fresh = Csrf.new_nonce()
+            token = self.csrf.form_token(nonce, principal_identity(for_))
         context = {**context, "csrf_field": CSRF_FIELD, "local_only": self.local_only}
-        context["csrf_token"] = self.csrf.form_token(nonce) if nonce else ""
+        context["csrf_token"] = token
         response = self.templates.TemplateResponse(request, name, context, status_code)
         if fresh is not None:
             response.set_cookie(
@@ -200,8 +240,9 @@ class _Inbox:
             )
         return response
 
-    async def form(self, request: Request) -> dict[str, str] | Response:
-        """The POST's fields, once its origin, size and CSRF token passed; else the refusal."""
+    async def form(self, request: Request, principal: Principal) -> dict[str, str] | Response:
+        """The POST's fields, once its origin, size and CSRF token (bound to ``principal``)
+        passed; else the refusal."""
         own = f"{request.url.scheme}://{request.url.netloc}"
         if not same_origin(request.headers, own, self.trusted_origins):
             return self.refuse(request, 403, "This request did not come from the inbox page.")
@@ -218,38 +259,62 @@ class _Inbox:
         except (UnicodeDecodeError, ValueError):
             return self.refuse(request, 400, "The form could not be read.")
         fields = dict(pairs)
-        if not self.csrf.valid(request.cookies.get(CSRF_COOKIE), fields.get(CSRF_FIELD)):
+        nonce, token = request.cookies.get(CSRF_COOKIE), fields.get(CSRF_FIELD)
+        if not self.csrf.valid(nonce, token, principal_identity(principal)):
             return self.refuse(request, 403, "The form expired: reload the page and try again.")
         return fields
 
-    # ------------------------------------------------------------------ storage (worker thread)
-    def pending_row(self, session_id: str, token: str) -> PendingApproval | None:
+    # ------------------------------------------------------------------ the ports
+    async def call(self, port: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """One call into storage, the session or a host hook, the one seam between flavours.
+
+        Over sync storage it runs in a worker thread (sync ports block); over asyncio storage
+        it runs on the loop and its result is awaited when it is awaitable (the async
+        session's and bridges' methods, an async hook).
+        """
+        if not self.asyncio:
+            return await run_in_threadpool(port, *args, **kwargs)
+        result = port(*args, **kwargs)
+        return await result if inspect.isawaitable(result) else result
+
+    async def resume(self, session_id: str, observers: tuple[Any, ...] = ()) -> Any:
+        """The session, resumed with its definition: a ``ChatSession`` or ``AsyncChatSession``."""
+        definition = await self.call(self.definition_for, session_id)
+        resume = resume_chat_session_async if self.asyncio else resume_chat_session
+        return await self.call(
+            resume,
+            definition,
+            session_id=session_id,
+            storage=self.storage,
+            clock=self.clock,
+            observers=observers,
+        )
+
+    async def pending_row(self, session_id: str, token: str) -> PendingApproval | None:
         after = None
         while True:
-            page = self.storage.list_pending(session_id=session_id, after=after, limit=1000)
+            page = await self.call(
+                self.storage.list_pending, session_id=session_id, after=after, limit=1000
+            )
             for item in page.items:
                 if item.token == token:
-                    return item
+                    found: PendingApproval = item
+                    return found
             if page.next_after is None:
                 return None
             after = page.next_after
 
-    def locate(self, token: str, session_hint: str | None) -> _Located | None:
+    async def locate(self, token: str, session_hint: str | None) -> _Located | None:
         """The call behind ``token``: from the index while pending, else from the hinted session.
 
         The hint (the page's ``session`` field) is only a place to look: the binding must be in
         that session's stored envelope, so a hint names nothing an attacker could not see.
         """
-        session_id = self.storage.find_token(token) or session_hint
+        session_id = await self.call(self.storage.find_token, token) or session_hint
         if not session_id:
             return None
         try:
-            session = resume_chat_session(
-                self.definition_for(session_id),
-                session_id=session_id,
-                storage=self.storage,
-                clock=self.clock,
-            )
+            session = await self.resume(session_id)
         except ConfigError:
             return None
         binding = next((b for b in session.confirmations if b.token == token), None)
@@ -257,42 +322,52 @@ class _Inbox:
             return None
         pending = None
         if binding.status is ConfirmationStatus.PENDING:
-            pending = self.pending_row(session_id, token)
+            pending = await self.pending_row(session_id, token)
         return _Located(session_id, binding, pending)
 
-    def decide(
+    async def may_decide(self, principal: Principal, pending: PendingApproval) -> bool:
+        return bool(await self.call(self.can_decide, principal, pending))
+
+    async def decide(
         self, principal: Principal, token: str, hint: str | None, reason: str | None, approve: bool
     ) -> _Outcome:
-        located = self.locate(token, hint)
+        located = await self.locate(token, hint)
         if located is None:
             return _Outcome(404, "missing")
         if located.pending is None:
             return _Outcome(409, "decided", located)
-        if not self.can_decide(principal, located.pending):
+        if not await self.may_decide(principal, located.pending):
             return _Outcome(403, "forbidden", located)
         session_id = located.session_id
         won: list[bool] = []
         try:
-            bridge = self.bridge_for(session_id) if self.bridge_for is not None else None
+            bridge = None
+            if self.bridge_for is not None:
+                bridge = await self.call(self.bridge_for, session_id)
             if bridge is not None:
-                bridge.approve(token) if approve else bridge.reject(token, reason)
+                if approve:
+                    await self.call(bridge.approve, token)
+                else:
+                    await self.call(bridge.reject, token, reason)
                 won.append(True)  # a loser's bridge raises ConfirmationError
             else:
-                won += self._decide_plain(session_id, token, reason, approve)
+                won += await self._decide_plain(session_id, token, reason, approve)
         except UpstreamFailed as exc:
             return _Outcome(502, "failed", located, f"{type(exc.__cause__).__name__}")
         except ConfirmationError:
-            return _Outcome(409, "decided", self.locate(token, session_id) or located)
+            return _Outcome(409, "decided", await self.locate(token, session_id) or located)
         except InvalidConfirmationToken:
             return _Outcome(404, "missing")
+        except ConfigError as exc:  # the host gave no way to decide this session: nothing ran
+            return _Outcome(501, "undecidable", located, exc.message)
         except (SessionConflict, StorageUnavailable, OutcomeUnknown, BridgeError) as exc:
             return _Outcome(503, "busy", located, type(exc).__name__)
-        after = self.locate(token, session_id) or located
+        after = await self.locate(token, session_id) or located
         if after.binding.status is ConfirmationStatus.EXPIRED:
             return _Outcome(409, "expired", after)
         return _Outcome(200 if won else 409, "won" if won else "decided", after)
 
-    def _decide_plain(
+    async def _decide_plain(
         self, session_id: str, token: str, reason: str | None, approve: bool
     ) -> list[bool]:
         if self.upstream_for is None:
@@ -309,28 +384,25 @@ class _Inbox:
             if record is not None and record.token == token and record.status.is_terminal:
                 won.append(True)
 
-        session = resume_chat_session(
-            self.definition_for(session_id),
-            session_id=session_id,
-            storage=self.storage,
-            clock=self.clock,
-            observers=[observe],
-        )
-        coordinator = session.confirmations_for(self.upstream_for(session_id))
+        session = await self.resume(session_id, observers=(observe,))
+        upstream = await self.call(self.upstream_for, session_id)
+        coordinator = session.confirmations_for(upstream)
         if approve:
-            coordinator.approve(token, session_id=session_id)
+            await self.call(coordinator.approve, token, session_id=session_id)
         else:
-            coordinator.reject(token, session_id=session_id, reason=reason)
+            await self.call(coordinator.reject, token, session_id=session_id, reason=reason)
         return won[:1]
 
-    def conversation(self, session_id: str) -> list[tuple[str, str]] | None:
+    async def conversation(self, session_id: str) -> list[tuple[str, str]] | None:
         """The last messages of the session's chat, as (role, bounded text), when the host
         gives a memory; ``None`` without one. A memory that fails shows as an empty chat."""
-        memory = self.memory_for(session_id) if self.memory_for is not None else None
+        memory = None
+        if self.memory_for is not None:
+            memory = await self.call(self.memory_for, session_id)
         if memory is None:
             return None
         try:
-            loaded = memory.load()
+            loaded = await self.call(memory.load)
             if isinstance(loaded, MemoryRecord):
                 record = loaded
             elif isinstance(loaded, Mapping):
@@ -348,9 +420,9 @@ class _Inbox:
             out.append((message.role.value, shown))
         return out
 
-    def fingerprint(self) -> tuple[str, ...]:
-        page = self.storage.list_pending(order="newest", limit=100)
-        return tuple(item.token for item in page.items)
+    async def fingerprint(self) -> tuple[str, ...]:
+        page = await self.call(self.storage.list_pending, order="newest", limit=100)
+        return tuple(item.token for item in page.items[:100])
 
 
 # ---------------------------------------------------------------------- routes
@@ -376,10 +448,12 @@ async def list_page(request: Request) -> Response:
     if principal is None:
         return inbox.refuse(request, 401 if not inbox.local_only else 403, _NOT_AUTHORIZED)
     filters = _filters(request)
+    if len(filters["after"] or "") > inbox.max_cursor:
+        return inbox.refuse(request, 400, "The page cursor is too long.")
     if any(len(value or "") > 512 for value in filters.values()):
         return inbox.refuse(request, 400, "A filter is too long.")
     try:
-        page: PendingPage = await run_in_threadpool(
+        page: PendingPage = await inbox.call(
             inbox.storage.list_pending, limit=inbox.page_size, **filters
         )
     except ConfigError as exc:
@@ -391,10 +465,15 @@ async def list_page(request: Request) -> Response:
             "remaining_ms": item.expires_at_ms - now,
             "countdown": countdown(item.expires_at_ms - now),
         }
-        for item in page.items
+        for item in page.items[: inbox.page_size]  # an adapter ignoring the limit: still a page
     ]
-    context = {"rows": rows, "filters": filters, "next_after": page.next_after}
-    return inbox.page(request, "list.html", context)
+    context = {
+        "rows": rows,
+        "hidden": len(page.items) - len(rows),
+        "filters": filters,
+        "next_after": page.next_after,
+    }
+    return inbox.page(request, "list.html", context, for_=principal)
 
 
 async def detail_page(request: Request) -> Response:
@@ -406,15 +485,15 @@ async def detail_page(request: Request) -> Response:
     hint = request.query_params.get("session")
     if len(token) > 256 or len(hint or "") > 256:
         return inbox.refuse(request, 404, "No such call.")
-    located = await run_in_threadpool(inbox.locate, token, hint)
+    located = await inbox.locate(token, hint)
     if located is None:
         return inbox.refuse(request, 404, "No such call.")
-    context = _call_context(inbox, principal, located)
-    context["conversation"] = await run_in_threadpool(inbox.conversation, located.session_id)
-    return inbox.page(request, "detail.html", context)
+    context = await _call_context(inbox, principal, located)
+    context["conversation"] = await inbox.conversation(located.session_id)
+    return inbox.page(request, "detail.html", context, for_=principal)
 
 
-def _call_context(inbox: _Inbox, principal: Principal, located: _Located) -> dict[str, Any]:
+async def _call_context(inbox: _Inbox, principal: Principal, located: _Located) -> dict[str, Any]:
     remaining = located.binding.expires_at - inbox.clock()
     pending = located.pending
     return {
@@ -424,7 +503,7 @@ def _call_context(inbox: _Inbox, principal: Principal, located: _Located) -> dic
         "countdown": countdown(remaining),
         "can_decide": pending is not None
         and remaining > 0
-        and bool(inbox.can_decide(principal, pending)),
+        and await inbox.may_decide(principal, pending),
         "max_reason": inbox.max_reason,
     }
 
@@ -434,7 +513,7 @@ async def _decision(request: Request, approve: bool) -> Response:
     principal = await inbox.principal(request)
     if principal is None:
         return inbox.refuse(request, 401 if not inbox.local_only else 403, _NOT_AUTHORIZED)
-    fields = await inbox.form(request)
+    fields = await inbox.form(request, principal)
     if isinstance(fields, Response):
         return fields
     token = request.path_params["token"]
@@ -444,11 +523,11 @@ async def _decision(request: Request, approve: bool) -> Response:
         return inbox.refuse(request, 404, "No such call.")
     if reason is not None and len(reason) > inbox.max_reason:
         return inbox.refuse(request, 400, f"The reason is longer than {inbox.max_reason}.")
-    outcome = await run_in_threadpool(inbox.decide, principal, token, hint, reason, approve)
+    outcome = await inbox.decide(principal, token, hint, reason, approve)
     if outcome.kind in ("won", "expired"):
         inbox.changes.notify()
     context = {"outcome": outcome, "call": outcome.located, "approve": approve}
-    return inbox.page(request, "result.html", context, outcome.status_code)
+    return inbox.page(request, "result.html", context, outcome.status_code, for_=principal)
 
 
 async def approve(request: Request) -> Response:
@@ -464,13 +543,10 @@ async def events(request: Request) -> Response:
     if await inbox.principal(request) is None:
         return Response(status_code=401 if not inbox.local_only else 403)
 
-    async def fingerprint() -> object:
-        return await run_in_threadpool(inbox.fingerprint)
-
     async def wait() -> None:
         await inbox.changes.wait(inbox.poll_s)
 
-    return EventSourceResponse(pending_changes(fingerprint, wait), ping=15)
+    return EventSourceResponse(pending_changes(inbox.fingerprint, wait), ping=15)
 
 
 _NOT_AUTHORIZED = "You are not authorized to use this inbox."
@@ -494,21 +570,22 @@ class InboxApp(Starlette):
 
 
 def create_inbox(
-    storage: InboxStorage,
+    storage: InboxStorage | AsyncInboxStorage,
     *,
     definition: ChatDefinition | Callable[[str], ChatDefinition],
     authorize: Authorize | None = None,
     can_decide: CanDecide | None = None,
     local_only: bool = False,
-    bridge_for: Callable[[str], Bridge | None] | None = None,
-    upstream_for: Callable[[str], UpstreamChat] | None = None,
-    memory_for: Callable[[str], ChatMemory | None] | None = None,
+    bridge_for: BridgeFor | None = None,
+    upstream_for: UpstreamFor | None = None,
+    memory_for: MemoryFor | None = None,
     recent_messages: int = 10,
     clock: Callable[[], int] | None = None,
     csrf_secret: bytes | None = None,
     trusted_origins: tuple[str, ...] = (),
     bounds: Bounds = DEFAULT_BOUNDS,
     page_size: int = 50,
+    max_cursor: int = MAX_CURSOR,
     max_reason: int = 1_000,
     max_body: int = 16_384,
     poll_interval_s: float = 2.0,
@@ -521,16 +598,24 @@ def create_inbox(
     serves loopback clients only. A decision goes to ``bridge_for(session_id)`` when it returns
     a bridge, else to the session's coordinator over ``upstream_for(session_id)``. With
     ``memory_for(session_id)`` a call's page shows the chat's last ``recent_messages``.
+
+    ``storage`` is sync or asyncio; over asyncio storage the session, the bridge, the upstream
+    and the memory are the asyncio ones (``AsyncPydanticAIBridge``, ``AsyncUpstreamChat``), and
+    the hooks may be async (``bridge_for`` may await a resumed ``AsyncChatSession``).
     """
     if authorize is None and not local_only:
         raise ConfigError(
             "The inbox needs an authorize hook.",
             hint="Pass authorize=(request -> principal | None), or local_only=True on loopback.",
         )
-    if not isinstance(storage, PendingIndex) or inspect.iscoroutinefunction(storage.find_token):
+    flavours = {
+        inspect.iscoroutinefunction(getattr(storage, name, None))
+        for name in ("list_pending", "find_token")
+    }
+    if not isinstance(storage, PendingIndex | AsyncPendingIndex) or len(flavours) != 1:
         raise ConfigError(
-            "The inbox needs a sync storage with the pending index.",
-            hint="Pass a MemoryStorage, SQLiteStorage or another adapter with list_pending.",
+            "The inbox needs a storage with the pending index (list_pending, find_token).",
+            hint="Pass a MemoryStorage, SQLiteStorage, AsyncSQLiteStorage or another adapter.",
         )
     if bridge_for is None and upstream_for is None:
         raise ConfigError(
@@ -538,13 +623,18 @@ def create_inbox(
             hint="Pass upstream_for=(session_id -> UpstreamChat), bridge_for, or both.",
         )
     if not (
-        1 <= page_size <= 1000 and max_reason >= 1 and max_body >= 1024 and recent_messages >= 1
+        1 <= page_size <= 1000
+        and 16 <= max_cursor <= 4096
+        and max_reason >= 1
+        and max_body >= 1024
+        and recent_messages >= 1
     ):
         raise ConfigError("The inbox's bounds are invalid.", hint="See docs/inbox.md.")
     if can_decide is None:
         can_decide = _allow if authorize is None else _deny
     inbox = _Inbox(
         storage=storage,
+        asyncio=flavours == {True},
         definition_for=definition if callable(definition) else (lambda _sid: definition),
         authorize=authorize,
         can_decide=can_decide,
@@ -558,6 +648,7 @@ def create_inbox(
         trusted_origins=frozenset(trusted_origins),
         bounds=bounds,
         page_size=page_size,
+        max_cursor=max_cursor,
         max_reason=max_reason,
         max_body=max_body,
         poll_interval_s=poll_interval_s,
