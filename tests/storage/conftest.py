@@ -13,8 +13,10 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from redis_cluster import CLI, SERVER, LocalCluster, worker_base
 from storage_harness import Backend, Client, Harness, drop_mysql_tables
 
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
@@ -78,6 +80,39 @@ def _redis(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
     )
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A real 3-primary, 3-replica Redis Cluster on loopback, once per test process.
+
+    Skips when ``redis-server``/``redis-cli`` are not installed, fails instead under
+    ``AKCHAT_REQUIRE_SERVERS=1``. Ports from ``AKCHAT_REDIS_CLUSTER_PORT`` (7100), a block
+    per xdist worker.
+    """
+    if SERVER is None or CLI is None:
+        message = "redis-server and redis-cli are needed for a Redis Cluster"
+        if os.environ.get("AKCHAT_REQUIRE_SERVERS") == "1":
+            pytest.fail(f"{message} (AKCHAT_REQUIRE_SERVERS=1)")
+        pytest.skip(message)
+    cluster = LocalCluster(worker_base(), tmp_path_factory.mktemp("redis-cluster"), 2000)
+    yield cluster.start()
+    cluster.stop()
+
+
+def _redis_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
+    from akchat_fsm.storage.redis import AsyncRedisStorage, RedisStorage
+
+    cluster = request.getfixturevalue("redis_cluster")
+    prefix = f"akt:{uuid.uuid4().hex[:12]}:"
+    options: dict[str, Any] = {"prefix": prefix, "cluster": True, "shards": 4}
+    return Backend(
+        "redis-cluster",
+        f"redis+cluster://127.0.0.1:{cluster.ports[0]}/0?prefix={prefix}&shards=4",
+        lambda: RedisStorage(cluster.url, **options),
+        lambda: AsyncRedisStorage(cluster.url, **options),
+        {"cluster": cluster, "prefix": prefix},
+    )
+
+
 def _mysql(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
     from akchat_fsm.storage.url import open_async_storage, open_storage
 
@@ -107,6 +142,10 @@ if os.environ.get("AKCHAT_STORAGE_SKIP_SERVERS") != "1":
             "mysql": _mysql,
         }
     )
+#: Backends a test module asks for by name (``indirect`` parametrization), never by default.
+OPT_IN: dict[str, Callable[[Path, pytest.FixtureRequest], Backend]] = {
+    "redis-cluster": _redis_cluster,
+}
 _MARKS = {
     "postgres": [pytest.mark.postgres],
     "postgres-serializable": [pytest.mark.postgres],
@@ -121,7 +160,7 @@ _MARKS = {
     params=[pytest.param(name, marks=_MARKS.get(name, [])) for name in BACKENDS],
 )
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return BACKENDS[request.param](tmp_path, request)
+    return {**BACKENDS, **OPT_IN}[request.param](tmp_path, request)
 
 
 @pytest.fixture(params=["sync", "async"])

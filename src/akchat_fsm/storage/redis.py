@@ -39,8 +39,14 @@ import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
+from redis.exceptions import (
+    ClusterCrossSlotError,
+    MovedError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import MovedError, NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -325,12 +331,18 @@ def map_redis_error(exc: BaseException, *, phase: Phase, write: bool) -> Storage
     a timeout or a dropped connection while waiting means a write may have applied. A
     ``WRONGTYPE`` reply means a key under the adapter's prefix holds something else: that
     store is not the adapter's, which no retry mends (``ConfigError``, like a PostgreSQL table
-    of the wrong shape).
+    of the wrong shape); so is a ``CROSSSLOT`` or ``MOVED`` reply to the single-node layout
+    (the server is a Redis Cluster node: nothing ran, ADR-0089).
     """
     if isinstance(exc, ResponseError) and str(exc).startswith("WRONGTYPE"):
         return ConfigError(
             f"Redis: a key under this adapter's prefix holds another type of value: {exc}",
             hint="Use a prefix no other data lives under, or delete the foreign key.",
+        )
+    if isinstance(exc, ClusterCrossSlotError | MovedError):
+        return ConfigError(
+            f"Redis: this server is a Redis Cluster node, refusing the single-node layout: {exc}",
+            hint="Open it in cluster mode: redis+cluster://host:port/ (ADR-0089).",
         )
     lost = isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError)
     if phase == "reply" and write and lost:
