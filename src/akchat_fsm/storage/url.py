@@ -123,7 +123,9 @@ def _redis_args(parts: Any, query: dict[str, str]) -> dict[str, Any]:
             if name in query:
                 raw = query.pop(name)
                 if not raw.isascii() or not raw.isdigit():
-                    raise ConfigError(f"{name} must be a whole number, got {raw!r}.", hint=_URL_HINT)
+                    raise ConfigError(
+                        f"{name} must be a whole number, got {raw!r}.", hint=_URL_HINT
+                    )
                 args[name] = int(raw)
         timeout = _pop_float(query, "wait_timeout", 3600)
         if timeout is not None:
