@@ -71,22 +71,7 @@ class LocalCluster:
         assert SERVER is not None and CLI is not None
         try:
             for port in self.ports:
-                self.processes[port] = subprocess.Popen(
-                    [
-                        SERVER,
-                        "--port", str(port),
-                        "--bind", "127.0.0.1",
-                        "--cluster-enabled", "yes",
-                        "--cluster-config-file", f"nodes-{port}.conf",
-                        "--cluster-node-timeout", str(self.node_timeout_ms),
-                        "--dir", str(self.directory),
-                        "--save", "",
-                        "--appendonly", "no",
-                        "--logfile", f"{port}.log",
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )  # fmt: skip
+                self.restart(port)
             for port in self.ports:
                 poll(f"node {port} answering", lambda p=port: self._pings(p))
             nodes = [f"127.0.0.1:{p}" for p in self.ports]
@@ -102,6 +87,26 @@ class LocalCluster:
             self.stop()
             raise
         return self
+
+    def restart(self, port: int) -> None:
+        """Start (or start again, from its nodes file) the node on ``port``."""
+        assert SERVER is not None
+        self.processes[port] = subprocess.Popen(
+            [
+                SERVER,
+                "--port", str(port),
+                "--bind", "127.0.0.1",
+                "--cluster-enabled", "yes",
+                "--cluster-config-file", f"nodes-{port}.conf",
+                "--cluster-node-timeout", str(self.node_timeout_ms),
+                "--dir", str(self.directory),
+                "--save", "",
+                "--appendonly", "no",
+                "--logfile", f"{port}.log",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
 
     def _pings(self, port: int) -> bool:
         try:
@@ -136,9 +141,13 @@ class LocalCluster:
     def primary_of(self, key: str) -> int:
         """The port of the primary serving ``key``'s hash slot, as the cluster sees it now."""
         slot = key_slot(key.encode())
-        port = next(p for p in self.live() if self.ok(p))
-        with self.client(port) as r:
-            for start, end, primary, *_ in r.execute_command("CLUSTER", "SLOTS"):
+        for port in self.live():
+            try:
+                with self.client(port) as r:
+                    slots = r.execute_command("CLUSTER", "SLOTS")
+            except redis.RedisError:
+                continue
+            for start, end, primary, *_ in slots:
                 if start <= slot <= end:
                     return int(primary[1])
         raise LookupError(slot)
