@@ -21,6 +21,12 @@ later", so its failed sends of a write are ``OutcomeUnknown`` too. Writes are ne
 a ``NOSCRIPT`` reply (the script cache was flushed: nothing ran) is answered once with
 ``EVAL`` of the same script, which also re-caches it. Durability is Redis configuration
 (``appendonly``/``appendfsync``).
+
+Cluster mode (``cluster=True``, ADR-0089) puts a session in bucket ``crc32(id) % shards``
+and prefixes its keys and its bucket's index keys with the hash tag ``{prefix + bucket}``
+(``_Plan.base``), so each script touches one slot; listings read every bucket and merge. The
+adapter routes by ``MOVED`` replies itself (``_Routes``) and follows each write with ``WAIT``:
+too few replica acknowledgements are ``OutcomeUnknown``.
 """
 
 from __future__ import annotations
