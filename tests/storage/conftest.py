@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis_cluster import CLI, SERVER, LocalCluster, worker_base
 from storage_harness import Backend, Client, Harness, drop_mysql_tables
 
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
@@ -78,24 +77,6 @@ def _redis(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
         lambda: AsyncRedisStorage(redis_url, prefix=prefix),
         {"redis_url": redis_url, "prefix": prefix},
     )
-
-
-@pytest.fixture(scope="session")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A real 3-primary, 3-replica Redis Cluster on loopback, once per test process.
-
-    Skips when ``redis-server``/``redis-cli`` are not installed, fails instead under
-    ``AKCHAT_REQUIRE_SERVERS=1``. Ports from ``AKCHAT_REDIS_CLUSTER_PORT`` (7100), a block
-    per xdist worker.
-    """
-    if SERVER is None or CLI is None:
-        message = "redis-server and redis-cli are needed for a Redis Cluster"
-        if os.environ.get("AKCHAT_REQUIRE_SERVERS") == "1":
-            pytest.fail(f"{message} (AKCHAT_REQUIRE_SERVERS=1)")
-        pytest.skip(message)
-    cluster = LocalCluster(worker_base(), tmp_path_factory.mktemp("redis-cluster"), 2000)
-    yield cluster.start()
-    cluster.stop()
 
 
 def _redis_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from redis.crc import key_slot
-from redis_cluster import LocalCluster, poll
 from storage_harness import Client, snap
 
 from akchat_fsm import ConfirmationBinding, ConfirmationStatus, SessionSnapshot
@@ -25,6 +24,7 @@ from akchat_fsm.storage import PendingApproval
 from akchat_fsm.storage.redis import AsyncRedisStorage, RedisStorage
 from akchat_fsm.storage.url import open_storage
 from akchat_fsm.testing import CHECKS, check_session_storage
+from redis_cluster import LocalCluster, poll
 
 pytestmark = pytest.mark.redis
 MODES = pytest.mark.parametrize("mode", ["sync", "async"])
@@ -185,7 +185,6 @@ def test_pages_merge_the_buckets_in_cursor_order(
 ) -> None:
     c = _open(mode, redis_cluster, prefix, shards=5)
     try:
-        expected: list[PendingApproval] = []
         for n in range(12):
             sid = f"s-{n}"
             # Expiry interleaves the buckets: a page must take from several of them.
@@ -199,14 +198,17 @@ def test_pages_merge_the_buckets_in_cursor_order(
                 break
             after = page.next_after
         listed = [item for items in pages for item in items]
-        expected = sorted(listed, key=lambda i: (i.expires_at_ms, i.session_id))
+        expected: list[PendingApproval] = sorted(
+            listed, key=lambda i: (i.expires_at_ms, i.session_id)
+        )
         assert [i.session_id for i in listed] == [i.session_id for i in expected]
         assert len(listed) == 12 and [len(p) for p in pages] == [5, 5, 2]
         assert len({_bucket(i.session_id, 5) for i in pages[0]}) > 1
         newest = c._call("list_pending", order="newest", limit=12).items
-        assert [i.token for i in newest] == [
-            i.token for i in sorted(listed, key=lambda i: -i.pending_since_ms)
-        ] or len({i.pending_since_ms for i in newest}) < 12
+        by_newest = sorted(
+            listed, key=lambda i: (i.pending_since_ms, i.session_id, i.tool_call_id), reverse=True
+        )
+        assert list(newest) == by_newest
         assert c._call("find_token", "tok-7") == "s-7"
         assert c._call("find_token", "tok-99") is None
     finally:
