@@ -102,6 +102,7 @@ class LocalCluster:
                 "--dir", str(self.directory),
                 "--save", "",
                 "--appendonly", "no",
+                "--repl-diskless-sync-delay", "0",
                 "--logfile", f"{port}.log",
             ],
             stdout=subprocess.DEVNULL,

@@ -19,7 +19,7 @@ from redis.crc import key_slot
 from storage_harness import Client, snap
 
 from akchat_fsm import ConfirmationBinding, ConfirmationStatus, SessionSnapshot
-from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageError
+from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from akchat_fsm.storage import PendingApproval
 from akchat_fsm.storage.redis import AsyncRedisStorage, RedisStorage
 from akchat_fsm.storage.url import open_storage
@@ -160,6 +160,35 @@ def test_a_cluster_url_opens_cluster_mode(redis_cluster: LocalCluster, prefix: s
     assert f"{tag}s-1".encode() in _keys(redis_cluster, prefix)
     with pytest.raises(ConfigError):
         open_storage(f"redis+cluster://127.0.0.1:{port}/0?shards=x")
+
+
+@MODES
+def test_a_cluster_nobody_answers_is_unavailable_even_for_a_write(mode: str) -> None:
+    cls = AsyncRedisStorage if mode == "async" else RedisStorage
+    c = Client(cls("redis://127.0.0.1:1/0", cluster=True, connect_timeout=0.5), mode == "async")
+    try:
+        with pytest.raises(StorageUnavailable):
+            c.load("s-1")
+        with pytest.raises(StorageUnavailable):  # never sent: nothing ran, not "unknown"
+            c.save(snap("s-1", 0), None)
+    finally:
+        c.close()
+
+
+@MODES
+def test_a_read_only_instance_writes_not_even_the_bucket_count(
+    redis_cluster: LocalCluster, prefix: str, mode: str
+) -> None:
+    c = _open(mode, redis_cluster, prefix, read_only=True)
+    try:
+        assert c.load("s-1") is None
+        assert c._call("list_pending").items == ()
+        assert c._call("list_processing") == []
+        with pytest.raises(ConfigError):
+            c.save(snap("s-1", 0), None)
+    finally:
+        c.close()
+    assert _keys(redis_cluster, prefix) == {}
 
 
 # --------------------------------------------------------------------------- the kit
