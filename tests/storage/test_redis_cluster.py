@@ -151,6 +151,15 @@ def test_bad_cluster_options_are_config_errors(kwargs: dict[str, Any]) -> None:
         RedisStorage("redis://127.0.0.1:1/0", **kwargs)
 
 
+@pytest.mark.parametrize(
+    "query",
+    ["shards=x", "shards=-1", "shards=0", "wait_replicas=1.5", "wait_timeout=-1", "wait_timeout=a"],
+)
+def test_bad_cluster_url_parameters_are_config_errors_before_any_io(query: str) -> None:
+    with pytest.raises(ConfigError):
+        open_storage(f"redis+cluster://127.0.0.1:1/0?{query}")
+
+
 def test_a_cluster_url_opens_cluster_mode(redis_cluster: LocalCluster, prefix: str) -> None:
     port = redis_cluster.ports[1]  # any node is a seed
     url = f"redis+cluster://127.0.0.1:{port}/0?prefix={prefix}&shards=2&wait_replicas=1"
@@ -158,8 +167,6 @@ def test_a_cluster_url_opens_cluster_mode(redis_cluster: LocalCluster, prefix: s
         assert store.save(snap("s-1", 0), None)
     tag = "{" + f"{prefix}{_bucket('s-1', 2)}" + "}"
     assert f"{tag}s-1".encode() in _keys(redis_cluster, prefix)
-    with pytest.raises(ConfigError):
-        open_storage(f"redis+cluster://127.0.0.1:{port}/0?shards=x")
 
 
 @MODES

@@ -879,10 +879,12 @@ class RedisStorage(Closing):
         unreached: StorageError | ConfigError | None = None
         for _ in range(MAX_HOPS):
             node = routes.node(command)
-            if node not in self._pools:
-                self._pools[node] = self._node_pool(routes.url_of(node))
+            pool = self._pools.get(node) or self._pools.setdefault(
+                node,
+                self._node_pool(routes.url_of(node)),  # two threads: one pool wins
+            )
             try:
-                return self._send(self._pools[node], command, write=write, routed=True)
+                return self._send(pool, command, write=write, routed=True)
             except MovedError as moved:
                 routes.moved(moved)  # the command did not run: send it where it belongs
             except _Unreached as exc:
@@ -1090,10 +1092,11 @@ class AsyncRedisStorage(AsyncClosing):
         unreached: StorageError | ConfigError | None = None
         for _ in range(MAX_HOPS):
             node = routes.node(command)
-            if node not in self._pools:
-                self._pools[node] = self._node_pool(routes.url_of(node))
+            pool = self._pools.get(node) or self._pools.setdefault(
+                node, self._node_pool(routes.url_of(node))
+            )
             try:
-                return await self._send(self._pools[node], command, write=write, routed=True)
+                return await self._send(pool, command, write=write, routed=True)
             except MovedError as moved:
                 routes.moved(moved)  # the command did not run: send it where it belongs
             except _Unreached as exc:
