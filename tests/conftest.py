@@ -184,14 +184,14 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     ``AKCHAT_REQUIRE_SERVERS=1``. Ports from ``AKCHAT_REDIS_CLUSTER_PORT`` (7100), a block
     per xdist worker.
     """
-    from redis_cluster import CLI, SERVER, LocalCluster, worker_base
+    from redis_cluster import CLI, SERVER, LocalCluster, free_base
 
     if SERVER is None or CLI is None:
         message = "redis-server and redis-cli are needed for a Redis Cluster"
         if REQUIRE_SERVERS:
             pytest.fail(f"{message} (AKCHAT_REQUIRE_SERVERS=1)")
         pytest.skip(message)
-    cluster = LocalCluster(worker_base(), tmp_path_factory.mktemp("redis-cluster"), 2000)
+    cluster = LocalCluster(free_base(), tmp_path_factory.mktemp("redis-cluster"), 2000)
     yield cluster.start()
     cluster.stop()
 

@@ -34,6 +34,18 @@ def worker_base(offset: int = 0) -> int:
     return BASE_PORT + PORTS_PER_WORKER * index + offset
 
 
+def free_base(blocks: int = 10) -> int:
+    """This worker's first port block whose six ports are all free (another tox env, run in
+    parallel, has the same worker names): base, then base + 200, + 400 ..."""
+    for block in range(blocks):
+        base = worker_base(200 * block)
+        if not any(_in_use(base + i) for i in range(6)):
+            return base
+    raise RuntimeError(
+        f"no free block of ports from {worker_base()}: set AKCHAT_REDIS_CLUSTER_PORT"
+    )
+
+
 def _in_use(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
