@@ -832,7 +832,9 @@ class RedisStorage(Closing):
     ``read_only=True``: every write is refused (``ConfigError``) before it is sent; reads
     never write in Redis, so the store stays as it was. The first ``list_pending`` or
     ``find_token`` of an instance backfills, once per store, a store written before the
-    pending index (ADR-0088); a read-only instance skips it.
+    pending index (ADR-0088); a read-only instance skips it. ``cluster=True`` (with
+    ``shards``, ``wait_replicas``, ``wait_timeout``) lays the store out for Redis Cluster and
+    follows every write with ``WAIT`` (ADR-0089).
     """
 
     def __init__(
