@@ -2,9 +2,10 @@
 
 Servers: PostgreSQL at ``AKCHAT_PG_URL`` (default ``postgresql://127.0.0.1:5432/test``) and
 Redis at ``AKCHAT_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``), MySQL / MariaDB at
-``AKCHAT_MYSQL_URL`` (default ``mysql://root@127.0.0.1:3306/test``). A test that needs one
-skips when it is not reachable, unless ``AKCHAT_REQUIRE_SERVERS=1`` (set by ``.ci/run``): then
-the missing server is a failure, and so is any skipped test at all.
+``AKCHAT_MYSQL_URL`` (default ``mysql://root@127.0.0.1:3306/test``), and a Redis Cluster the
+run starts from the installed ``redis-server`` (``redis_cluster``, tests/redis_cluster.py). A
+test that needs one skips when it is not reachable, unless ``AKCHAT_REQUIRE_SERVERS=1`` (set
+by ``.ci/run``): then the missing server is a failure, and so is any skipped test at all.
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ import shlex
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+if TYPE_CHECKING:
+    from redis_cluster import LocalCluster
 
 REQUIRE_SERVERS = os.environ.get("AKCHAT_REQUIRE_SERVERS") == "1"
 PG_URL = os.environ.get("AKCHAT_PG_URL", "postgresql://127.0.0.1:5432/test")
@@ -169,6 +174,26 @@ def pg_url() -> str:
 def redis_url() -> str:
     """URL of the real Redis server; skips (or fails in CI) when it is absent."""
     return _need("Redis", REDIS_URL, 6379)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A real 3-primary, 3-replica Redis Cluster on loopback, once per test process.
+
+    Skips when ``redis-server``/``redis-cli`` are not installed, fails instead under
+    ``AKCHAT_REQUIRE_SERVERS=1``. Ports from ``AKCHAT_REDIS_CLUSTER_PORT`` (7100), a block
+    per xdist worker.
+    """
+    from redis_cluster import CLI, SERVER, LocalCluster, free_base
+
+    if SERVER is None or CLI is None:
+        message = "redis-server and redis-cli are needed for a Redis Cluster"
+        if REQUIRE_SERVERS:
+            pytest.fail(f"{message} (AKCHAT_REQUIRE_SERVERS=1)")
+        pytest.skip(message)
+    cluster = LocalCluster(free_base(), tmp_path_factory.mktemp("redis-cluster"), 2000)
+    yield cluster.start()
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")

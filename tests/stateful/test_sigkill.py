@@ -275,6 +275,17 @@ def test_sigkill_postgres(tmp_path: Path, pg_url: str, request: pytest.FixtureRe
     _killed_mid_resolution(_postgres(pg_url, request), tmp_path, KILLS, seed=2)
 
 
+@pytest.mark.slow
+@pytest.mark.redis
+def test_sigkill_redis_cluster(tmp_path: Path, redis_cluster: Any) -> None:
+    """The same kills on a real Redis Cluster in cluster mode (ADR-0089)."""
+    from akchat_fsm.storage.redis import RedisStorage
+
+    url, prefix = redis_cluster.url, f"kill:{uuid.uuid4().hex[:12]}:"
+    make = lambda: RedisStorage(url, prefix=prefix, cluster=True)  # noqa: E731
+    _killed_mid_resolution(make, tmp_path, KILLS, seed=6)
+
+
 @pytest.mark.deep
 def test_sigkill_sqlite_deep(tmp_path: Path) -> None:
     _killed_mid_resolution(_sqlite(tmp_path), tmp_path, DEEP_KILLS, seed=3)

@@ -13,6 +13,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from storage_harness import Backend, Client, Harness, drop_mysql_tables
@@ -78,6 +79,21 @@ def _redis(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
     )
 
 
+def _redis_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
+    from akchat_fsm.storage.redis import AsyncRedisStorage, RedisStorage
+
+    cluster = request.getfixturevalue("redis_cluster")
+    prefix = f"akt:{uuid.uuid4().hex[:12]}:"
+    options: dict[str, Any] = {"prefix": prefix, "cluster": True, "shards": 4}
+    return Backend(
+        "redis-cluster",
+        f"redis+cluster://127.0.0.1:{cluster.ports[0]}/0?prefix={prefix}&shards=4",
+        lambda: RedisStorage(cluster.url, **options),
+        lambda: AsyncRedisStorage(cluster.url, **options),
+        {"cluster": cluster, "prefix": prefix},
+    )
+
+
 def _mysql(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
     from akchat_fsm.storage.url import open_async_storage, open_storage
 
@@ -107,6 +123,10 @@ if os.environ.get("AKCHAT_STORAGE_SKIP_SERVERS") != "1":
             "mysql": _mysql,
         }
     )
+#: Backends a test module asks for by name (``indirect`` parametrization), never by default.
+OPT_IN: dict[str, Callable[[Path, pytest.FixtureRequest], Backend]] = {
+    "redis-cluster": _redis_cluster,
+}
 _MARKS = {
     "postgres": [pytest.mark.postgres],
     "postgres-serializable": [pytest.mark.postgres],
@@ -121,7 +141,7 @@ _MARKS = {
     params=[pytest.param(name, marks=_MARKS.get(name, [])) for name in BACKENDS],
 )
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return BACKENDS[request.param](tmp_path, request)
+    return {**BACKENDS, **OPT_IN}[request.param](tmp_path, request)
 
 
 @pytest.fixture(params=["sync", "async"])

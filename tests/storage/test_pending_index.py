@@ -22,6 +22,7 @@ PENDING_BACKENDS = [
     pytest.param("postgres-serializable", marks=pytest.mark.postgres),
     pytest.param("mysql", marks=pytest.mark.mysql),
     pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("redis-cluster", marks=pytest.mark.redis),
 ]
 
 pytestmark = pytest.mark.parametrize("backend", PENDING_BACKENDS, indirect=True)

@@ -21,6 +21,12 @@ later", so its failed sends of a write are ``OutcomeUnknown`` too. Writes are ne
 a ``NOSCRIPT`` reply (the script cache was flushed: nothing ran) is answered once with
 ``EVAL`` of the same script, which also re-caches it. Durability is Redis configuration
 (``appendonly``/``appendfsync``).
+
+Cluster mode (``cluster=True``, ADR-0089) puts a session in bucket ``crc32(id) % shards``
+and prefixes its keys and its bucket's index keys with the hash tag ``{prefix + bucket}``
+(``_Plan.base``), so each script touches one slot; listings read every bucket and merge. The
+adapter routes by ``MOVED`` replies itself (``_Routes``) and follows each write with ``WAIT``:
+too few replica acknowledgements are ``OutcomeUnknown``.
 """
 
 from __future__ import annotations
@@ -28,15 +34,25 @@ from __future__ import annotations
 import hashlib
 import re
 import select
+import zlib
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
+from redis.exceptions import (
+    ClusterCrossSlotError,
+    MovedError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -321,12 +337,18 @@ def map_redis_error(exc: BaseException, *, phase: Phase, write: bool) -> Storage
     a timeout or a dropped connection while waiting means a write may have applied. A
     ``WRONGTYPE`` reply means a key under the adapter's prefix holds something else: that
     store is not the adapter's, which no retry mends (``ConfigError``, like a PostgreSQL table
-    of the wrong shape).
+    of the wrong shape); so is a ``CROSSSLOT`` or ``MOVED`` reply to the single-node layout
+    (the server is a Redis Cluster node: nothing ran, ADR-0089).
     """
     if isinstance(exc, ResponseError) and str(exc).startswith("WRONGTYPE"):
         return ConfigError(
             f"Redis: a key under this adapter's prefix holds another type of value: {exc}",
             hint="Use a prefix no other data lives under, or delete the foreign key.",
+        )
+    if isinstance(exc, ClusterCrossSlotError | MovedError):
+        return ConfigError(
+            f"Redis: this server is a Redis Cluster node, refusing the single-node layout: {exc}",
+            hint="Open it in cluster mode: redis+cluster://host:port/ (ADR-0089).",
         )
     lost = isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError)
     if phase == "reply" and write and lost:
@@ -334,10 +356,108 @@ def map_redis_error(exc: BaseException, *, phase: Phase, write: bool) -> Storage
     return StorageUnavailable(f"Redis: {exc}")
 
 
-class _Plan:
-    """Everything but the I/O: options, key naming, the commands to send."""
+# --------------------------------------------------------------------------- cluster mode
+#: A cluster node, as ``MOVED`` names it.
+_Node = tuple[str, int]
+#: Redirections (and unreachable nodes) one command may meet before it is given up.
+MAX_HOPS: Final = 5
 
-    def __init__(self, url: str, prefix: str, socket_timeout: float, connect_timeout: float):
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """Cluster mode's settings (ADR-0089): bucket count, and the ``WAIT`` after each write."""
+
+    shards: int
+    wait_replicas: int
+    wait_timeout_ms: int
+
+
+def _count(value: object, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}.")
+    return value
+
+
+def cluster_options(
+    cluster: object, shards: object, wait_replicas: object, wait_timeout: object
+) -> ClusterOptions | None:
+    """The validated cluster settings, or ``None`` for a single node (which takes none)."""
+    if not cluster:
+        if (shards, wait_replicas, wait_timeout) != (None, None, None):
+            raise ConfigError("shards, wait_replicas and wait_timeout need cluster=True.")
+        return None
+    timeout = 1.0 if wait_timeout is None else wait_timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < 3600:
+        raise ConfigError(f"wait_timeout must be seconds in (0, 3600), got {wait_timeout!r}.")
+    return ClusterOptions(
+        _count(16 if shards is None else shards, "shards", 1, 16384),
+        _count(1 if wait_replicas is None else wait_replicas, "wait_replicas", 0, 100),
+        max(1, round(timeout * 1000)),
+    )
+
+
+class _Routes:
+    """Which node serves which hash slot, learnt from ``MOVED`` replies (sans-I/O).
+
+    A slot not yet seen goes to the first known node; its ``MOVED`` reply (the command did
+    not run) names the owner. A node that cannot be reached loses its slots and goes to the
+    back of the list, so after a failover the next command asks a live node and is moved to
+    the promoted replica.
+    """
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.url = parts
+        self.nodes: list[_Node] = [(parts.hostname or "127.0.0.1", parts.port or 6379)]
+        self.slots: dict[int, _Node] = {}
+
+    def node(self, command: tuple[Any, ...]) -> _Node:
+        key = command[3] if command[0] in ("EVALSHA", "EVAL") else command[1]
+        return self.slots.get(key_slot(str(key).encode("utf-8")), self.nodes[0])
+
+    def moved(self, moved: MovedError) -> None:
+        node = (str(moved.host), int(moved.port))
+        self.slots[int(moved.slot_id)] = node
+        if node not in self.nodes:
+            self.nodes.append(node)
+
+    def unreachable(self, node: _Node) -> None:
+        self.slots = {slot: n for slot, n in self.slots.items() if n != node}
+        if len(self.nodes) > 1:
+            self.nodes.remove(node)
+            self.nodes.append(node)
+
+    def url_of(self, node: _Node) -> str:
+        user = self.url.netloc.rpartition("@")[0]
+        host = f"[{node[0]}]" if ":" in node[0] else node[0]
+        netloc = f"{user}@{host}:{node[1]}" if user else f"{host}:{node[1]}"
+        return self.url._replace(netloc=netloc).geturl()
+
+
+class _Unreached(Exception):
+    """A routed command that never left: another node may be asked (``error`` if none is)."""
+
+    def __init__(self, error: StorageError | ConfigError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _unreached(exc: BaseException, write: bool, routed: bool) -> Exception:
+    error = map_redis_error(exc, phase="connect", write=write)
+    return _Unreached(error) if routed else error
+
+
+class _Plan:
+    """Everything but the I/O: options, key naming, routing, the commands to send."""
+
+    def __init__(
+        self,
+        url: str,
+        prefix: str,
+        socket_timeout: float,
+        connect_timeout: float,
+        cluster: ClusterOptions | None = None,
+    ):
         if not isinstance(url, str) or not url:
             raise ConfigError("url must be a redis:// URL.")
         if not isinstance(prefix, str) or "\x00" in prefix:
@@ -351,20 +471,85 @@ class _Plan:
             "retry_on_timeout": False,
             "retry": Retry(NoBackoff(), 0),
         }
-
-        self.index = prefix + "#processing"
+        self.cluster = cluster
+        self.routes = None if cluster is None else _Routes(url)
+        if cluster is not None and ("{" in prefix or "}" in prefix):
+            raise ConfigError(
+                f"A cluster-mode key prefix may not hold '{{' or '}}', got {prefix!r}.",
+                hint="The adapter puts the hash tag around the prefix itself (ADR-0089).",
+            )
+        #: The prefix of every key of one bucket: the whole store on a single node, one hash
+        #: slot each in cluster mode (ADR-0089); index reads visit every one of them.
+        self.bases = (
+            [prefix]
+            if cluster is None
+            else ["{" + prefix + str(b) + "}" for b in range(cluster.shards)]
+        )
         # The pending index's shared keys (see _PENDING) and the backfill's marker (ADR-0088).
         self.pending = prefix + "#pending:"
         self.backfilled = self.pending + "backfilled"
+        #: Cluster mode: the bucket count, stored once in bucket 0 and checked by every
+        #: instance before its first command, since another count would re-home sessions.
+        self.layout = self.bases[0] + "#shards"
+
+    def base(self, session_id: str) -> str:
+        """The prefix of ``session_id``'s keys and of its bucket's index keys."""
+        sid = check_session_id(session_id)
+        if self.cluster is None:
+            return self.prefix
+        return self.bases[zlib.crc32(sid.encode("utf-8")) % self.cluster.shards]
 
     def key(self, session_id: str) -> str:
-        return self.prefix + check_session_id(session_id)
+        return self.base(session_id) + check_session_id(session_id)
 
     def records(self, session_id: str) -> str:
         return self.key(session_id) + "#records"
 
     def pending_rows(self, session_id: str) -> str:
         return self.key(session_id) + "#pending"
+
+    def index_of(self, session_id: str) -> str:
+        return self.base(session_id) + "#processing"
+
+    def pending_of(self, session_id: str) -> str:
+        return self.base(session_id) + "#pending:"
+
+    def check_layout(self, read_only: bool) -> _Steps[None]:
+        """Cluster mode: the store's bucket count is this instance's (``ConfigError`` if not)."""
+        if self.cluster is None:
+            return
+        mine = str(self.cluster.shards)
+        stored = yield ("GET", self.layout), False
+        if stored is None and not read_only:
+            yield ("SET", self.layout, mine, "NX"), True
+            stored = yield ("GET", self.layout), False
+        if stored is not None and bytes(stored).decode("ascii", "replace") != mine:
+            raise ConfigError(
+                f"This Redis Cluster store was laid out in {bytes(stored).decode()!r} buckets, "
+                f"not {mine}: another count would look for each session in the wrong place.",
+                hint="Open it with the shards it was created with (ADR-0089).",
+            )
+
+    def wait_command(self, command: tuple[Any, ...], write: bool) -> tuple[Any, ...] | None:
+        """The ``WAIT`` that follows a write in cluster mode, or ``None``.
+
+        Not after the layout marker: it holds no session's state, and a marker lost in a
+        failover is written again, with the same count, by the next instance that opens.
+        """
+        c = self.cluster
+        if not write or c is None or c.wait_replicas == 0 or command[1] == self.layout:
+            return None
+        return ("WAIT", c.wait_replicas, c.wait_timeout_ms)
+
+    def check_acks(self, reply: Any) -> None:
+        """A write fewer replicas hold than asked for may be lost in a failover (ADR-0089)."""
+        assert self.cluster is not None
+        acks, wanted = int(reply), self.cluster.wait_replicas
+        if acks < wanted:
+            raise OutcomeUnknown(
+                f"Redis Cluster: the write reached {acks} of the {wanted} replica(s) asked for "
+                f"within {self.cluster.wait_timeout_ms} ms; a failover now may lose it."
+            )
 
     def load_command(self, session_id: str) -> tuple[Any, ...]:
         return ("HMGET", self.key(session_id), "body", "cursor")
@@ -374,19 +559,21 @@ class _Plan:
         keys = (
             self.key(session_id),
             self.records(session_id),
-            self.index,
+            self.index_of(session_id),
             self.pending_rows(session_id),
         )
         return ("EVALSHA", _SHA[source], 4, *keys, str(written_ms), session_id, *args)
 
     def delete_command(self, session_id: str) -> tuple[Any, ...]:
-        return self._script(DELETE_SCRIPT, check_session_id(session_id), 0, self.pending)
+        sid = check_session_id(session_id)
+        return self._script(DELETE_SCRIPT, sid, 0, self.pending_of(sid))
 
     def save_command(self, snapshot: Any, expected_cursor: Any) -> tuple[Any, ...]:
         p = prepare_save(snapshot, expected_cursor)
         expected = "" if p.expected is None else str(p.expected)
         flag = "1" if p.processing else "0"
-        args = (expected, str(p.cursor), p.text, flag, self.pending, _pad(p.written_ms))
+        ns = self.pending_of(p.session_id)
+        args = (expected, str(p.cursor), p.text, flag, ns, _pad(p.written_ms))
         rows = _row_args(p.pending)
         return self._script(CAS_SCRIPT, p.session_id, p.written_ms, *args, *rows)
 
@@ -406,14 +593,24 @@ class _Plan:
         sid, k = check_session_id(session_id), check_record_key(key)
         return self._script(DELETE_RECORD_SCRIPT, sid, 0, k)
 
-    def list_processing_command(self, written_before_ms: Any, limit: Any) -> tuple[Any, ...]:
+    def list_processing(
+        self, written_before_ms: Any, limit: Any
+    ) -> _Steps[list[ProcessingSession]]:
+        """One ZRANGEBYSCORE per bucket (one on a single node), merged oldest first."""
         count, before = check_limit(limit, written_before_ms)
+        if count == 0:
+            return []
         top = "+inf" if before is None else f"({before}"
-        return ("ZRANGEBYSCORE", self.index, "-inf", top, "WITHSCORES", "LIMIT", 0, count)
+        found: list[ProcessingSession] = []
+        for base in self.bases:
+            command = ("ZRANGEBYSCORE", base + "#processing", "-inf", top, "WITHSCORES")
+            found += _processing((yield (*command, "LIMIT", 0, count), False))
+        # ZRANGEBYSCORE's own order: by score, then by member bytes (ids are ASCII).
+        return sorted(found, key=lambda s: (s.last_write_ms, s.session_id))[:count]
 
     # -------------------------------------------------------------- the pending index
     def list_pending(self, query: PendingQuery) -> _Steps[PendingPage]:
-        """One page: one read (a session's rows, or one PAGE_SCRIPT over a sorted set)."""
+        """One page: a session's rows, or one PAGE_SCRIPT per bucket merged by the cursor."""
         if query.session_id is not None:
             # A session's rows are at most its envelope's bindings: read them all.
             reply = yield ("HGETALL", self.pending_rows(query.session_id)), False
@@ -424,24 +621,35 @@ class _Plan:
                 reverse=query.order == "newest",
             )
             return make_page(query, found[: query.limit + 1])
-        command = self._page_command(query)
-        if command is None:
-            return PendingPage((), None)
-        found, last = yield command, False
-        items = [_member(query.order, m) for m in found]
-        if not last:
-            return make_page(query, items)
-        # The scan budget ran out: go on after the last entry examined, listed or not.
-        last_key = sort_key(_member(query.order, last), query.order)
-        return PendingPage(tuple(items), encode_after(last_key, query.order))
+        newest = query.order == "newest"
+        items: list[PendingApproval] = []
+        stops: list[tuple[int, str, str]] = []
+        for base in self.bases:
+            command = self._page_command(query, base + "#pending:")
+            if command is None:
+                return PendingPage((), None)
+            found, last = yield command, False
+            items += [_member(query.order, m) for m in found]
+            if last:  # this bucket's scan budget ran out after examining ``last``
+                stops.append(sort_key(_member(query.order, last), query.order))
+        items.sort(key=lambda item: sort_key(item, query.order), reverse=newest)
+        if not stops:
+            return make_page(query, items[: query.limit + 1])
+        # A bucket cut short may hold entries past the first point where one stopped: the
+        # page ends there, and goes on after it (listed or not).
+        stop = max(stops) if newest else min(stops)
+        kept = [i for i in items if _within(sort_key(i, query.order), stop, newest)]
+        if len(kept) > query.limit:
+            return make_page(query, kept[: query.limit + 1])
+        return PendingPage(tuple(kept), encode_after(stop, query.order))
 
-    def _page_command(self, query: PendingQuery) -> tuple[Any, ...] | None:
+    def _page_command(self, query: PendingQuery, ns: str) -> tuple[Any, ...] | None:
         bounds = (query.expiring_before_ms, query.pending_before_ms)
         if any(bound is not None and bound <= 0 for bound in bounds):
             return None  # every stored instant is >= 0
         ascending = query.order == "expiry"
         lead, cross = bounds if ascending else bounds[::-1]
-        name = self.pending + ("e" if ascending else "n")
+        name = ns + ("e" if ascending else "n")
         if query.action is not None:
             name += ":" + query.action
         after = None if query.after is None else _sort_text(query.after)
@@ -460,12 +668,14 @@ class _Plan:
         return _page_script(name, rev, lo, hi, query.limit + 1, budget, bound)
 
     def find_token(self, token: str) -> _Steps[str | None]:
-        """``find_token`` in one ZRANGEBYLEX: the smallest session id filed under ``token``."""
-        reply = yield (
-            ("ZRANGEBYLEX", self.pending + "t", f"({token} ", f"({token}!", "LIMIT", 0, 1),
-            False,
-        )
-        return bytes(reply[0]).decode("ascii").split(" ", 1)[1] if reply else None
+        """One ZRANGEBYLEX per bucket: the smallest session id filed under ``token``."""
+        found: list[str] = []
+        for base in self.bases:
+            bounds = (f"({token} ", f"({token}!", "LIMIT", 0, 1)
+            reply = yield ("ZRANGEBYLEX", base + "#pending:t", *bounds), False
+            if reply:
+                found.append(bytes(reply[0]).decode("ascii").split(" ", 1)[1])
+        return min(found, default=None)
 
     def backfill(self, read_only: bool) -> _Steps[None]:
         """Index, once per store, the pending bindings of sessions saved before the index.
@@ -473,8 +683,11 @@ class _Plan:
         Guarded by a marker key written last: a backfill cut short runs again in full (each
         session's rows are rewritten only if its cursor is still the one read, carrying the
         since of rows already there), so running it twice changes nothing. A read-only
-        adapter never writes: it answers from the index as it is.
+        adapter never writes: it answers from the index as it is. A cluster-mode store has had
+        the index from its first write (ADR-0089): nothing to backfill.
         """
+        if self.cluster is not None:
+            return
         if (yield ("EXISTS", self.backfilled), False) or read_only:
             return
         pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix) + "*"
@@ -511,6 +724,11 @@ def _pad(ms: int) -> str:
 
 def _sort_text(key: tuple[int, str, str]) -> str:
     return f"{_pad(key[0])} {key[1]} {key[2]}"
+
+
+def _within(key: tuple[int, str, str], stop: tuple[int, str, str], newest: bool) -> bool:
+    """Whether ``key`` comes no later than ``stop`` in the page's order."""
+    return key >= stop if newest else key <= stop
 
 
 def _row_args(rows: tuple[PendingRow, ...]) -> list[str]:
@@ -614,7 +832,9 @@ class RedisStorage(Closing):
     ``read_only=True``: every write is refused (``ConfigError``) before it is sent; reads
     never write in Redis, so the store stays as it was. The first ``list_pending`` or
     ``find_token`` of an instance backfills, once per store, a store written before the
-    pending index (ADR-0088); a read-only instance skips it.
+    pending index (ADR-0088); a read-only instance skips it. ``cluster=True`` (with
+    ``shards``, ``wait_replicas``, ``wait_timeout``) lays the store out for Redis Cluster and
+    follows every write with ``WAIT`` (ADR-0089).
     """
 
     def __init__(
@@ -625,12 +845,19 @@ class RedisStorage(Closing):
         socket_timeout: float = 5.0,
         connect_timeout: float = 5.0,
         read_only: bool = False,
+        cluster: bool = False,
+        shards: int | None = None,
+        wait_replicas: int | None = None,
+        wait_timeout: float | None = None,
     ) -> None:
-        self._plan = _Plan(url, prefix, socket_timeout, connect_timeout)
+        options = cluster_options(cluster, shards, wait_replicas, wait_timeout)
+        self._plan = _Plan(url, prefix, socket_timeout, connect_timeout, options)
         self.prefix = prefix
         self.read_only = bool(read_only)
         self._closed = False
         self._backfill_checked = False
+        self._layout_checked = False
+        self._pools: dict[_Node, Any] = {}
         try:
             self.pool = redis.ConnectionPool.from_url(url, **self._plan.pool_kwargs)
         except (ValueError, RedisError) as exc:
@@ -641,33 +868,70 @@ class RedisStorage(Closing):
             raise StorageUnavailable("RedisStorage is closed.")
         if write and self.read_only:
             raise read_only_refusal("RedisStorage", "a write")
+        routes = self._plan.routes
+        if routes is None:
+            return self._send(self.pool, command, write=write, routed=False)
+        if not self._layout_checked:
+            self._layout_checked = True
+            try:
+                self._run(self._plan.check_layout(self.read_only))
+            except BaseException:
+                self._layout_checked = False
+                raise
+        unreached: StorageError | ConfigError | None = None
+        for _ in range(MAX_HOPS):
+            node = routes.node(command)
+            pool = self._pools.get(node) or self._pools.setdefault(
+                node,
+                self._node_pool(routes.url_of(node)),  # two threads: one pool wins
+            )
+            try:
+                return self._send(pool, command, write=write, routed=True)
+            except MovedError as moved:
+                routes.moved(moved)  # the command did not run: send it where it belongs
+            except _Unreached as exc:
+                routes.unreachable(node)  # nothing was sent: ask another node
+                unreached = exc.error
+        raise unreached or StorageUnavailable(f"Redis Cluster: no node took {command[0]}.")
+
+    def _node_pool(self, url: str) -> Any:
+        return redis.ConnectionPool.from_url(url, **self._plan.pool_kwargs)
+
+    def _send(self, pool: Any, command: tuple[Any, ...], *, write: bool, routed: bool) -> Any:
         phase: Phase = "connect"
         try:
-            conn: Any = self.pool.get_connection()
+            conn: Any = pool.get_connection()
         except (RedisError, OSError) as exc:
-            raise map_redis_error(exc, phase=phase, write=write) from exc
+            raise _unreached(exc, write, routed) from exc
         try:
             if _peer_hung_up(conn):
                 conn.disconnect()
                 conn.connect()
         except BaseException as exc:
-            self.pool.release(conn)  # a failed reconnect must not strand it "in use"
+            pool.release(conn)  # a failed reconnect must not strand it "in use"
             if isinstance(exc, RedisError | OSError):
-                raise map_redis_error(exc, phase=phase, write=write) from exc
+                raise _unreached(exc, write, routed) from exc
             raise
         try:
             phase = "send"
             conn.send_command(*command)
             phase = "reply"
             try:
-                return conn.read_response()
+                reply = conn.read_response()
             except NoScriptError:
                 if command[0] != "EVALSHA":
                     raise
                 phase = "send"  # nothing ran: send the source once, which re-caches it
                 conn.send_command("EVAL", _SOURCES[command[1]], *command[2:])
                 phase = "reply"
-                return conn.read_response()
+                reply = conn.read_response()
+            wait = self._plan.wait_command(command, write)
+            if wait is not None:  # the write is done: from here on its fate is the replicas'
+                conn.send_command(*wait)
+                self._plan.check_acks(conn.read_response())
+            return reply
+        except MovedError:
+            raise  # a whole error reply: the connection is still in step
         except (RedisError, OSError) as exc:
             conn.disconnect()
             raise map_redis_error(exc, phase=phase, write=write) from exc
@@ -675,7 +939,7 @@ class RedisStorage(Closing):
             conn.disconnect()  # interrupted mid-protocol: never reuse
             raise
         finally:
-            self.pool.release(conn)
+            pool.release(conn)
 
     def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
@@ -725,8 +989,7 @@ class RedisStorage(Closing):
         self, *, written_before_ms: int | None = None, limit: int = 1000
     ) -> list[ProcessingSession]:
         """Sessions holding processing work, oldest last write first (see the port)."""
-        command = self._plan.list_processing_command(written_before_ms, limit)
-        return [] if command[-1] == 0 else _processing(self._call(command, write=False))
+        return self._run(self._plan.list_processing(written_before_ms, limit))
 
     # ------------------------------------------------------------------ pending index
     def list_pending(
@@ -775,12 +1038,13 @@ class RedisStorage(Closing):
 
     def open_connections(self) -> int:
         """Pooled connections holding a socket (0 once closed)."""
-        return _connected(self.pool)
+        return sum(_connected(pool) for pool in (self.pool, *self._pools.values()))
 
     def close(self) -> None:
         """Disconnect every pooled connection; later calls raise ``StorageUnavailable``."""
         self._closed = True
-        self.pool.disconnect()
+        for pool in (self.pool, *self._pools.values()):
+            pool.disconnect()
 
 
 class AsyncRedisStorage(AsyncClosing):
@@ -794,15 +1058,21 @@ class AsyncRedisStorage(AsyncClosing):
         socket_timeout: float = 5.0,
         connect_timeout: float = 5.0,
         read_only: bool = False,
+        cluster: bool = False,
+        shards: int | None = None,
+        wait_replicas: int | None = None,
+        wait_timeout: float | None = None,
     ) -> None:
-        self._plan = _Plan(url, prefix, socket_timeout, connect_timeout)
+        options = cluster_options(cluster, shards, wait_replicas, wait_timeout)
+        self._plan = _Plan(url, prefix, socket_timeout, connect_timeout, options)
         self.prefix = prefix
         self.read_only = bool(read_only)
         self._closed = False
         self._backfill_checked = False
-        kwargs = dict(self._plan.pool_kwargs, retry=AsyncRetry(NoBackoff(), 0))
+        self._layout_checked = False
+        self._pools: dict[_Node, Any] = {}
         try:
-            self.pool = redis.asyncio.ConnectionPool.from_url(url, **kwargs)
+            self.pool = self._node_pool(url)
         except (ValueError, RedisError) as exc:
             raise ConfigError(f"Invalid Redis URL: {exc}") from exc
 
@@ -811,19 +1081,49 @@ class AsyncRedisStorage(AsyncClosing):
             raise StorageUnavailable("AsyncRedisStorage is closed.")
         if write and self.read_only:
             raise read_only_refusal("AsyncRedisStorage", "a write")
+        routes = self._plan.routes
+        if routes is None:
+            return await self._send(self.pool, command, write=write, routed=False)
+        if not self._layout_checked:
+            self._layout_checked = True
+            try:
+                await self._run(self._plan.check_layout(self.read_only))
+            except BaseException:
+                self._layout_checked = False
+                raise
+        unreached: StorageError | ConfigError | None = None
+        for _ in range(MAX_HOPS):
+            node = routes.node(command)
+            pool = self._pools.get(node) or self._pools.setdefault(
+                node, self._node_pool(routes.url_of(node))
+            )
+            try:
+                return await self._send(pool, command, write=write, routed=True)
+            except MovedError as moved:
+                routes.moved(moved)  # the command did not run: send it where it belongs
+            except _Unreached as exc:
+                routes.unreachable(node)  # nothing was sent: ask another node
+                unreached = exc.error
+        raise unreached or StorageUnavailable(f"Redis Cluster: no node took {command[0]}.")
+
+    def _node_pool(self, url: str) -> Any:
+        kwargs = dict(self._plan.pool_kwargs, retry=AsyncRetry(NoBackoff(), 0))
+        return redis.asyncio.ConnectionPool.from_url(url, **kwargs)
+
+    async def _send(self, pool: Any, command: tuple[Any, ...], *, write: bool, routed: bool) -> Any:
         phase: Phase = "connect"
         try:
-            conn: Any = await self.pool.get_connection()  # type: ignore[no-untyped-call]
+            conn: Any = await pool.get_connection()
         except (RedisError, OSError) as exc:
-            raise map_redis_error(exc, phase=phase, write=write) from exc
+            raise _unreached(exc, write, routed) from exc
         try:
             if _peer_hung_up(conn):
                 await conn.disconnect()
                 await conn.connect()
         except BaseException as exc:
-            await self.pool.release(conn)
+            await pool.release(conn)
             if isinstance(exc, RedisError | OSError):
-                raise map_redis_error(exc, phase=phase, write=write) from exc
+                raise _unreached(exc, write, routed) from exc
             raise
         try:
             # Unlike a blocking sendall, asyncio hands the command to the transport's buffer,
@@ -834,13 +1134,20 @@ class AsyncRedisStorage(AsyncClosing):
             phase = "reply"
             await conn.send_command(*command)
             try:
-                return await conn.read_response()
+                reply = await conn.read_response()
             except NoScriptError:
                 if command[0] != "EVALSHA":
                     raise
                 await conn.send_command("EVAL", _SOURCES[command[1]], *command[2:])
                 phase = "reply"
-                return await conn.read_response()
+                reply = await conn.read_response()
+            wait = self._plan.wait_command(command, write)
+            if wait is not None:  # the write is done: from here on its fate is the replicas'
+                await conn.send_command(*wait)
+                self._plan.check_acks(await conn.read_response())
+            return reply
+        except MovedError:
+            raise  # a whole error reply: the connection is still in step
         except (RedisError, OSError) as exc:
             await conn.disconnect()
             raise map_redis_error(exc, phase=phase, write=write) from exc
@@ -848,7 +1155,7 @@ class AsyncRedisStorage(AsyncClosing):
             await conn.disconnect()
             raise
         finally:
-            await self.pool.release(conn)
+            await pool.release(conn)
 
     async def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
@@ -901,8 +1208,7 @@ class AsyncRedisStorage(AsyncClosing):
         self, *, written_before_ms: int | None = None, limit: int = 1000
     ) -> list[ProcessingSession]:
         """Sessions holding processing work, oldest last write first (see the port)."""
-        command = self._plan.list_processing_command(written_before_ms, limit)
-        return [] if command[-1] == 0 else _processing(await self._call(command, write=False))
+        return await self._run(self._plan.list_processing(written_before_ms, limit))
 
     # ------------------------------------------------------------------ pending index
     async def list_pending(
@@ -951,9 +1257,10 @@ class AsyncRedisStorage(AsyncClosing):
 
     def open_connections(self) -> int:
         """Pooled connections holding a socket (0 once closed)."""
-        return _connected(self.pool)
+        return sum(_connected(pool) for pool in (self.pool, *self._pools.values()))
 
     async def aclose(self) -> None:
         """Disconnect every pooled connection; later calls raise ``StorageUnavailable``."""
         self._closed = True
-        await self.pool.aclose()
+        for pool in (self.pool, *self._pools.values()):
+            await pool.aclose()

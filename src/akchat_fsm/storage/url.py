@@ -9,13 +9,16 @@ URL                               adapter
                                   ``sqlite://`` for a private in-memory database)
 ``postgresql://…``/``postgres://…``  :class:`~.postgres.PostgresStorage` (extra ``postgres``)
 ``redis://…``/``rediss://…``      :class:`~.redis.RedisStorage` (extra ``redis``)
+``redis+cluster://host:port/``    :class:`~.redis.RedisStorage` in cluster mode, any node as
+                                  the seed (``rediss+cluster://`` for TLS; ADR-0089)
 ``mysql://…``/``mariadb://…``     :class:`~.mysql.MySQLStorage` (extra ``mysql``)
 ================================  ==========================================================
 
 Query parameters that configure the adapter: ``table`` and ``busy_timeout`` (SQLite),
 ``table``, ``isolation`` (``read_committed``/``repeatable_read``/``serializable``) and
 ``statement_timeout`` (ms) (PostgreSQL; every other parameter goes to libpq unchanged),
-``prefix`` (Redis; other parameters go to redis-py), ``table``, ``statement_timeout`` (ms)
+``prefix`` (Redis; other parameters go to redis-py; in cluster mode also ``shards``,
+``wait_replicas`` and ``wait_timeout`` (s)), ``table``, ``statement_timeout`` (ms)
 and ``connect_timeout`` (s) (MySQL / MariaDB: ``mysql://user:pass@host:3306/db``). An
 unknown scheme, an unknown parameter or a bad value raises
 :class:`~akchat_fsm.errors.ConfigError`.
@@ -113,6 +116,21 @@ def _redis_args(parts: Any, query: dict[str, str]) -> dict[str, Any]:
     args: dict[str, Any] = {}
     if "prefix" in query:
         args["prefix"] = query.pop("prefix")
+    scheme = parts.scheme.lower()
+    if scheme.endswith("+cluster"):
+        args["cluster"] = True
+        for name in ("shards", "wait_replicas"):
+            if name in query:
+                raw = query.pop(name)
+                if not raw.isascii() or not raw.isdigit():
+                    raise ConfigError(
+                        f"{name} must be a whole number, got {raw!r}.", hint=_URL_HINT
+                    )
+                args[name] = int(raw)
+        timeout = _pop_float(query, "wait_timeout", 3600)
+        if timeout is not None:
+            args["wait_timeout"] = timeout
+        parts = parts._replace(scheme=scheme.removesuffix("+cluster"))
     args["url"] = urlunsplit(parts._replace(query=urlencode(query)))
     return args
 
@@ -168,7 +186,7 @@ def _open(url: str, *, asyncio: bool, read_only: bool) -> Any:
     if scheme in ("postgresql", "postgres"):
         module = _extra(".postgres", "postgres")
         return getattr(module, f"{prefix}PostgresStorage")(**_postgres_args(parts, query), **mode)
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         module = _extra(".redis", "redis")
         return getattr(module, f"{prefix}RedisStorage")(**_redis_args(parts, query), **mode)
     if scheme in ("mysql", "mariadb"):
