@@ -17,8 +17,9 @@ import pytest
 TESTS = Path(__file__).parent
 #: Files under tests/ importing a private akchat_fsm name (34 when this ceiling was set at 30;
 #: 31 since the model-to-code conformance driver, tests/models/_conformance.py, which steps the
-#: session's own resolution plans the way the stateful suites do).
-CEILING = 31
+#: session's own resolution plans the way the stateful suites do; 30 since the bridge plans
+#: compose the session's plans and the harness no longer reaches into the nested driver).
+CEILING = 30
 
 
 def private_imports(source: str) -> list[str]:
