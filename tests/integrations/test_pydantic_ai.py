@@ -338,3 +338,42 @@ def test_a_used_run_id_is_refused(records_backend: RecordsBackend) -> None:
     agent, _ = _start(records_backend, [EMAIL], counts)
     with pytest.raises(ConfigError, match="already used"):
         _bridge(records_backend, agent).run("again", run_id="r1")
+
+
+class _Killed(BaseException):
+    """The process dies here (nothing in the library or pydantic-ai handles it)."""
+
+
+class _KilledAfterItsClaim:
+    """A storage whose process dies right after its next envelope save applies: for a
+    rejecter, between its claim (CAS#1) and its terminal save (CAS#2)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def save(self, snapshot: Any, expected: int | None) -> bool:
+        applied = bool(self.inner.save(snapshot, expected))
+        if applied:
+            raise _Killed()
+        return applied
+
+
+def test_a_rejecter_killed_after_its_claim_keeps_its_reason_for_the_model(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent, paused = _start(records_backend, [REFUND], counts)
+    storage = _KilledAfterItsClaim(records_backend.sync())
+    session = resume_chat_session(DEFINITION, session_id=SID, storage=storage, clock=lambda: T0)
+    with pytest.raises(_Killed):
+        PydanticAIBridge(agent, session, storage, ttl_ms=TTL).reject(
+            paused.pending[0].token, "too much"
+        )
+    assert _bridge(records_backend, agent).session.confirmations[0].status.is_processing
+
+    report = _bridge(records_backend, agent).reconcile()  # finishes the rejection, continues
+    assert [(o.status, o.output) for o in report.runs] == [("completed", "c2=too much")]
+    assert counts.bodies == [] and counts.requests == 2

@@ -58,6 +58,7 @@ from ._bridge_ports import (
     BridgeUpstream,
     ExecutionGuard,
     LedgerMemory,
+    plan_record_denial,
 )
 from ._bridge_runs import (
     RUN_PREFIX,
@@ -553,10 +554,31 @@ def plan_find_run(ctx: BridgeContext, tool_call_id: str) -> Plan[str | None]:
     return None
 
 
+def _keep_reason_before_the_claim(ctx: BridgeContext, token: str, reason: str) -> Plan[None]:
+    """Write a rejection's reason (create-only) before its claim, so that a rejecter killed
+    between its claim and its terminal save leaves it for the model: the stored claim does not
+    hold the reason, and reconcile finishes the rejection with a generic one (ADR-0106 §6).
+    Only for a call still pending on a fresh read; a call already decided keeps its own."""
+    binding = _pending(ctx.confirmations().cached_bindings(), token)
+    if binding is None:
+        binding = _pending((yield from ctx.confirmations().bindings()), token)
+    if binding is not None:
+        yield from plan_record_denial(ctx.session_id, binding.tool_call_id, reason)
+
+
+def _pending(bindings: Iterable[ConfirmationBinding], token: str) -> ConfirmationBinding | None:
+    return next(
+        (b for b in bindings if b.token == token and b.status is ConfirmationStatus.PENDING),
+        None,
+    )
+
+
 def plan_decide(
     ctx: BridgeContext, token: str, intent: ConfirmationEvent, reason: str | None, go_on: bool
 ) -> Plan[Decided]:
     """Resolve one confirmation (the session's two CAS), then continue its run if now ready."""
+    if intent is ConfirmationEvent.REJECT and reason:
+        yield from _keep_reason_before_the_claim(ctx, token, reason)
     binding: ConfirmationBinding = yield from ctx.confirmations().resolve(token, intent, reason)
     if not go_on:
         return Decided(binding, None)
