@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from bridge_harness import RecordsBackend, crash_inside_body
 from pai_agents import Call, Counts, build_agent
+from pydantic_ai import ApprovalRequired, RunContext
 
 from akchat_fsm import (
     AlreadyResolved,
@@ -377,3 +378,27 @@ def test_a_rejecter_killed_after_its_claim_keeps_its_reason_for_the_model(
     report = _bridge(records_backend, agent).reconcile()  # finishes the rejection, continues
     assert [(o.status, o.output) for o in report.runs] == [("completed", "c2=too much")]
     assert counts.bodies == [] and counts.requests == 2
+
+
+def test_a_tool_that_asks_for_approval_from_its_body_runs_once_when_approved(
+    records_backend: RecordsBackend,
+) -> None:
+    """An ungated tool's body runs through the ledger; one that raises ``ApprovalRequired``
+    (pydantic-ai's per-call way) declined to act, so its claim is released, not recorded."""
+    counts = Counts()
+    agent = build_agent([Call("wire", {"amount": 9}, "w1")], counts)
+
+    @agent.tool
+    def wire(ctx: RunContext[None], amount: int) -> str:
+        if not ctx.tool_call_approved:
+            raise ApprovalRequired()
+        counts.bodies.append(f"wire:{amount}")
+        return f"wired {amount}"
+
+    paused = _bridge(records_backend, agent).run("do it", run_id="r1")
+    assert [b.tool_call_id for b in paused.pending] == ["w1"] and counts.bodies == []
+    done = _bridge(records_backend, agent).approve(paused.pending[0].token)
+    assert done.run.status == "completed" and done.run.output == "w1=wired 9"
+    assert counts.bodies == ["wire:9"]
+    entry = ToolLedger(records_backend.sync(), SID).get("w1")
+    assert entry is not None and entry.state is ExecutionState.EXECUTED and entry.attempt == 2
