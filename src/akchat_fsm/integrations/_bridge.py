@@ -492,6 +492,21 @@ def plan_continue(
     raise RunInProgress(f"Run {run_id!r} kept changing; not continued.", record=run)
 
 
+def _release_run(ctx: BridgeContext, run: RunRecord) -> Plan[None]:
+    """Put our continuation's run back to ``paused``. A lease renewal moved the record's
+    version since the claim, so a conflict re-reads it and releases again while the claim is
+    ours (``RunClaimLost`` when it is not: then it is not ours to release)."""
+    claim = run.claim or ""
+    found: RunRecord | None = run
+    for _ in range(SAVE_ATTEMPTS):
+        if found is None:
+            return
+        released = decide_release_run(found, claim, now_ms=ctx.clock())
+        if (yield from _save_run(ctx, released, found.version)):
+            return
+        found = yield from _load_run(ctx, run.run_id)
+
+
 def _resume(
     ctx: BridgeContext, run: RunRecord, decisions: tuple[CallDecision, ...]
 ) -> Plan[RunOutcome]:
@@ -502,12 +517,11 @@ def _resume(
     except Exception:  # never on GeneratorExit or a kill: a dead process releases nothing
         # Every body that ran is in the ledger, so the run may go back to paused: the next
         # continuation replays those bodies. If this save fails, reconcile recovers the claim.
-        released = decide_release_run(run, run.claim or "", now_ms=ctx.clock())
         # Released, the run waits again: its decisions must outlive retention meanwhile.
         with contextlib.suppress(Exception):  # the runtime's error is what the caller needs
             yield from _record_decisions(ctx, decisions, {})
         with contextlib.suppress(Exception):
-            yield from _save_run(ctx, released, run.version)
+            yield from _release_run(ctx, run)
         raise
     settled = decide_settle_run(
         run,
