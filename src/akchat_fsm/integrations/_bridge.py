@@ -572,19 +572,17 @@ def _keep_reason_before_the_claim(ctx: BridgeContext, token: str, reason: str) -
     """Write a rejection's reason (create-only) before its claim, so that a rejecter killed
     between its claim and its terminal save leaves it for the model: the stored claim does not
     hold the reason, and reconcile finishes the rejection with a generic one (ADR-0106 §6).
-    Only for a call still pending on a fresh read; a call already decided keeps its own."""
-    binding = _pending(ctx.confirmations().cached_bindings(), token)
+    Only for a call pending on the session's copy (re-read once when the copy does not hold
+    the token); a call already decided keeps its own reason."""
+    binding = _binding(ctx.confirmations().cached_bindings(), token)
     if binding is None:
-        binding = _pending((yield from ctx.confirmations().bindings()), token)
-    if binding is not None:
+        binding = _binding((yield from ctx.confirmations().bindings()), token)
+    if binding is not None and binding.status is ConfirmationStatus.PENDING:
         yield from plan_record_denial(ctx.session_id, binding.tool_call_id, reason)
 
 
-def _pending(bindings: Iterable[ConfirmationBinding], token: str) -> ConfirmationBinding | None:
-    return next(
-        (b for b in bindings if b.token == token and b.status is ConfirmationStatus.PENDING),
-        None,
-    )
+def _binding(bindings: Iterable[ConfirmationBinding], token: str) -> ConfirmationBinding | None:
+    return next((b for b in bindings if b.token == token), None)
 
 
 def plan_decide(
