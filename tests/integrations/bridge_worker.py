@@ -9,6 +9,8 @@
 * ``KILL``: ``none``, ``write:<n>:before|after`` (SIGKILL this process around its n-th storage
   write, envelope or record, counted from 1) or ``body:before|after`` (inside the tool body,
   around its side effect);
+* the continuation's model first calls ``note`` (a tool that needs no approval, call ``u1``),
+  then answers;
 * ``ACTIONS``: comma-separated ``approve:<call-id>`` / ``reject:<call-id>:<reason>``;
 * ``GO``: a file to wait for before acting (lines the racers up).
 
@@ -53,8 +55,11 @@ def build_agent(log: Path, kill: str = "none") -> Agent[None, Any]:
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if len(messages) == 1:
             return ModelResponse(parts=[ToolCallPart(n, a, tool_call_id=i) for n, a, i in CALLS])
-        append(log, "model continue")
-        return ModelResponse(parts=[TextPart(answer(messages))])
+        said = answer(messages)
+        if "u1=" not in said:  # the continuation's first request: an ungated call, then text
+            append(log, "model continue")
+            return ModelResponse(parts=[ToolCallPart("note", {"text": "done"}, tool_call_id="u1")])
+        return ModelResponse(parts=[TextPart(said)])
 
     agent: Agent[None, Any] = Agent(FunctionModel(model), output_type=[str, DeferredToolRequests])
 
@@ -73,6 +78,10 @@ def build_agent(log: Path, kill: str = "none") -> Agent[None, Any]:
     @agent.tool(requires_approval=True)
     def refund(ctx: RunContext[None], amount: int) -> str:
         return side_effect(ctx, f"refunded {amount}")
+
+    @agent.tool
+    def note(ctx: RunContext[None], text: str) -> str:  # needs no approval
+        return side_effect(ctx, f"noted {text}")
 
     return agent
 

@@ -16,21 +16,32 @@ def records_backend(tmp_path: Path, request: pytest.FixtureRequest) -> RecordsBa
     return BACKENDS[request.param](tmp_path, request)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
 def new_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[StoreFactory]:
     """``new_store(where=None)``: a fresh, empty store spec for the worker processes (a file
-    under ``where`` or ``tmp_path``, or a PostgreSQL table pair dropped afterwards)."""
+    under ``where`` or ``tmp_path``, a PostgreSQL table pair or a Redis key prefix, removed
+    afterwards)."""
     tables: list[str] = []
+    server = {"postgres": "pg_url", "redis": "redis_url"}.get(request.param)
 
     def make(where: Path | None = None) -> str:
-        pg_url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
-        spec, table = new_store_spec(request.param, where or tmp_path, pg_url)
+        url = request.getfixturevalue(server) if server else None
+        spec, table = new_store_spec(request.param, where or tmp_path, url)
         if table:
             tables.append(table)
         return spec
 
     yield make
-    if tables:
+    if tables and request.param == "redis":
+        import redis
+
+        client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
+        for prefix in tables:
+            keys = list(client.scan_iter(match=f"{prefix}:*"))
+            if keys:
+                client.delete(*keys)
+        client.close()
+    elif tables:
         import psycopg
 
         with psycopg.connect(request.getfixturevalue("pg_url"), autocommit=True) as conn:

@@ -1,7 +1,10 @@
 """Runtime-neutral helpers of the cross-process bridge proofs (no agent runtime imported).
 
-* :func:`open_store` opens a worker's store from its spec (``sqlite:<path>`` or
-  ``postgres:<url>|<table>``), :func:`new_store_spec` makes a fresh spec;
+* :func:`open_store` opens a worker's store from its spec (``sqlite:<path>``,
+  ``postgres:<url>|<table>`` or ``redis:<url>|<prefix>``), :func:`new_store_spec` makes a
+  fresh spec;
+* :func:`sweep_leaves_only_people` runs the sweep with the bridge hook and proves that nothing
+  it could finish is left (every run not completed waits for a person);
 * :class:`KillingStorage` SIGKILLs its own process around its n-th storage write;
 * :func:`append_line` is the durable execution log's one write (``O_APPEND`` + ``fsync``, so a
   line survives the SIGKILL of its writer).
@@ -25,6 +28,8 @@ def new_store_spec(kind: str, where: Path, pg_url: str | None) -> tuple[str, str
     name = f"b_{uuid.uuid4().hex[:12]}"
     if kind == "sqlite":
         return f"sqlite:{where / (name + '.db')}", None
+    if kind == "redis":
+        return f"redis:{pg_url}|{name}:", name
     return f"postgres:{pg_url}|{name}", name
 
 
@@ -34,6 +39,11 @@ def open_store(spec: str) -> Any:
         from akchat_fsm.storage.sqlite import SQLiteStorage
 
         return SQLiteStorage(rest)
+    if kind == "redis":
+        from akchat_fsm.storage.redis import RedisStorage
+
+        url, _, prefix = rest.partition("|")
+        return RedisStorage(url, prefix=prefix)
     from akchat_fsm.storage.postgres import PostgresStorage
 
     url, _, table = rest.partition("|")
@@ -80,3 +90,39 @@ class KillingStorage:
 
     def save_record(self, *args: Any, **kwargs: Any) -> bool:
         return bool(self._write(lambda: self.inner.save_record(*args, **kwargs)))
+
+
+#: The next steps that are a person's (a reviewer's decision, an operator's verdict on an
+#: unknown execution): a run waiting on one of these is not the sweep's to finish.
+PEOPLES_STEPS = ("a person approves or rejects", "an operator settles")
+
+
+def sweep_leaves_only_people(
+    storage: Any, ports_for: Callable[[str], Any], sessions: tuple[str, ...]
+) -> dict[str, str]:
+    """``reconcile_all`` with the bridge hook (``ports_for``), at a clock past every claim;
+    then every run record left in ``sessions`` (the test's) or in a session the index listed
+    that is not completed must be reported waiting for a person, with its next step: 0 runs
+    left that the sweep could finish (nor any it missed). Returns {run id: next step}."""
+    import time
+
+    from akchat_fsm import reconcile_all
+    from akchat_fsm.integrations.records import read_bridge_records
+    from akchat_fsm.integrations.runs import RunState
+
+    def later() -> int:  # every claim of the killed process is past any age threshold
+        return time.time_ns() // 1_000_000 + 10 * 60_000
+
+    listed = {p.session_id for p in storage.list_processing()}
+    report = reconcile_all(storage, ports_for, older_than_ms=0, clock=later)
+    assert all(s.error is None for s in report.sessions), report.sessions
+    waiting = {run_id: step for s in report.sessions for run_id, step in s.waiting}
+    left: set[str] = set()
+    for session_id in listed | set(sessions):
+        records = read_bridge_records(storage, session_id)
+        assert records is not None
+        left |= {r.run_id for r in records.runs if r.state is not RunState.COMPLETED}
+    assert left == set(waiting), (left, waiting)
+    for run_id, step in waiting.items():
+        assert step.startswith(PEOPLES_STEPS), (run_id, step)
+    return waiting

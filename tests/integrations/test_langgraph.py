@@ -20,7 +20,7 @@ from bridge_harness import RecordsBackend
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from lg_agents import Call, Counts, JumpToTools, build_graph, open_saver
-from process_helpers import new_store_spec, open_store
+from process_helpers import new_store_spec, open_store, sweep_leaves_only_people
 
 from akchat_fsm import (
     ChatDefinition,
@@ -36,6 +36,7 @@ from akchat_fsm.integrations.langgraph import (
     ToolBoundaryMiddleware,
     use_guard,
 )
+from akchat_fsm.session.sweep import SweepPorts
 
 DEFINITION = ChatDefinition("support")
 SID = "chat-1"
@@ -384,4 +385,19 @@ def test_two_processes_continuing_one_pause_run_the_body_once_on_langgraphs_own_
         results = pool.starmap(_continue_in_a_process, [(store, saver_spec, str(bodies))] * 2)
     assert [replayed for _, replayed in results].count(False) == 1  # one continued, once
     assert {status for status, _ in results} <= {"completed", "continuing"}
+    assert bodies.read_text(encoding="utf-8").splitlines() == ["send_email:a@example.com"]
+    # the sweep with the bridge hook then finds 0 runs it could finish, and runs nothing
+    storage, (saver, close) = open_store(store), open_saver(saver_spec)
+    try:
+        graph = build_graph([EMAIL], Counts(file=bodies), saver)
+
+        def ports_for(session_id: str) -> SweepPorts:
+            return SweepPorts(
+                DEFINITION, bridge=lambda s: LangGraphBridge(graph, s, storage, ttl_ms=TTL)
+            )
+
+        assert sweep_leaves_only_people(storage, ports_for, (SID,)) == {}
+    finally:
+        close()
+        storage.close()
     assert bodies.read_text(encoding="utf-8").splitlines() == ["send_email:a@example.com"]

@@ -481,3 +481,28 @@ def test_the_asyncio_ledger_adapts_a_sync_storage_when_it_is_built() -> None:
     assert done.ran and done.value == "sent"
     assert ledger.storage is inner  # the host's object, as given
     assert ToolLedger(inner, "s-sync").get("c1").state is ExecutionState.EXECUTED  # type: ignore[union-attr]
+
+
+class _AsksFirst(Exception):
+    """A runtime's deferral: the body asks for approval instead of acting."""
+
+
+def test_a_body_that_declines_releases_its_claim_and_the_next_call_runs_it(
+    records_backend: RecordsBackend,
+) -> None:
+    ran: list[str] = []
+
+    def asks() -> str:
+        raise _AsksFirst()
+
+    with pytest.raises(_AsksFirst):
+        _ledger(records_backend).execute("c1", "send", {"to": "a"}, asks, declined=(_AsksFirst,))
+    entry = _ledger(records_backend).get("c1")
+    assert entry is not None and entry.state is ExecutionState.RELEASED and not entry.unknown
+    assert records_backend.sync().list_processing() == []  # a released claim is not processing
+
+    done = _ledger(records_backend, "p2").execute(
+        "c1", "send", {"to": "a"}, lambda: ran.append("a") or "sent"
+    )
+    assert done.ran and done.value == "sent" and ran == ["a"]
+    assert done.entry.state is ExecutionState.EXECUTED and done.entry.attempt == 2

@@ -344,6 +344,46 @@ def test_a_sweep_overlapping_a_live_continuation_leaves_it_alone(
     assert run_id == "r1" and "another process holds" in next_step
 
 
+def test_a_body_that_outlasts_the_lease_is_taken_over_mid_body_and_still_runs_once(
+    records_backend: RecordsBackend,
+) -> None:
+    """The documented limit (ADR-0106 §7): the lease is renewed between bodies, not during
+    one. A body longer than ``lease_ms`` is taken over while it runs: the sweep reports its
+    call as an unknown execution and runs nothing; the owner records the body's outcome and
+    stops with ``RunClaimLost``; the next sweep replays the outcome. The body ran once."""
+    import threading
+
+    from akchat_fsm.integrations import RunClaimLost
+
+    sid, storage, clock = _sid(), records_backend.sync(), Clock()
+    ran: list[str] = []
+    swept: list[Any] = []
+    agent = _one_call_agent()
+
+    @agent.tool_plain(requires_approval=True)
+    def slow_email(to: str) -> str:
+        ran.append(to)
+        clock.now += LEASE + 1  # longer than the lease: nothing renews it meanwhile
+        thread = threading.Thread(
+            target=lambda: swept.append(_leased_sweep(records_backend.sync(), agent, clock))
+        )
+        thread.start()
+        thread.join()
+        return f"sent to {to}"
+
+    paused = _leased(storage, agent, sid, clock).run("do it", run_id="r1")
+    with pytest.raises(RunClaimLost):
+        _leased(storage, agent, sid, clock).approve(paused.pending[0].token)
+    [report] = swept
+    [session] = report.sessions
+    assert session.status == "execution_unknown" and session.execution_unknown == ("c1",)
+    [swept_again] = _leased_sweep(storage, agent, clock).sessions  # the owner's outcome replays
+    assert swept_again.status == "settled", swept_again
+    run = _leased(storage, agent, sid, clock).run_record("r1")
+    assert run is not None and run.state == "completed" and run.output == "done"
+    assert ran == ["a@example.com"]
+
+
 def test_a_dead_continuers_run_is_taken_over_once_its_lease_passed(
     records_backend: RecordsBackend,
 ) -> None:

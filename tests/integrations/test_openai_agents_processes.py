@@ -9,7 +9,8 @@
   from the log). Counted in the durable
   execution log: every body ran at most once, every ``approved`` call exactly once, every
   execution has an ``approved`` record, nothing is left processing, and the run completes
-  with the same output as without a crash.
+  with the same output as without a crash; right after each kill, the sweep with the bridge
+  hook leaves 0 runs it could finish (every run not completed waits for a person).
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import hosts
-from oai_worker import describe, open_bridge, perform
-from process_helpers import StoreFactory, open_store
+from agents import RunConfig
+from oai_harness import DEFINITION, ExecutionLog
+from oai_worker import agent_for, describe, open_bridge, perform
+from process_helpers import StoreFactory, open_store, sweep_leaves_only_people
 
 from akchat_fsm.errors import AkchatError
+from akchat_fsm.integrations.openai_agents import OpenAIAgentsBridge
+from akchat_fsm.session.sweep import SweepPorts
 
 CLEAN_OUTPUT = "done: found z; sent to a@x; sent to b@x"
 #: The recipient of each gated call, by the last digit of its call id (the batch order).
@@ -113,6 +118,24 @@ def test_racing_approver_processes_run_the_body_once(
     assert run["state"] == "completed" and processing == []
 
 
+def sweep(base: dict[str, Any]) -> None:
+    """The start-up sweep with the bridge hook: 0 runs left that it could finish."""
+    storage = open_store(base["store"])
+    log = ExecutionLog(Path(base["log"]))
+
+    def ports_for(session_id: str) -> SweepPorts:
+        def bridge(session: Any) -> OpenAIAgentsBridge:
+            config = RunConfig(tracing_disabled=True)
+            return OpenAIAgentsBridge(agent_for(log), session, storage, run_config=config)
+
+        return SweepPorts(DEFINITION, bridge=bridge)
+
+    try:
+        sweep_leaves_only_people(storage, ports_for, ("s1",))
+    finally:
+        storage.close()
+
+
 def _settle_and_check(base: dict[str, Any], token_b: str, call_a: str, call_b: str) -> None:
     """Recover as a host and an operator would after a crash, then check every guarantee:
     reconcile; the reviewer repeats the decision whose request died (an idempotent repeat);
@@ -168,5 +191,6 @@ def test_sigkill_at_every_point_of_the_last_approval_then_reconcile(
         here(base, command="approve", token=token_a)
         code, _ = call(base, command="approve", token=token_b, kill=point)
         killed += code == -9
+        sweep(base)
         _settle_and_check(base, token_b, call_a, call_b)
     assert killed == len(points)  # every enumerated point was really reached and killed

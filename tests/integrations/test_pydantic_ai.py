@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from bridge_harness import RecordsBackend, crash_inside_body
 from pai_agents import Call, Counts, build_agent
+from pydantic_ai import ApprovalRequired, RunContext
 
 from akchat_fsm import (
     AlreadyResolved,
@@ -338,3 +339,66 @@ def test_a_used_run_id_is_refused(records_backend: RecordsBackend) -> None:
     agent, _ = _start(records_backend, [EMAIL], counts)
     with pytest.raises(ConfigError, match="already used"):
         _bridge(records_backend, agent).run("again", run_id="r1")
+
+
+class _Killed(BaseException):
+    """The process dies here (nothing in the library or pydantic-ai handles it)."""
+
+
+class _KilledAfterItsClaim:
+    """A storage whose process dies right after its next envelope save applies: for a
+    rejecter, between its claim (CAS#1) and its terminal save (CAS#2)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def save(self, snapshot: Any, expected: int | None) -> bool:
+        applied = bool(self.inner.save(snapshot, expected))
+        if applied:
+            raise _Killed()
+        return applied
+
+
+def test_a_rejecter_killed_after_its_claim_keeps_its_reason_for_the_model(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent, paused = _start(records_backend, [REFUND], counts)
+    storage = _KilledAfterItsClaim(records_backend.sync())
+    session = resume_chat_session(DEFINITION, session_id=SID, storage=storage, clock=lambda: T0)
+    with pytest.raises(_Killed):
+        PydanticAIBridge(agent, session, storage, ttl_ms=TTL).reject(
+            paused.pending[0].token, "too much"
+        )
+    assert _bridge(records_backend, agent).session.confirmations[0].status.is_processing
+
+    report = _bridge(records_backend, agent).reconcile()  # finishes the rejection, continues
+    assert [(o.status, o.output) for o in report.runs] == [("completed", "c2=too much")]
+    assert counts.bodies == [] and counts.requests == 2
+
+
+def test_a_tool_that_asks_for_approval_from_its_body_runs_once_when_approved(
+    records_backend: RecordsBackend,
+) -> None:
+    """An ungated tool's body runs through the ledger; one that raises ``ApprovalRequired``
+    (pydantic-ai's per-call way) declined to act, so its claim is released, not recorded."""
+    counts = Counts()
+    agent = build_agent([Call("wire", {"amount": 9}, "w1")], counts)
+
+    @agent.tool
+    def wire(ctx: RunContext[None], amount: int) -> str:
+        if not ctx.tool_call_approved:
+            raise ApprovalRequired()
+        counts.bodies.append(f"wire:{amount}")
+        return f"wired {amount}"
+
+    paused = _bridge(records_backend, agent).run("do it", run_id="r1")
+    assert [b.tool_call_id for b in paused.pending] == ["w1"] and counts.bodies == []
+    done = _bridge(records_backend, agent).approve(paused.pending[0].token)
+    assert done.run.status == "completed" and done.run.output == "w1=wired 9"
+    assert counts.bodies == ["wire:9"]
+    entry = ToolLedger(records_backend.sync(), SID).get("w1")
+    assert entry is not None and entry.state is ExecutionState.EXECUTED and entry.attempt == 2

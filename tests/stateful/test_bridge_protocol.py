@@ -47,7 +47,7 @@ from akchat_fsm.integrations._bridge import (
     plan_start,
 )
 from akchat_fsm.integrations._bridge_io import ListRecords, LoadRecord, SaveRecord
-from akchat_fsm.integrations._bridge_ports import BridgeSession
+from akchat_fsm.integrations._bridge_ports import BridgeSession, ExecutionGuard
 from akchat_fsm.integrations._bridge_runs import (
     DECISION_PREFIX,
     RunRecord,
@@ -161,7 +161,10 @@ class BridgeProtocol(RuleBasedStateMachine):
         )
 
     def ports(self) -> Ports:
-        return Ports(self.storage, runtime=_Runtime(self.agent))
+        # A new run's calls that need no approval run through the ledger too (none here).
+        ledger = AsyncToolLedger(self.storage, self.session_id, owner="machine", clock=self.clock)
+        guard = ExecutionGuard(ledger, frozenset())
+        return Ports(self.storage, runtime=_Runtime(self.agent, guard))
 
     def bridge(self) -> PydanticAIBridge:
         """A fault-free host (the recovery process, the humans at teardown)."""

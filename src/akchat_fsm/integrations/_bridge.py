@@ -58,6 +58,7 @@ from ._bridge_ports import (
     BridgeUpstream,
     ExecutionGuard,
     LedgerMemory,
+    plan_record_denial,
 )
 from ._bridge_runs import (
     RUN_PREFIX,
@@ -491,6 +492,21 @@ def plan_continue(
     raise RunInProgress(f"Run {run_id!r} kept changing; not continued.", record=run)
 
 
+def _release_run(ctx: BridgeContext, run: RunRecord) -> Plan[None]:
+    """Put our continuation's run back to ``paused``. A lease renewal moved the record's
+    version since the claim, so a conflict re-reads it and releases again while the claim is
+    ours (``RunClaimLost`` when it is not: then it is not ours to release)."""
+    claim = run.claim or ""
+    found: RunRecord | None = run
+    for _ in range(SAVE_ATTEMPTS):
+        if found is None:
+            return
+        released = decide_release_run(found, claim, now_ms=ctx.clock())
+        if (yield from _save_run(ctx, released, found.version)):
+            return
+        found = yield from _load_run(ctx, run.run_id)
+
+
 def _resume(
     ctx: BridgeContext, run: RunRecord, decisions: tuple[CallDecision, ...]
 ) -> Plan[RunOutcome]:
@@ -501,12 +517,11 @@ def _resume(
     except Exception:  # never on GeneratorExit or a kill: a dead process releases nothing
         # Every body that ran is in the ledger, so the run may go back to paused: the next
         # continuation replays those bodies. If this save fails, reconcile recovers the claim.
-        released = decide_release_run(run, run.claim or "", now_ms=ctx.clock())
         # Released, the run waits again: its decisions must outlive retention meanwhile.
         with contextlib.suppress(Exception):  # the runtime's error is what the caller needs
             yield from _record_decisions(ctx, decisions, {})
         with contextlib.suppress(Exception):
-            yield from _save_run(ctx, released, run.version)
+            yield from _release_run(ctx, run)
         raise
     settled = decide_settle_run(
         run,
@@ -553,10 +568,29 @@ def plan_find_run(ctx: BridgeContext, tool_call_id: str) -> Plan[str | None]:
     return None
 
 
+def _keep_reason_before_the_claim(ctx: BridgeContext, token: str, reason: str) -> Plan[None]:
+    """Write a rejection's reason (create-only) before its claim, so that a rejecter killed
+    between its claim and its terminal save leaves it for the model: the stored claim does not
+    hold the reason, and reconcile finishes the rejection with a generic one (ADR-0106 §6).
+    Only for a call pending on the session's copy (re-read once when the copy does not hold
+    the token); a call already decided keeps its own reason."""
+    binding = _binding(ctx.confirmations().cached_bindings(), token)
+    if binding is None:
+        binding = _binding((yield from ctx.confirmations().bindings()), token)
+    if binding is not None and binding.status is ConfirmationStatus.PENDING:
+        yield from plan_record_denial(ctx.session_id, binding.tool_call_id, reason)
+
+
+def _binding(bindings: Iterable[ConfirmationBinding], token: str) -> ConfirmationBinding | None:
+    return next((b for b in bindings if b.token == token), None)
+
+
 def plan_decide(
     ctx: BridgeContext, token: str, intent: ConfirmationEvent, reason: str | None, go_on: bool
 ) -> Plan[Decided]:
     """Resolve one confirmation (the session's two CAS), then continue its run if now ready."""
+    if intent is ConfirmationEvent.REJECT and reason:
+        yield from _keep_reason_before_the_claim(ctx, token, reason)
     binding: ConfirmationBinding = yield from ctx.confirmations().resolve(token, intent, reason)
     if not go_on:
         return Decided(binding, None)

@@ -122,16 +122,28 @@ class ExecutionGuard:
         return await self.execute_ungated(tool_call_id, tool, args, body)
 
     async def execute_ungated(
-        self, tool_call_id: str, tool: str, args: Args, body: Body
+        self,
+        tool_call_id: str,
+        tool: str,
+        args: Args,
+        body: Body,
+        declined: tuple[type[BaseException], ...] = (),
     ) -> Execution:
         """Run a call that needs no approval (the runtime ran it without asking: an ungated
         tool, a sibling of the calls that paused the run) through the ledger all the same, so
-        its body too runs at most once per call id when a continuation is replayed."""
+        its body too runs at most once per call id when a continuation is replayed.
+        ``declined``: the runtime's deferral exceptions (the body asked for approval instead of
+        acting), which release the claim rather than record an outcome."""
         if self.renew is not None:  # before the claim: a lost continuation starts nothing
             await self.renew()
         claimed = asyncio.ensure_future(
             self.ledger.execute(
-                tool_call_id, tool, args, body, idempotent=tool in self.idempotent_tools
+                tool_call_id,
+                tool,
+                args,
+                body,
+                idempotent=tool in self.idempotent_tools,
+                declined=declined,
             )
         )
         self._in_flight.add(claimed)

@@ -284,6 +284,9 @@ class ClaimRequest:
     claim: str
     now_ms: int
     idempotent: bool = False
+    #: Exception types by which a body declines to act (a runtime's deferral, raised before
+    #: any side effect): its claim is released, not recorded, so a later run may claim it.
+    declined: tuple[type[BaseException], ...] = ()
 
 
 class ClaimAction(StrEnum):
@@ -519,6 +522,9 @@ def plan_execute(
             record=stored,
         )
     outcome: BodyOutcome = yield RunBody()
+    if request.declined and isinstance(outcome.error, request.declined):
+        yield from _release_declined(session_id, key, stored, request.claim, clock)
+        raise outcome.error
     result = None
     if outcome.error is None:
         try:
@@ -556,6 +562,25 @@ def _finish(
         f"Tool call {request.tool_call_id!r} ran, but its outcome could not be recorded; "
         "its ledger entry stays executing (an unknown outcome for operators to settle)."
     )
+
+
+def _release_declined(
+    session_id: str, key: str, stored: LedgerEntry | None, claim: str, clock: Callable[[], int]
+) -> Plan[None]:
+    """Release our claim of a body that declined to act (the table's ``release``). A claim
+    settled or re-claimed meanwhile is not ours to release; a release that cannot be recorded
+    leaves the entry ``executing``, an unknown execution for an operator (``ran=False``)."""
+    for _ in range(FINISH_ATTEMPTS):
+        _, ours, target = _cell(stored, ExecutionEvent.RELEASE, claim, False)
+        if not ours or target is None or stored is None:
+            return
+        write = replace(stored, state=target, finished_ms=clock())
+        try:
+            if (yield from _save(session_id, key, write, write.version)):
+                return
+        except StorageUnavailable:
+            pass  # nothing applied: retrying is safe
+        stored = yield from _load(session_id, key)
 
 
 def plan_settle(
@@ -685,7 +710,12 @@ class _LedgerBase:
         self._encode = encode
 
     def _execute(
-        self, tool_call_id: str, tool: str, args: Mapping[str, Any] | str | None, idempotent: bool
+        self,
+        tool_call_id: str,
+        tool: str,
+        args: Mapping[str, Any] | str | None,
+        idempotent: bool,
+        declined: tuple[type[BaseException], ...] = (),
     ) -> Plan[Execution]:
         request = ClaimRequest(
             tool_call_id=tool_call_id,
@@ -695,6 +725,7 @@ class _LedgerBase:
             claim=secrets.token_hex(16),
             now_ms=self._clock(),
             idempotent=idempotent,
+            declined=declined,
         )
         return plan_execute(self.session_id, request, clock=self._clock, encode=self._encode)
 
@@ -742,16 +773,20 @@ class ToolLedger(_LedgerBase):
         body: Callable[[], T],
         *,
         idempotent: bool = False,
+        declined: tuple[type[BaseException], ...] = (),
     ) -> Execution:
         """Run ``body`` at most once for ``tool_call_id``; a repeat replays the recorded result.
 
         Raises :class:`ExecutionUnknown` when another claim holds the call with an unknown
         outcome (unless ``idempotent``), and re-raises the body's own exception once recorded.
+        An exception of a ``declined`` type means the body declined to act: the claim is
+        released (a later call may run it) and the exception re-raised.
         """
         if inspect.iscoroutinefunction(body):
             raise ConfigError(ASYNC_BODY)
         return run_sync(
-            self._execute(tool_call_id, tool, args, idempotent), Ports(self._io, body=body)
+            self._execute(tool_call_id, tool, args, idempotent, declined),
+            Ports(self._io, body=body),
         )
 
     def get(self, tool_call_id: str) -> LedgerEntry | None:
@@ -794,14 +829,18 @@ class AsyncToolLedger(_LedgerBase):
         body: Callable[[], Awaitable[T] | T],
         *,
         idempotent: bool = False,
+        declined: tuple[type[BaseException], ...] = (),
     ) -> Execution:
         """Run ``body`` at most once for ``tool_call_id``; a repeat replays the recorded result.
 
         Raises :class:`ExecutionUnknown` when another claim holds the call with an unknown
         outcome (unless ``idempotent``), and re-raises the body's own exception once recorded.
+        An exception of a ``declined`` type means the body declined to act: the claim is
+        released (a later call may run it) and the exception re-raised.
         """
         return await run_async(
-            self._execute(tool_call_id, tool, args, idempotent), Ports(self._io, body=body)
+            self._execute(tool_call_id, tool, args, idempotent, declined),
+            Ports(self._io, body=body),
         )
 
     async def get(self, tool_call_id: str) -> LedgerEntry | None:

@@ -23,7 +23,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, ModelRetry, ToolDenied
+from pydantic_ai import (
+    ApprovalRequired,
+    CallDeferred,
+    DeferredToolRequests,
+    DeferredToolResults,
+    ModelRetry,
+    ToolDenied,
+)
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 from pydantic_core import to_jsonable_python
@@ -113,8 +120,13 @@ def _result(result: Any) -> RuntimeResult:
     return RuntimeResult(snapshot, None, output, to_jsonable_python(output))
 
 
+#: What a tool body raises to ask for approval (or defer) instead of acting: not an outcome.
+DEFERRALS = (ApprovalRequired, CallDeferred)
+
+
 class _LedgerCapability(AbstractCapability[Any]):
-    """Runs each approved call's body through the ledger (a repeat replays its record)."""
+    """Runs every call's body through the ledger (a repeat replays its record): an approved
+    call's through ``execute``, one that needs no approval through ``execute_ungated``."""
 
     def __init__(self, guard: ExecutionGuard) -> None:
         self.guard = guard
@@ -122,11 +134,13 @@ class _LedgerCapability(AbstractCapability[Any]):
     async def wrap_tool_execute(
         self, ctx: Any, *, call: Any, tool_def: Any, args: Any, handler: Any
     ) -> Any:
-        if not ctx.tool_call_approved:
-            return await handler(args)
-        execution = await self.guard.execute(
-            call.tool_call_id, call.tool_name, call.args_as_dict(), lambda: handler(args)
-        )
+        key = (call.tool_call_id, call.tool_name, call.args_as_dict())
+        if ctx.tool_call_approved:
+            execution = await self.guard.execute(*key, lambda: handler(args))
+        else:  # a body that raises a deferral releases its claim: approved, it runs later
+            execution = await self.guard.execute_ungated(
+                *key, lambda: handler(args), declined=DEFERRALS
+            )
         if execution.ran:
             return execution.value
         return _replayed(execution.entry)
@@ -147,8 +161,14 @@ def _replayed(entry: LedgerEntry) -> Any:
 class _Runtime:
     runtime = RUNTIME
 
-    def __init__(self, agent: Any) -> None:
+    def __init__(self, agent: Any, guard: ExecutionGuard) -> None:
         self.agent = agent
+        #: The guard of a new run's calls (none approved); a continuation brings its own.
+        self.guard = guard
+
+    def _start_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        capabilities = [*(kwargs.pop("capabilities", None) or ()), _LedgerCapability(self.guard)]
+        return {**kwargs, "capabilities": capabilities}
 
     @staticmethod
     def _resume_kwargs(
@@ -161,7 +181,7 @@ class _Runtime:
         }
 
     def start(self, *args: Any, **kwargs: Any) -> RuntimeResult:
-        return _result(self.agent.run_sync(*args, **kwargs))
+        return _result(self.agent.run_sync(*args, **self._start_kwargs(kwargs)))
 
     def resume(
         self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
@@ -171,7 +191,7 @@ class _Runtime:
 
 class _AsyncRuntime(_Runtime):
     async def start(self, *args: Any, **kwargs: Any) -> RuntimeResult:  # type: ignore[override]
-        return _result(await self.agent.run(*args, **kwargs))
+        return _result(await self.agent.run(*args, **self._start_kwargs(kwargs)))
 
     async def resume(  # type: ignore[override]
         self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
@@ -198,7 +218,7 @@ class PydanticAIBridge(Bridge):
         self.agent = agent
 
     def _runtime(self) -> _Runtime:
-        return _Runtime(self.agent)
+        return _Runtime(self.agent, self.execution_guard())
 
     def run(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
         """Run the agent (``agent.run_sync``; ``await agent.run`` for the asyncio twin) with these
@@ -216,7 +236,7 @@ class AsyncPydanticAIBridge(AsyncBridge):
         self.agent = agent
 
     def _runtime(self) -> _AsyncRuntime:
-        return _AsyncRuntime(self.agent)
+        return _AsyncRuntime(self.agent, self.execution_guard())
 
     async def run(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
         """Run the agent (``agent.run_sync``; ``await agent.run`` for the asyncio twin) with these
