@@ -8,10 +8,12 @@ state           meaning                                                      nex
 ==============  ===========================================================  ===================
 (absent)        the body never started here                                  ``executing``
 ``executing``   a process claimed the body and may be running it             ``executed`` or,
-                (owner, attempt, claim nonce, start time); saved with        by an operator,
-                ``processing=True``                                          ``released``
+                (owner, attempt, claim nonce, start time); saved with        by an operator or
+                ``processing=True``                                          a declining body,
+                                                                             ``released``
 ``executed``    the body returned or raised; outcome and result recorded    terminal
-``released``    an operator said an unknown execution did not happen         ``executing``
+``released``    an operator said an unknown execution did not happen, or     ``executing``
+                its claimant's body declined to act (``declined=``)
 ==============  ===========================================================  ===================
 
 Every decision is a pure function of (stored entry, request): :func:`decide_claim`,

@@ -10,15 +10,17 @@
 claimed the body and may be running it; its outcome is unknown to everyone else. ``executed``:
 the body's outcome (or an operator's "it ran") is recorded; nothing leaves it, so a claim there
 replays the recorded outcome. ``released``: an operator said an unknown execution did not run,
-so the next claim may run it.
+or the claimant's own body declined to act (it deferred itself to an approval, ADR-0106), so
+the next claim may run it.
 
 Two guards, read from the model: ``ours`` (the stored claim nonce is the caller's) and
 ``idempotent`` (the host declared the tool safe to run twice). A claim of an ``executing``
 entry that is ``ours`` is the caller's own claim found again (its save's outcome was unknown):
 the self-loop writes nothing. A claim that is not ours moves only for an idempotent tool (a
 re-claim, attempt + 1); otherwise the outcome is unknown and nothing runs. Only the claimant
-``finish`` es; an operator's verdict (``settle_ran`` / ``release``) needs no claim, and a
-release of a released entry changes nothing.
+``finish`` es; an operator's verdict (``settle_ran`` / ``release``) needs no claim (a claimant
+releasing a body that declined sends the same ``release``), and a release of a released entry
+changes nothing.
 """
 
 from __future__ import annotations
