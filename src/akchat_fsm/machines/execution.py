@@ -10,8 +10,8 @@
 claimed the body and may be running it; its outcome is unknown to everyone else. ``executed``:
 the body's outcome (or an operator's "it ran") is recorded; nothing leaves it, so a claim there
 replays the recorded outcome. ``released``: an operator said an unknown execution did not run,
-or the claimant's own body declined to act (it deferred itself to an approval: docs/integrations/ledger.md), so
-the next claim may run it.
+or the claimant's own body declined to act (it deferred itself to an approval, see
+docs/integrations/ledger.md), so the next claim may run it.
 
 Two guards, read from the model: ``ours`` (the stored claim nonce is the caller's) and
 ``idempotent`` (the host declared the tool safe to run twice). A claim of an ``executing``
