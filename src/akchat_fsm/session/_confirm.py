@@ -33,13 +33,14 @@ from ..errors import (
     InvalidMemoryRecord,
     OutcomeUnknown,
     ResolutionInProgress,
+    SessionConflict,
     StorageUnavailable,
 )
 from ..machines.confirmation import ConfirmationEvent
 from ..machines.tables import CONFIRMATION_TABLE
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
-from ._state import REDECIDE, SessionHolder, apply, reload
+from ._state import REDECIDE, SessionHolder, apply, not_applied_when_read, reload
 from .effects import MemoryRead, Plan, ReadMemory
 from .ports import ToolCallProposal, UpstreamFailed
 
@@ -137,6 +138,18 @@ def plan_propose(
         )
     except OutcomeUnknown:
         raise  # the binding may be stored: never deny a call that may be bound
+    except StorageUnavailable as refused:
+        if not not_applied_when_read(refused):
+            created = call.id if isinstance(call.id, str) else proposal.effect.tool_call_id
+            yield from _deny_unbound(created, refused)
+            raise
+        # "Not applied when read" is not "never applies": the binding's save may still be in
+        # flight. Fence it first; deny only once it can never land (ADR-0093).
+        bound = yield from _fence_lost_binding(holder, proposal.token, call.id, refused)
+        if bound is not None:
+            return bound
+        yield from _deny_unbound(call.id, refused)
+        raise
     except AkchatError as refused:
         # Definitely not bound (storage refused or failed before applying, or the fresh
         # envelope no longer admits it): nobody could ever approve this call, so settle it
@@ -152,6 +165,55 @@ def plan_propose(
     if binding is None:  # pragma: no cover - the core recorded it or found it bound
         raise ConfigError(PROPOSAL_INVALID, hint=CONFIRMATION_HINT)
     return binding
+
+
+#: Fences in a row that may each be in flight themselves before the propose gives up.
+FENCE_ATTEMPTS = 3
+FENCE_GAVE_UP = (
+    "the binding's save outcome stays unknown: it had not applied when read and a fence "
+    "could not be saved; the call is left for reconcile (docs/reconciliation.md)"
+)
+
+
+def _fence_lost_binding(
+    holder: SessionHolder, token: str, tool_call_id: object, lost: StorageUnavailable
+) -> Plan[ConfirmationBinding | None]:
+    """Make a binding save that was "not applied when read" unable to land; the binding if it did.
+
+    The lost save expected the cursor the re-read found. A compare-and-set save of that same
+    envelope (unchanged but for its write nonce) moves the cursor past it, so once the fence
+    applies the lost save's CAS can never apply: ``None``, the call is safe to deny. If the
+    fence conflicts, the cursor moved anyway (the lost save landed, or another client wrote):
+    the fresh envelope says which; a binding found there is returned, bound. The resume fence
+    of a claim is the same idea (ADR-0054). A fence whose own outcome stays unknown raises
+    :class:`OutcomeUnknown`: the binding may still land, so nothing is denied.
+    """
+    for _ in range(FENCE_ATTEMPTS):
+        try:
+            yield from apply(
+                holder, lambda state, now, nonce: core.persist(state, now, nonce=nonce), 1
+            )
+            return None  # the fence applied: the lost save expects a cursor that is gone
+        except SessionConflict:
+            # Reloaded: the cursor moved past the one the lost save expected, so it cannot
+            # apply from now on; if it applied before, its binding is in the fresh envelope.
+            return _bound(holder.core, token, tool_call_id)
+        except StorageUnavailable as again:
+            if not not_applied_when_read(again):
+                break
+            continue  # this fence is in flight too; the next one fences both
+    unknown = OutcomeUnknown(FENCE_GAVE_UP)
+    unknown.__cause__ = lost
+    raise unknown
+
+
+def _bound(
+    state: core.SessionState, token: str, tool_call_id: object
+) -> ConfirmationBinding | None:
+    found = core.find_binding(state, token)
+    if found is None and isinstance(tool_call_id, str):
+        found = core.by_tool_call(state, tool_call_id)
+    return found
 
 
 def _deny_unbound(tool_call_id: str, error: AkchatError) -> Plan[None]:
