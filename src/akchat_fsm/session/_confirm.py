@@ -536,8 +536,10 @@ class ReconcileOutcome:
 
     ``action``: ``"completed"`` (upstream had acted: final status recorded, nothing called),
     ``"resumed"`` (upstream had not acted: the claimed call was issued, then completed),
-    ``"released"`` (back to ``pending``), ``"settled"`` (another client settled it first) or
-    ``"unknown"`` (the tool call is not in memory: left as is).
+    ``"released"`` (back to ``pending``), ``"settled"`` (another client settled it first),
+    ``"unknown"`` (the tool call is not in memory: left as is) or ``"bound"`` (a proposal's
+    intent named a call upstream awaits with no binding: bound ``pending``; ``before`` is
+    its born status, ADR-0093).
     """
 
     token: str
