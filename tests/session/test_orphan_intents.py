@@ -11,6 +11,7 @@ it, ADR-0093), the intent is deleted, and the session leaves the index. The cras
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -18,11 +19,20 @@ from typing import Any
 
 import pytest
 
-from akchat_fsm.session import ChatDefinition, reconcile_all, resume_chat_session
+from akchat_fsm.session import (
+    ChatDefinition,
+    reconcile_all,
+    resume_chat_session,
+    resume_chat_session_async,
+)
 from akchat_fsm.session.sweep import SweepPorts
-from akchat_fsm.storage.memory import MemoryStorage
+from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
 from akchat_fsm.storage.sqlite import SQLiteStorage
-from akchat_fsm.testing.doubles import RecordingChatMemory, RecordingUpstream
+from akchat_fsm.testing.doubles import (
+    AsyncRecordingUpstream,
+    RecordingChatMemory,
+    RecordingUpstream,
+)
 from akchat_fsm.wire.decode import decode_session_snapshot
 from akchat_fsm.wire.enums import ConfirmationStatus
 
@@ -229,3 +239,27 @@ def test_a_live_proposer_and_the_sweep_bind_the_same_call_once(
     assert [b.token for b in session.confirmations] == [binding.token]
     assert _bound(storage) == {binding.tool_call_id: ConfirmationStatus.PENDING}
     assert midway.denied == [] and _intents(storage) == set()
+
+
+def test_the_asyncio_propose_records_its_intent_before_upstream_too() -> None:
+    inner = MemoryStorage()
+    seen: list[set[str]] = []
+
+    class Watching(RecordingUpstream):
+        def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> Any:
+            seen.append(_intents(inner))  # what storage holds when upstream is asked
+            return super().propose_tool_call(id, name, args)
+
+    upstream = Watching()
+
+    async def main() -> Any:
+        storage = AsyncMemoryStorage(inner)
+        session = await resume_chat_session_async(
+            DEFINITION, session_id=SESSION, storage=storage, clock=lambda: NOW
+        )
+        coordinator = session.confirmations_for(AsyncRecordingUpstream(sync=upstream))
+        return await coordinator.propose("email.send", {})
+
+    binding = asyncio.run(main())
+    assert seen == [{binding.tool_call_id}]  # the intent existed before the upstream call
+    assert _intents(inner) == set() and inner.list_processing() == []
