@@ -142,7 +142,12 @@ def test_an_unknown_create_that_did_not_apply_keeps_nothing_in_memory() -> None:
             raise OutcomeUnknown("timed out before the server answered")
 
     session = resume_chat_session(DEFINITION, session_id="s", storage=CreateTimesOut())
-    coordinator = session.confirmations_for(RecordingUpstream())
-    with pytest.raises(StorageUnavailable):
+    upstream = RecordingUpstream()
+    coordinator = session.confirmations_for(upstream)
+    # "Not applied when read", and every fence lost too: the create may still land, so the
+    # propose denies nothing and says the outcome is unknown (ADR-0093).
+    with pytest.raises(OutcomeUnknown) as error:
         coordinator.propose("email.send", {})
+    assert isinstance(error.value.__cause__, StorageUnavailable)
+    assert upstream.denied == []
     assert (session.exists, session.cursor, session.confirmations) == (False, 0, ())

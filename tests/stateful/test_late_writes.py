@@ -25,7 +25,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -34,9 +33,10 @@ from akchat_fsm.session import _confirm, _ops
 from akchat_fsm.session.effects import SaveSnapshot
 from akchat_fsm.storage.memory import MemoryStorage
 from akchat_fsm.storage.sqlite import SQLiteStorage
+from akchat_fsm.wire.enums import ConfirmationStatus
 from akchat_fsm.wire.session import SessionSnapshot
 
-from ._history import RECONCILER, Disallowed
+from ._history import RECONCILER
 from ._machine import DEFINITION, Pinned, ResolutionProtocol, pinned_program
 from ._world import Stepper, perform
 
@@ -216,15 +216,6 @@ def test_late_writes_sqlite(tmp_path: Path) -> None:
     assert not missing, f"the run never exercised {missing}: {sorted(coverage.items())}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=Disallowed,
-    reason="library bug (found by the history checker at the deep profile): a propose whose "
-    "binding save ended 'not applied when read' denies the call upstream, but the save was "
-    "still in flight and lands later, binding a pending record to a call upstream denied; an "
-    "approval then calls upstream again (the suite's 'upstream replayed') or completes over the "
-    "deny. session/_confirm.py plan_propose must not deny after NOT_APPLIED_WHEN_READ.",
-)
 def test_a_propose_never_denies_a_call_its_late_binding_then_binds() -> None:
     m = type("LateWrites", (LateWritesProtocol,), {"make_storage": staticmethod(MemoryStorage)})()
     p = Pinned(m)
@@ -238,7 +229,16 @@ def test_a_propose_never_denies_a_call_its_late_binding_then_binds() -> None:
         p.run(1, "reload")  # client 1 holds the stored cursor: its save would apply
         p.start_to(1, "propose", SaveSnapshot)
         p.step(1, "unknown")  # the binding's save is left in flight
-        p.finish(1)  # its re-read says "not applied": the propose denies the call upstream
-        p.run(2, "persist")  # the binding lands first: a pending record whose call was denied
+        # Its re-read says "not applied". Before ADR-0093 the propose denied the call here and
+        # the binding landed later: a pending record whose call was denied. Now it fences
+        # first; the late binding reaches the store before the fence, the fence conflicts and
+        # the fresh envelope shows the call bound, so the propose returns it and denies nothing.
+        p.finish(1)
+        run = m.clients[1].run
+        assert run is not None and run.error is None, run.error
+        assert run.result.status is ConfirmationStatus.PENDING
+        assert run.result.tool_call_id not in m.deny_attempted
+        p.run(2, "persist")
+        p.run(0, "approve")  # the one approval calls upstream once (the checker watches)
     finally:
         m.teardown()

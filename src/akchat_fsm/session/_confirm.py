@@ -15,12 +15,14 @@ the I/O around it:
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .. import core
-from ..core.effects import CallDeny, ClaimedCall
+from ..core.effects import CallDeny, ClaimedCall, ProposeUpstream
 from ..core.records import RECONCILED_REJECT_REASON
 from ..errors import (
     CONFIRMATION_HINT,
@@ -33,14 +35,24 @@ from ..errors import (
     InvalidMemoryRecord,
     OutcomeUnknown,
     ResolutionInProgress,
+    SessionConflict,
     StorageUnavailable,
 )
 from ..machines.confirmation import ConfirmationEvent
 from ..machines.tables import CONFIRMATION_TABLE
+from ..wire.bounded import BoundedJsonError, freeze_bounded_object, thaw
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
-from ._state import REDECIDE, SessionHolder, apply, reload
-from .effects import MemoryRead, Plan, ReadMemory
+from ._state import REDECIDE, SessionHolder, apply, not_applied_when_read, reload
+from .effects import (
+    DeleteRecord,
+    ListRecords,
+    LoadRecord,
+    MemoryRead,
+    Plan,
+    ReadMemory,
+    SaveRecord,
+)
 from .ports import ToolCallProposal, UpstreamFailed
 
 __all__ = [
@@ -104,17 +116,34 @@ def plan_propose(
     suffix: str | None = None,
     ttl_ms: int = core.DEFAULT_TTL_MS,
     keep_terminal: int = core.KEEP_TERMINAL,
+    intent: bool = False,
 ) -> Plan[ConfirmationBinding]:
     """Propose a tool call upstream and bind it to this session with one CAS save.
 
     Every limit is checked before upstream is called. If the save fails nothing is kept in
     memory (no ghost record); upstream's proposal stays ``requires_confirmation`` and unbound.
+    ``intent`` (a storage with the records capability): an intent record is created before
+    the upstream call and deleted once the binding is stored, so a crash in between leaves
+    something reconcile finds (issue 22, ADR-0093).
     """
     if holder.needs_reload:
         yield from reload(holder)
     proposal = core.plan_proposal(
         holder.core, name, args, holder.clock(), ttl_ms=ttl_ms, suffix=suffix
     )
+    if intent:
+        yield from _record_intent(holder.session_id, proposal)
+    binding = yield from _propose_and_bind(holder, proposal, keep_terminal)
+    if intent:
+        # Best effort: an intent left behind is settled by the next reconcile (it is bound).
+        with contextlib.suppress(AkchatError):
+            yield DeleteRecord(holder.session_id, intent_key(proposal.effect.tool_call_id))
+    return binding
+
+
+def _propose_and_bind(
+    holder: SessionHolder, proposal: core.Proposal, keep_terminal: int
+) -> Plan[ConfirmationBinding]:
     try:
         raw = yield proposal.effect
     except AkchatError:
@@ -137,6 +166,18 @@ def plan_propose(
         )
     except OutcomeUnknown:
         raise  # the binding may be stored: never deny a call that may be bound
+    except StorageUnavailable as refused:
+        if not not_applied_when_read(refused):
+            created = call.id if isinstance(call.id, str) else proposal.effect.tool_call_id
+            yield from _deny_unbound(created, refused)
+            raise
+        # "Not applied when read" is not "never applies": the binding's save may still be in
+        # flight. Fence it first; deny only once it can never land (ADR-0093).
+        bound = yield from _fence_lost_binding(holder, proposal.token, call.id, refused)
+        if bound is not None:
+            return bound
+        yield from _deny_unbound(call.id, refused)
+        raise
     except AkchatError as refused:
         # Definitely not bound (storage refused or failed before applying, or the fresh
         # envelope no longer admits it): nobody could ever approve this call, so settle it
@@ -152,6 +193,161 @@ def plan_propose(
     if binding is None:  # pragma: no cover - the core recorded it or found it bound
         raise ConfigError(PROPOSAL_INVALID, hint=CONFIRMATION_HINT)
     return binding
+
+
+#: Fences in a row that may each be in flight themselves before the propose gives up.
+FENCE_ATTEMPTS = 3
+FENCE_GAVE_UP = (
+    "the binding's save outcome stays unknown: it had not applied when read and a fence "
+    "could not be saved; the call is left for reconcile (docs/reconciliation.md)"
+)
+
+
+def _fence_lost_binding(
+    holder: SessionHolder, token: str, tool_call_id: object, lost: StorageUnavailable
+) -> Plan[ConfirmationBinding | None]:
+    """Make a binding save that was "not applied when read" unable to land; the binding if it did.
+
+    The lost save expected the cursor the re-read found. A compare-and-set save of that same
+    envelope (unchanged but for its write nonce) moves the cursor past it, so once the fence
+    applies the lost save's CAS can never apply: ``None``, the call is safe to deny. If the
+    fence conflicts, the cursor moved anyway (the lost save landed, or another client wrote):
+    the fresh envelope says which; a binding found there is returned, bound. The resume fence
+    of a claim is the same idea (ADR-0054). A fence whose own outcome stays unknown raises
+    :class:`OutcomeUnknown`: the binding may still land, so nothing is denied.
+    """
+    for _ in range(FENCE_ATTEMPTS):
+        try:
+            yield from apply(
+                holder, lambda state, now, nonce: core.persist(state, now, nonce=nonce), 1
+            )
+            return None  # the fence applied: the lost save expects a cursor that is gone
+        except SessionConflict:
+            # Reloaded: the cursor moved past the one the lost save expected, so it cannot
+            # apply from now on; if it applied before, its binding is in the fresh envelope.
+            return _bound(holder.core, token, tool_call_id)
+        except StorageUnavailable as again:
+            if not not_applied_when_read(again):
+                break
+            continue  # this fence is in flight too; the next one fences both
+    unknown = OutcomeUnknown(FENCE_GAVE_UP)
+    unknown.__cause__ = lost
+    raise unknown
+
+
+def _bound(
+    state: core.SessionState, token: str, tool_call_id: object
+) -> ConfirmationBinding | None:
+    found = core.find_binding(state, token)
+    if found is None and isinstance(tool_call_id, str):
+        found = core.by_tool_call(state, tool_call_id)
+    return found
+
+
+# --------------------------------------------------------------------------- intents
+
+#: Where a propose records its intent beside the envelope (records capability).
+INTENT_PREFIX = "propose-intent:"
+INTENT_TAKEN = "Action confirmation id is invalid."
+
+
+def intent_key(tool_call_id: str) -> str:
+    return f"{INTENT_PREFIX}{tool_call_id}"
+
+
+def _record_intent(session_id: str, proposal: core.Proposal) -> Plan[None]:
+    """Create-only, marked processing (the sweep lists the session), before the upstream call.
+
+    Any failure is raised before upstream is asked: nothing exists upstream to orphan. An
+    unknown outcome may have left the intent stored; reconcile then finds no call upstream for
+    it and deletes it.
+    """
+    text = json.dumps(
+        {
+            "version": 1,
+            "token": proposal.token,
+            "toolCallId": proposal.effect.tool_call_id,
+            "name": proposal.name,
+            "input": thaw(proposal.args),
+            "expiresAt": proposal.expires_at,
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+    key = intent_key(proposal.effect.tool_call_id)
+    created = yield SaveRecord(session_id, key, text, None, processing=True)
+    if created is not True:  # another propose already used this id
+        raise ConfigError(INTENT_TAKEN, hint=CONFIRMATION_HINT)
+
+
+def _read_intent(text: object) -> core.Proposal | None:
+    """The proposal an intent recorded (``None``: not one of ours; left alone)."""
+    try:
+        fields = json.loads(text) if isinstance(text, str) else None
+        if not isinstance(fields, dict) or fields.get("version") != 1:
+            return None
+        frozen = freeze_bounded_object(fields["input"])
+        token, name, call_id = fields["token"], fields["name"], fields["toolCallId"]
+        expires_at = fields["expiresAt"]
+        if (
+            not all(isinstance(v, str) for v in (token, name, call_id))
+            or type(expires_at) is not int
+        ):
+            return None
+        return core.Proposal(
+            token, name, frozen, expires_at, ProposeUpstream(call_id, name, frozen)
+        )
+    except (KeyError, TypeError, ValueError, BoundedJsonError):
+        return None
+
+
+def _settle_intent(
+    holder: SessionHolder,
+    proposal: core.Proposal,
+    status: core.UpstreamToolStatus | None,
+    keep_terminal: int,
+) -> Plan[ReconcileOutcome | None]:
+    """Bind an intent's call if upstream holds it, then delete the intent.
+
+    Binding, never denying: a proposer still alive may yet save the same binding, and two
+    saves of one proposal commute (the second finds it bound, ADR-0090), whereas a deny here
+    could not stop that save from landing afterwards (the bug ADR-0093 fixes in propose). The
+    bound record keeps the proposal's expiry, so an undecided call is denied once, through the
+    ordinary expire path. Any other ``status`` means nothing waits upstream: ``None`` (memory
+    does not know the call: upstream never created it) or a call already settled there (the
+    propose denied it as unbound, or upstream never asked for a confirmation).
+    """
+    call_id = proposal.effect.tool_call_id
+    outcome = None
+    bound = _bound(holder.core, proposal.token, call_id)
+    if bound is None and status is core.UpstreamToolStatus.REQUIRES_CONFIRMATION:
+        call = core.UpstreamCall(
+            id=call_id, name=proposal.name, args=thaw(proposal.args), status=status
+        )
+        step = yield from apply(
+            holder,
+            lambda state, now, nonce: core.record_proposal(
+                state, proposal, call, now, keep_terminal=keep_terminal, nonce=nonce
+            ),
+            PROPOSE_ATTEMPTS,
+        )
+        record = _bound(step.state, proposal.token, call_id)
+        if record is not None:
+            action = "bound" if step.accepted else "settled"
+            outcome = ReconcileOutcome(proposal.token, call_id, record.status, action, record)
+    yield DeleteRecord(holder.session_id, intent_key(call_id))
+    return outcome
+
+
+def _intents(holder: SessionHolder) -> Plan[list[core.Proposal]]:
+    keys = yield ListRecords(holder.session_id, INTENT_PREFIX)
+    found: list[core.Proposal] = []
+    for key in keys:
+        stored = yield LoadRecord(holder.session_id, key)
+        proposal = None if stored is None else _read_intent(stored[1])
+        if proposal is not None and key == intent_key(proposal.effect.tool_call_id):
+            found.append(proposal)
+    return found
 
 
 def _deny_unbound(tool_call_id: str, error: AkchatError) -> Plan[None]:
@@ -340,8 +536,10 @@ class ReconcileOutcome:
 
     ``action``: ``"completed"`` (upstream had acted: final status recorded, nothing called),
     ``"resumed"`` (upstream had not acted: the claimed call was issued, then completed),
-    ``"released"`` (back to ``pending``), ``"settled"`` (another client settled it first) or
-    ``"unknown"`` (the tool call is not in memory: left as is).
+    ``"released"`` (back to ``pending``), ``"settled"`` (another client settled it first),
+    ``"unknown"`` (the tool call is not in memory: left as is) or ``"bound"`` (a proposal's
+    intent named a call upstream awaits with no binding: bound ``pending``; ``before`` is
+    its born status, ADR-0093).
     """
 
     token: str
@@ -445,20 +643,29 @@ def _reconcile_one(
 
 
 def plan_reconcile(
-    holder: SessionHolder, *, release_untouched: bool = False, can_call_upstream: bool = True
+    holder: SessionHolder,
+    *,
+    release_untouched: bool = False,
+    can_call_upstream: bool = True,
+    intents: bool = False,
 ) -> Plan[tuple[ReconcileOutcome, ...]]:
     """Settle every processing record from the upstream tool-call status in memory.
 
     Everything is decided before the first save: when some record would need an upstream call
     (``requires_confirmation`` without ``release_untouched``) and ``can_call_upstream`` is
     false, :class:`ConfigError` is raised and nothing is saved.
+    ``intents`` (records capability): proposals a crash left between their intent and their
+    binding are bound from memory's status of their call, then their intents deleted.
     See :mod:`akchat_fsm.session.reconcile` for the rule and when it is safe to run.
     """
     yield from reload(holder)  # recovery works from what storage holds now
     targets = [b for b in holder.snapshot.confirmations if b.status.is_processing]
-    if not targets:
+    orphans = (yield from _intents(holder)) if intents else []
+    if not targets and not orphans:
         return ()
-    wanted = tuple(dict.fromkeys(b.tool_call_id for b in targets))
+    wanted = tuple(
+        dict.fromkeys([b.tool_call_id for b in targets] + [p.effect.tool_call_id for p in orphans])
+    )
     try:
         read = yield ReadMemory(wanted)
         statuses = _tool_statuses(read, frozenset(wanted))
@@ -484,4 +691,9 @@ def plan_reconcile(
             )
             continue
         outcomes.append((yield from _reconcile_one(holder, binding, status, release_untouched)))
+    for proposal in orphans:
+        status = statuses.get(proposal.effect.tool_call_id)
+        settled = yield from _settle_intent(holder, proposal, status, core.KEEP_TERMINAL)
+        if settled is not None:
+            outcomes.append(settled)
     return tuple(outcomes)

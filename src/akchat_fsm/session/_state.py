@@ -48,6 +48,7 @@ __all__ = [
     "SessionHolder",
     "apply",
     "decode_stored",
+    "not_applied_when_read",
     "reload",
 ]
 
@@ -57,6 +58,18 @@ NOT_APPLIED_WHEN_READ = (
     "save outcome unknown; a re-read found the stored cursor unchanged, so it had not applied "
     "when read; a retry is safe: compare-and-set lets at most one of the two writes apply"
 )
+
+
+class _NotAppliedWhenRead(StorageUnavailable):
+    """:data:`NOT_APPLIED_WHEN_READ`, told apart from other unavailability by the plans that
+    must fence a save that may still land (ADR-0093); users see a StorageUnavailable."""
+
+
+def not_applied_when_read(error: BaseException) -> bool:
+    """Whether ``error`` settled an unknown save as "not applied when read" (it may land)."""
+    return isinstance(error, _NotAppliedWhenRead)
+
+
 #: A core command with its arguments bound: ``(state, now_ms, nonce) -> Step``.
 Command = Callable[[core.SessionState, int, int], core.Step]
 
@@ -216,7 +229,7 @@ def _save(holder: SessionHolder, step: core.Step, save: SaveSnapshot) -> Plan[bo
             # Not applied when read. On a server the request may still be in flight and land
             # later, so the message promises no more than that; a retry is still safe: both
             # writes expect this cursor, so CAS lets at most one of them apply (ADR-0066).
-            raise StorageUnavailable(NOT_APPLIED_WHEN_READ) from unknown
+            raise _NotAppliedWhenRead(NOT_APPLIED_WHEN_READ) from unknown
         return False  # another client's write won that cursor: a conflict
     if saved is True:
         holder.core = core.save_settled(step.state, CursorEvent.SAVED)

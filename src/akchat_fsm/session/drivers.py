@@ -35,6 +35,7 @@ from .effects import (
     BodyOutcome,
     CallApprove,
     CallDeny,
+    DeleteRecord,
     Effect,
     Emit,
     ListProcessing,
@@ -175,7 +176,13 @@ def _start(effect: PortEffect, ports: Ports) -> _Started:
     """
     match effect:
         case (
-            Load() | SaveSnapshot() | LoadRecord() | SaveRecord() | ListRecords() | ListProcessing()
+            Load()
+            | SaveSnapshot()
+            | LoadRecord()
+            | SaveRecord()
+            | DeleteRecord()
+            | ListRecords()
+            | ListProcessing()
         ):
             return _store(effect, ports.storage)
         case ProposeUpstream(tool_call_id=tool_call_id, name=name, args=args):
@@ -232,6 +239,8 @@ def _store(effect: StorageEffect, storage: Any) -> _Started:
             method = "save_record"
             args = (effect.session_id, effect.key, effect.text, effect.expected_version)
             kwargs = {"processing": effect.processing}
+        case DeleteRecord(session_id=session_id, key=key):
+            method, args = "delete_record", (session_id, key)
         case ListRecords(session_id=session_id, prefix=prefix):
             method, args = "list_records", (session_id, prefix)
         case ListProcessing(written_before_ms=written_before_ms, limit=limit):
@@ -239,7 +248,7 @@ def _store(effect: StorageEffect, storage: Any) -> _Started:
             kwargs = {"written_before_ms": written_before_ms, "limit": limit}
         case _:
             assert_never(effect)
-    records = isinstance(effect, LoadRecord | SaveRecord | ListRecords)
+    records = isinstance(effect, LoadRecord | SaveRecord | DeleteRecord | ListRecords)
     sweep = isinstance(effect, ListProcessing)
     try:
         returned = getattr(storage, method)(*args, **kwargs)

@@ -29,6 +29,7 @@ __all__ = [
     "BridgeEffect",
     "CallApprove",
     "CallDeny",
+    "DeleteRecord",
     "Effect",
     "Emit",
     "ListProcessing",
@@ -124,6 +125,14 @@ class ListRecords:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteRecord:
+    """``storage.delete_record(session_id, key)`` → ``None`` (idempotent: gone either way)."""
+
+    session_id: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class RunBody:
     """Run the guarded tool body once; the result is a :class:`BodyOutcome`, never an error."""
 
@@ -204,7 +213,7 @@ class Progress:
 #: What a driver performs through ``storage``; its failures are mapped once (reads changed
 #: nothing, writes may have applied).
 StorageEffect: TypeAlias = (
-    Load | SaveSnapshot | LoadRecord | SaveRecord | ListRecords | ListProcessing
+    Load | SaveSnapshot | LoadRecord | SaveRecord | DeleteRecord | ListRecords | ListProcessing
 )
 BridgeEffect: TypeAlias = StartRuntime | ResumeRuntime
 SweepEffect: TypeAlias = AskHost | ReconcileListed | Progress

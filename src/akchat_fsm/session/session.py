@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 from .. import core
 from ..errors import ConfigError
 from ..machines.confirmation import ConfirmationEvent
+from ..storage.port import AsyncRecordStorage, RecordStorage
 from ..wire.enums import DecisionKind, TurnOutcome
 from ..wire.session import ConfirmationBinding, RouteDecision, SessionSnapshot
 from . import _confirm, _ops
@@ -69,6 +70,11 @@ def default_clock() -> int:
 def default_confirmation_id() -> str:
     """A random, unguessable id suffix (the core's 128 bits); a correlation handle, not a secret."""
     return core.random_suffix()
+
+
+def keeps_records(storage: object) -> bool:
+    """Whether ``storage`` has the records capability (either flavour: same method names)."""
+    return isinstance(storage, RecordStorage | AsyncRecordStorage)
 
 
 class _SessionBase:
@@ -151,8 +157,14 @@ class _SessionBase:
             self._holder,
             release_untouched=release_untouched,
             can_call_upstream=ports.upstream is not None,
+            intents=self._keeps_intents,
         )
         return plan, ports
+
+    @property
+    def _keeps_intents(self) -> bool:
+        """Whether proposals record an intent beside the envelope (issue 22, ADR-0093)."""
+        return keeps_records(self._ports.storage)
 
     def _reload(self) -> Plan[None]:
         """The re-read plan (a bridge plan composes it: ADR-0121)."""
@@ -196,7 +208,11 @@ class _CoordinatorBase(Generic[SessionT]):
         # Rebuilt per call so observers added to the session later are seen too.
         return self.session._ports_with(self._upstream)
 
-    def _propose(self, name: str, input: Mapping[str, Any]) -> Plan[ConfirmationBinding]:
+    def _propose(
+        self, name: str, input: Mapping[str, Any], intent: bool = False
+    ) -> Plan[ConfirmationBinding]:
+        # ``intent``: the public propose records one on a store with records (issue 22); a
+        # bridge's proposals need none (it re-proposes what a crash left unproposed, ADR-0100).
         return _confirm.plan_propose(
             self.session._holder,
             name,
@@ -204,6 +220,7 @@ class _CoordinatorBase(Generic[SessionT]):
             suffix=self._create_id(),
             ttl_ms=self._ttl_ms,
             keep_terminal=self._keep_terminal,
+            intent=intent,
         )
 
     def _resolve(
@@ -314,7 +331,7 @@ class ConfirmationCoordinator(_CoordinatorBase[ChatSession]):
 
     def propose(self, name: str, input: Mapping[str, Any]) -> ConfirmationBinding:
         """Limits, then upstream ``propose_tool_call``, then one CAS save of the binding."""
-        return self._run(self._propose(name, input))
+        return self._run(self._propose(name, input, self.session._keeps_intents))
 
     def approve(self, token: str, session_id: str | None = None) -> ConfirmationBinding:
         """Claim, call upstream ``approve`` once, record ``approved`` (``expired`` if due)."""
@@ -416,7 +433,7 @@ class AsyncConfirmationCoordinator(_CoordinatorBase[AsyncChatSession]):
 
     async def propose(self, name: str, input: Mapping[str, Any]) -> ConfirmationBinding:
         """Limits, then upstream ``propose_tool_call``, then one CAS save of the binding."""
-        return await self._run(self._propose(name, input))
+        return await self._run(self._propose(name, input, self.session._keeps_intents))
 
     async def approve(self, token: str, session_id: str | None = None) -> ConfirmationBinding:
         """Claim, call upstream ``approve`` once, record ``approved`` (``expired`` if due)."""
