@@ -174,3 +174,35 @@ def test_a_session_the_host_gives_no_way_to_decide_is_a_page_not_a_500(world: Wo
     assert response.status_code == 501 and 'data-kind="undecidable"' in response.text
     assert "no upstream for this session" in response.text
     assert world.stored("s-1") == before and world.upstream.calls == []
+
+
+def test_an_async_can_decide_over_sync_storage_is_awaited_and_denies(world: World) -> None:
+    """Over sync storage the hooks run in a worker thread; an ``async def`` hook's coroutine
+    is awaited, never taken for a yes (a coroutine object is truthy)."""
+    record = world.propose("s-1", "email.send", {"to": "a"})
+    allowed = {"mallory"}  # allowed while the page is opened (so it has a form), then not
+
+    async def only_allowed(principal: Any, pending: Any) -> bool:
+        return principal in allowed
+
+    app = world.app(authorize=by_header, can_decide=only_allowed)
+    mallory = client(app, "mallory")
+    csrf = open_call(mallory, record.token, "s-1")
+    allowed.clear()
+    before = world.stored("s-1")
+    response = post(mallory, f"/call/{record.token}/approve", {"csrf": csrf, "session": "s-1"})
+    assert response.status_code == 403 and 'data-kind="forbidden"' in response.text
+    assert world.stored("s-1") == before and world.upstream.calls == []
+
+
+def test_a_can_decide_answer_other_than_true_denies(world: World) -> None:
+    record = world.propose("s-1", "email.send", {"to": "a"})
+    answer: dict[str, object] = {"ana": True}  # True while the page is opened, then truthy
+    app = world.app(authorize=by_header, can_decide=lambda principal, _: answer[principal])
+    ana = client(app)
+    csrf = open_call(ana, record.token, "s-1")
+    answer["ana"] = "yes"
+    before = world.stored("s-1")
+    response = post(ana, f"/call/{record.token}/approve", {"csrf": csrf, "session": "s-1"})
+    assert response.status_code == 403
+    assert world.stored("s-1") == before and world.upstream.calls == []

@@ -273,8 +273,11 @@ class _Inbox:
         session's and bridges' methods, an async hook).
         """
         if not self.asyncio:
-            return await run_in_threadpool(port, *args, **kwargs)
-        result = port(*args, **kwargs)
+            # A hook may be async even over sync storage (an ``async def can_decide``): its
+            # coroutine is awaited here, never taken for an answer (a coroutine is truthy).
+            result = await run_in_threadpool(port, *args, **kwargs)
+        else:
+            result = port(*args, **kwargs)
         return await result if inspect.isawaitable(result) else result
 
     async def resume(self, session_id: str, observers: tuple[Any, ...] = ()) -> Any:
@@ -326,7 +329,8 @@ class _Inbox:
         return _Located(session_id, binding, pending)
 
     async def may_decide(self, principal: Principal, pending: PendingApproval) -> bool:
-        return bool(await self.call(self.can_decide, principal, pending))
+        # Deny by default: only an explicit ``True`` lets a person decide.
+        return await self.call(self.can_decide, principal, pending) is True
 
     async def decide(
         self, principal: Principal, token: str, hint: str | None, reason: str | None, approve: bool
