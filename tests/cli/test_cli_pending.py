@@ -104,6 +104,20 @@ def test_filters_by_action_session_and_expiry(url: str) -> None:
     assert tokens(listed(url, "--session", "s-a")) == ["tok-2", "tok-1"]
     assert tokens(listed(url, "--expiring-within", "3m")) == ["tok-2", "tok-4"]
     assert tokens(listed(url, "--action", "nothing")) == []
+    # pendingSince is the adapter's wall clock at the save, far before NOW (2027): all older
+    assert tokens(listed(url, "--older-than", "1d")) == ["tok-2", "tok-4", "tok-1"]
+    since = [item["pendingSinceMs"] for item in listed(url)["items"]]  # type: ignore[index]
+    just_after = str(max(since) + 1_000)  # a second after the last save
+    assert tokens(listed(url, "--now", just_after, "--older-than", "1m")) == []  # none that old
+    assert len(tokens(listed(url, "--now", just_after, "--older-than", "500ms"))) == 3
+
+
+def test_newest_order_lists_the_most_recently_pending_first(url: str) -> None:
+    newest = tokens(listed(url, "--order", "newest"))
+    assert sorted(newest) == ["tok-1", "tok-2", "tok-4"]
+    document = listed(url, "--order", "newest")
+    since = [item["pendingSinceMs"] for item in document["items"]]  # type: ignore[index]
+    assert since == sorted(since, reverse=True)
 
 
 def test_pages_follow_the_printed_next_command_to_the_end(url: str) -> None:

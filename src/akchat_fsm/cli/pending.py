@@ -19,7 +19,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StorageError
 from ..session.session import default_clock
 from ..storage.port import PendingApproval, PendingIndex, PendingPage
 from ._common import (
@@ -196,7 +196,7 @@ def pending(
                 after=after,
                 limit=limit,
             )
-        except ConfigError as exc:  # a bad cursor, a store whose index cannot be read
+        except (ConfigError, StorageError) as exc:  # a bad cursor; a store that stopped answering
             fail(f"cannot list pending approvals in {url!r}: {describe(exc)}", EXIT_USAGE)
     options: dict[str, object] = {
         "--action": action,
@@ -207,7 +207,9 @@ def pending(
         "--limit": limit,
         # The same reference time when the filters depend on it, so the next page continues
         # the same selection; otherwise the next page's ages are read at its own time.
-        "--now": now if now_ms is not None or expiring_within or older_than else None,
+        "--now": now
+        if now_ms is not None or expiring_within is not None or older_than is not None
+        else None,
     }
     next_command = _next_command(url, options, page)
     if as_json:
