@@ -90,6 +90,16 @@ def test_the_single_node_layout_is_refused_and_writes_nothing(
             c.save(snap("s-1", 0), None)
         with pytest.raises(ConfigError, match="Redis Cluster node"):
             c.save_record("s-1", "k", "{}", None, processing=True)
+        # A one-key read of a key another node owns gets MOVED: the same typed refusal,
+        # never redis-py's own MovedError (a key the seed node owns just reads as absent).
+        refused = 0
+        for n in range(16):
+            try:
+                assert c.load(f"s-{n}") is None
+            except ConfigError as exc:
+                assert "Redis Cluster node" in str(exc)
+                refused += 1
+        assert refused > 0  # 3 primaries: 16 ids never all hash to the seed's slots
     finally:
         c.close()
     assert _keys(redis_cluster, prefix) == {}

@@ -930,8 +930,10 @@ class RedisStorage(Closing):
                 conn.send_command(*wait)
                 self._plan.check_acks(conn.read_response())
             return reply
-        except MovedError:
-            raise  # a whole error reply: the connection is still in step
+        except MovedError as moved:
+            if routed:
+                raise  # a whole error reply (the connection is in step): the router re-sends
+            raise map_redis_error(moved, phase=phase, write=write) from moved  # single node
         except (RedisError, OSError) as exc:
             conn.disconnect()
             raise map_redis_error(exc, phase=phase, write=write) from exc
@@ -1146,8 +1148,10 @@ class AsyncRedisStorage(AsyncClosing):
                 await conn.send_command(*wait)
                 self._plan.check_acks(await conn.read_response())
             return reply
-        except MovedError:
-            raise  # a whole error reply: the connection is still in step
+        except MovedError as moved:
+            if routed:
+                raise  # a whole error reply (the connection is in step): the router re-sends
+            raise map_redis_error(moved, phase=phase, write=write) from moved  # single node
         except (RedisError, OSError) as exc:
             await conn.disconnect()
             raise map_redis_error(exc, phase=phase, write=write) from exc
