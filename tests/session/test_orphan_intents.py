@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from akchat_fsm.errors import ConfigError
 from akchat_fsm.session import (
     ChatDefinition,
     reconcile_all,
@@ -263,3 +264,23 @@ def test_the_asyncio_propose_records_its_intent_before_upstream_too() -> None:
     binding = asyncio.run(main())
     assert seen == [{binding.tool_call_id}]  # the intent existed before the upstream call
     assert _intents(inner) == set() and inner.list_processing() == []
+
+
+class NonsenseUpstream(FusedUpstream):
+    """Creates the call, then answers something that is no tool call (the propose denies it)."""
+
+    def propose_tool_call(self, id: str, name: str, args: Mapping[str, Any]) -> Any:
+        super().propose_tool_call(id, name, args)
+        return 42
+
+
+def test_a_propose_that_denied_its_call_leaves_no_intent_behind(
+    make_store: Callable[[Fuse], Any],
+) -> None:
+    fuse, storage, _ = _world(make_store)
+    upstream = NonsenseUpstream(fuse)
+    with pytest.raises(ConfigError):
+        _propose(storage, upstream)
+    assert _waiting(upstream) == set()  # the call was denied upstream: nothing waits
+    assert _intents(storage) == set()
+    assert storage.list_processing() == []  # nothing left for a sweep to look at

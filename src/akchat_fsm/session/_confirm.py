@@ -133,12 +133,25 @@ def plan_propose(
     )
     if intent:
         yield from _record_intent(holder.session_id, proposal)
-    binding = yield from _propose_and_bind(holder, proposal, keep_terminal)
+    try:
+        binding = yield from _propose_and_bind(holder, proposal, keep_terminal)
+    except (UpstreamFailed, OutcomeUnknown):
+        raise  # upstream may hold the call, or the binding may be stored: the intent stays
+    except AkchatError:
+        # The call never ran (a refused port) or was denied upstream here: nothing waits for
+        # a binding, so the intent goes too (else the session idles in the processing index).
+        if intent:
+            yield from _drop_intent(holder, proposal)
+        raise
     if intent:
-        # Best effort: an intent left behind is settled by the next reconcile (it is bound).
-        with contextlib.suppress(AkchatError):
-            yield DeleteRecord(holder.session_id, intent_key(proposal.effect.tool_call_id))
+        yield from _drop_intent(holder, proposal)  # the binding is stored
     return binding
+
+
+def _drop_intent(holder: SessionHolder, proposal: core.Proposal) -> Plan[None]:
+    # Best effort: an intent left behind is settled by the next reconcile.
+    with contextlib.suppress(AkchatError):
+        yield DeleteRecord(holder.session_id, intent_key(proposal.effect.tool_call_id))
 
 
 def _propose_and_bind(
