@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from akchat_fsm import ConfigError
+from akchat_fsm import ConfigError, StorageUnavailable
 from akchat_fsm.inbox import MAX_CURSOR
 from akchat_fsm.storage import MemoryStorage
 
@@ -206,3 +206,18 @@ def test_a_can_decide_answer_other_than_true_denies(world: World) -> None:
     response = post(ana, f"/call/{record.token}/approve", {"csrf": csrf, "session": "s-1"})
     assert response.status_code == 403
     assert world.stored("s-1") == before and world.upstream.calls == []
+
+
+class FailingReads(MemoryStorage):
+    """A store whose pending index stops answering (the server went away after start)."""
+
+    def list_pending(self, **kwargs: Any) -> Any:
+        raise StorageUnavailable("the pending index did not answer")
+
+
+def test_a_store_that_stops_answering_is_a_503_page_not_a_500() -> None:
+    world = World(storage=FailingReads())
+    response = client(world.app(authorize=by_header)).get("/")
+    assert response.status_code == 503
+    assert "The store did not answer" in response.text
+    assert response.headers["content-security-policy"].startswith("default-src 'none'")

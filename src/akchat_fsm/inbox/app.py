@@ -38,6 +38,7 @@ from ..errors import (
     InvalidMemoryRecord,
     OutcomeUnknown,
     SessionConflict,
+    StorageError,
     StorageUnavailable,
 )
 from ..integrations import BridgeError
@@ -564,6 +565,15 @@ def _allow(principal: Principal, pending: PendingApproval) -> bool:
     return True
 
 
+STORAGE_FAILED = "The store did not answer. Reload to see where things stand."
+
+
+async def _storage_failed(request: Request, exc: Exception) -> Response:
+    """A store that failed under any page (a read, the re-read after a decision): one typed
+    refusal page (503), never Starlette's 500; the error is mapped here, once."""
+    return _inbox(request).refuse(request, 503, STORAGE_FAILED)
+
+
 class InboxApp(Starlette):
     """The inbox's Starlette app; its security headers wrap even the 500 page."""
 
@@ -658,6 +668,7 @@ def create_inbox(
         poll_interval_s=poll_interval_s,
     )
     app = InboxApp(
+        exception_handlers={StorageError: _storage_failed},
         routes=[
             Route("/", list_page, name="list"),
             Route("/call/{token}", detail_page, name="detail"),
