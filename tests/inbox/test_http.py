@@ -390,3 +390,22 @@ def test_a_memory_that_is_not_a_valid_record_shows_no_messages(world: World) -> 
     app = world.app(authorize=by_header, memory_for=lambda sid: Broken())
     page = client(app).get(f"/call/{record.token}", params={"session": "s-1"}).text
     assert "No messages." in page
+
+
+def test_a_trusted_origin_may_post_across_sites_and_no_other_may(world: World) -> None:
+    """``trusted_origins`` (a proxy's public origin, say) is honoured beside Fetch Metadata:
+    a browser marks that POST ``cross-site``, and only a named origin passes."""
+    proxy = "https://approvals.example"
+    record = world.propose("s-1", "email.send", {"to": "a"})
+    app = world.app(authorize=by_header, can_decide=only_ana, trusted_origins=(proxy,))
+    ana = client(app)
+    csrf = open_call(ana, record.token, "s-1")
+    before = world.stored("s-1")
+    path = f"/call/{record.token}/approve"
+    fields = {"csrf": csrf, "session": "s-1"}
+    refused = post(
+        ana, path, fields, origin="https://evil.example", **{"sec-fetch-site": "cross-site"}
+    )
+    assert refused.status_code == 403 and world.stored("s-1") == before
+    taken = post(ana, path, fields, origin=proxy, **{"sec-fetch-site": "cross-site"})
+    assert taken.status_code == 200 and world.status("s-1", record.token) == "approved"

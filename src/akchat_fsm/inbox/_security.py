@@ -114,12 +114,14 @@ def same_origin(headers: Headers, own_origin: str, trusted: frozenset[str]) -> b
     a script with no cookie), and the CSRF token is what refuses it then. Our own
     ``Referrer-Policy: no-referrer`` makes Chromium send ``Origin: null`` on the page's own
     form posts, so ``null`` passes only beside ``Sec-Fetch-Site: same-origin``, a header a page
-    cannot forge.
+    cannot forge. A cross-site POST passes only from one of the host's ``trusted`` origins.
     """
     site = headers.get("sec-fetch-site")
-    if site is not None and site != "same-origin":
-        return False
     origin = headers.get("origin")
+    if site is not None and site != "same-origin":
+        # Another site (or site-less): allowed only from an origin the host named, which a
+        # browser sends as ``Origin`` and a page cannot forge.
+        return origin is not None and origin in trusted
     if origin == "null":
         return site == "same-origin"
     return origin is None or origin == own_origin or origin in trusted
