@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from bridge_harness import RecordsBackend
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command
+from langgraph.types import Command, Interrupt
 from lg_agents import Call, Counts, JumpToTools, build_graph, open_saver
 from process_helpers import new_store_spec, open_store, sweep_leaves_only_people
 
@@ -34,6 +34,7 @@ from akchat_fsm.integrations.langgraph import (
     LangGraphBridge,
     RecordedToolFailure,
     ToolBoundaryMiddleware,
+    pending_calls,
     use_guard,
 )
 from akchat_fsm.session.sweep import SweepPorts
@@ -401,3 +402,44 @@ def test_two_processes_continuing_one_pause_run_the_body_once_on_langgraphs_own_
         close()
         storage.close()
     assert bodies.read_text(encoding="utf-8").splitlines() == ["send_email:a@example.com"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"type": "tool_approval", "name": "pay", "args": {}},  # no tool_call_id
+        {"type": "tool_approval", "tool_call_id": "", "name": "pay", "args": {}},
+        {"type": "tool_approval", "tool_call_id": "c1", "args": {}},  # no name
+        {"type": "tool_approval", "tool_call_id": "c1", "name": "pay", "args": ["x"]},
+        {"type": "tool_approval", "tool_call_id": "c1", "name": "pay", "args": "x"},
+    ],
+)
+def test_a_malformed_approval_interrupt_is_a_typed_refusal(value: dict[str, Any]) -> None:
+    """A node's own ``interrupt({"type": "tool_approval", ...})`` reaches the bridge as it is:
+    a payload without its call is a ConfigError, never a KeyError or TypeError."""
+    with pytest.raises(ConfigError, match="lacks its tool call") as refused:
+        pending_calls([Interrupt(value=value, id="i-1")])
+    assert "non-empty id" in str(refused.value.hint)
+
+
+def test_two_interrupts_about_one_call_are_refused() -> None:
+    value = {"type": "tool_approval", "tool_call_id": "c1", "name": "pay", "args": {}}
+    with pytest.raises(ConfigError, match="twice about one tool call"):
+        pending_calls([Interrupt(value=value, id="i-1"), Interrupt(value=value, id="i-2")])
+
+
+def test_the_boundary_refuses_a_tool_call_without_an_id() -> None:
+    """The ledger keys bodies by call id: an id-less call would share another's entry."""
+    from langchain.agents.middleware import ToolCallRequest
+
+    boundary = ToolBoundaryMiddleware(["pay"])
+    ran: list[str] = []
+    request = ToolCallRequest(
+        tool_call={"name": "lookup", "args": {}, "id": None, "type": "tool_call"},
+        tool=None,
+        state={},
+        runtime=None,  # type: ignore[arg-type]
+    )
+    with pytest.raises(ConfigError, match="without an id"):
+        boundary.wrap_tool_call(request, lambda _request: ran.append("body"))
+    assert ran == []

@@ -28,7 +28,7 @@ import contextlib
 import contextvars
 import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
 from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict, messages_from_dict
@@ -106,17 +106,27 @@ def pending_calls(interrupts: Sequence[Any]) -> tuple[PendingCall, ...]:
                 f"The graph paused on an interrupt the bridge cannot decide: {value!r}.",
                 hint='Use HumanInTheLoopMiddleware(..., interrupt_mode="per_call").',
             )
-        metadata = {"interrupt_id": found.id, "description": str(value.get("description", ""))}
-        calls.append(
-            PendingCall(
-                str(value["tool_call_id"]),
-                str(value["name"]),
-                dict(value.get("args") or {}),
-                "approval",
-                metadata,
+        call_id, name, args = value.get("tool_call_id"), value.get("name"), value.get("args")
+        if not (_named(call_id) and _named(name) and isinstance(args, Mapping | None)):
+            raise ConfigError(
+                f"A tool_approval interrupt lacks its tool call (id, name, args): {value!r:.200}.",
+                hint=MALFORMED_HINT,
             )
+        metadata = {"interrupt_id": found.id, "description": str(value.get("description", ""))}
+        calls.append(PendingCall(call_id, name, dict(args or {}), "approval", metadata))
+    ids = [c.tool_call_id for c in calls]
+    if len(set(ids)) != len(ids):  # one answer per interrupt: a repeated id would lose one
+        raise ConfigError(
+            f"A pause asks twice about one tool call: {sorted(ids)}.", hint=MALFORMED_HINT
         )
     return tuple(sorted(calls, key=lambda c: c.tool_call_id))
+
+
+MALFORMED_HINT = "Each pending tool call needs its own non-empty id (HITL per_call mode)."
+
+
+def _named(value: object) -> TypeGuard[str]:
+    return isinstance(value, str) and value != ""
 
 
 def _decision(decision: CallDecision) -> dict[str, str]:
@@ -220,7 +230,13 @@ class ToolBoundaryMiddleware(AgentMiddleware[Any, Any, Any]):
 
     def _guard(self, request: Any) -> tuple[ExecutionGuard | None, str, str, dict[str, Any]]:
         call = request.tool_call
-        tool_call_id, tool = str(call["id"]), str(call["name"])
+        tool_call_id, tool = call.get("id"), call.get("name")
+        if not (_named(tool_call_id) and _named(tool)):
+            # The ledger keys a body by its call id: an id-less call would share one entry
+            # with every other id-less call and replay another call's result.
+            raise ConfigError(
+                f"A tool call without an id or name: {call!r:.200}.", hint=MALFORMED_HINT
+            )
         guard = _current.get()
         if tool in self.gated and (guard is None or tool_call_id not in guard.approved):
             raise ConfirmationError(UNGATED.format(id=tool_call_id, tool=tool))
