@@ -506,3 +506,31 @@ def test_a_body_that_declines_releases_its_claim_and_the_next_call_runs_it(
     )
     assert done.ran and done.value == "sent" and ran == ["a"]
     assert done.entry.state is ExecutionState.EXECUTED and done.entry.attempt == 2
+
+
+class _ReleaseFails(MemoryStorage):
+    """Takes the claim, then loses the connection on the release's write (it may have
+    applied: the adapter says so with ``OutcomeUnknown``)."""
+
+    writes = 0
+
+    def save_record(self, *args: Any, **kwargs: Any) -> bool:
+        self.writes += 1
+        if self.writes > 1:
+            raise OutcomeUnknown("connection lost mid-write")
+        return super().save_record(*args, **kwargs)
+
+
+def test_a_release_that_cannot_be_recorded_still_raises_the_deferral() -> None:
+    """The runtime must see its own deferral (so the run pauses), not the storage failure of
+    the release; the entry stays executing, an unknown execution for an operator."""
+    storage = _ReleaseFails()
+
+    def asks() -> str:
+        raise _AsksFirst()
+
+    ledger = ToolLedger(storage, "s-rel", owner="p1")
+    with pytest.raises(_AsksFirst):
+        ledger.execute("c1", "send", {"to": "a"}, asks, declined=(_AsksFirst,))
+    entry = ledger.get("c1")
+    assert entry is not None and entry.state is ExecutionState.EXECUTING
