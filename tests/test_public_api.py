@@ -9,8 +9,8 @@ import akchat_fsm
 
 # A change here is a change to the public API: make it on purpose, and note it in the changelog.
 EXPECTED = [
-    "ActiveTurn", "AkchatError", "AlreadyResolved", "AsyncChatMemory", "AsyncChatSession",
-    "AsyncConfirmationCoordinator", "AsyncMemoryStorage", "AsyncSQLiteStorage",
+    "ActiveTurn", "AkchatError", "AlreadyResolved", "ArgumentsMismatch", "AsyncChatMemory",
+    "AsyncChatSession", "AsyncConfirmationCoordinator", "AsyncMemoryStorage", "AsyncSQLiteStorage",
     "AsyncSessionStorage", "AsyncToolCallStatusMemory", "AsyncUpstreamChat", "ChatDefinition",
     "ChatMemory", "ChatSession", "ConfigError", "ConfirmationBinding", "ConfirmationCoordinator",
     "ConfirmationError", "ConfirmationStatus", "ControlledActions", "ControlledChat",
@@ -23,10 +23,10 @@ EXPECTED = [
     "SessionStorage", "SnapshotSequence", "StaleControlledSnapshot", "StorageError",
     "StorageUnavailable", "TerminalTurn", "ToolCall", "ToolCallProposal", "ToolCallStatus",
     "ToolCallStatusMemory", "TurnOutcome", "UpstreamChat", "UpstreamFailed", "__version__",
-    "create_controlled_chat", "decode_session_snapshot", "open_async_storage", "open_storage",
-    "parse_controlled_snapshot", "parse_session_snapshot", "reconcile", "reconcile_all",
-    "reconcile_all_async", "reconcile_async", "resolve_chat_session", "resume_chat_session",
-    "resume_chat_session_async", "validate_memory_record",
+    "arguments_digest", "create_controlled_chat", "decode_session_snapshot", "open_async_storage",
+    "open_storage", "parse_controlled_snapshot", "parse_session_snapshot", "reconcile",
+    "reconcile_all", "reconcile_all_async", "reconcile_async", "resolve_chat_session",
+    "resume_chat_session", "resume_chat_session_async", "validate_memory_record",
 ]  # fmt: skip
 
 

@@ -25,6 +25,8 @@ Catch the narrowest class that matches what you can do about it::
     │   │                          (raised as such when reconcile released our claim meanwhile)
     │   ├── AlreadyResolved        terminal already; nothing was called
     │   ├── ResolutionInProgress   another client holds the claim (approving/rejecting/expiring)
+    │   ├── ArgumentsMismatch      the decision named arguments other than the stored call's;
+    │   │                          nothing was written or called
     │   └── UpstreamFailed         (akchat_fsm.session) upstream raised; the record stays
     │                              processing, never falsely complete: reconcile it
     ├── BridgeError                (akchat_fsm.integrations) a bridge or ledger call did not
@@ -58,6 +60,7 @@ from typing import Any, Literal
 __all__ = [
     "AkchatError",
     "AlreadyResolved",
+    "ArgumentsMismatch",
     "ConfigError",
     "ConfirmationError",
     "IllegalTransition",
@@ -222,6 +225,20 @@ class AlreadyResolved(ConfirmationError):
 
 class ResolutionInProgress(ConfirmationError):
     """Another client (or a crashed one) holds the claim; reconcile to settle it."""
+
+
+class ArgumentsMismatch(ConfirmationError):
+    """The decision carried the digest of arguments other than the stored call's.
+
+    Refused before any write or upstream call: the person decided on something else than
+    what would run (a stale page, a tampered form). ``record`` is the stored binding;
+    ``expected`` its arguments' digest, ``given`` the one the decision carried.
+    """
+
+    def __init__(self, message: str, *, record: Any = None, expected: str, given: str) -> None:
+        super().__init__(message, record=record)
+        self.expected = expected
+        self.given = given
 
 
 # --------------------------------------------------------------------------- persistence

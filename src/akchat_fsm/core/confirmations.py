@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import (
     CONFIRMATION_HINT,
+    ArgumentsMismatch,
     ConfigError,
     ConfirmationError,
     IllegalTransition,
@@ -31,6 +32,7 @@ from ..errors import (
 )
 from ..machines.confirmation import ConfirmationEvent
 from ..wire.bounded import BoundedJsonError, FrozenDict, freeze_bounded_object
+from ..wire.digest import arguments_digest
 from ..wire.enums import ConfirmationStatus
 from ..wire.js import MAX_SAFE_INTEGER, is_identifier
 from ..wire.session import ConfirmationBinding, SessionSnapshot
@@ -303,6 +305,7 @@ def claim_resolution(
     session_id: str | None = None,
     reason: str | None = None,
     nonce: int | None = None,
+    args_digest: str | None = None,
 ) -> Step:
     """Claim ``approve`` / ``reject`` / ``expire`` of ``token``: save the claim, then call upstream.
 
@@ -312,6 +315,10 @@ def claim_resolution(
     Losers raise: ``AlreadyResolved`` (terminal), ``ResolutionInProgress`` (processing),
     ``InvalidConfirmationToken`` (unknown token or another ``session_id``), each carrying the
     stored binding in ``.record``; ``IllegalTransition`` for ``expire`` before expiry.
+    ``args_digest``: the :func:`~akchat_fsm.wire.digest.arguments_digest` of the arguments the
+    decider was shown; when given and not the stored input's, :class:`ArgumentsMismatch`.
+    Checked before the record's status: a repeat of a settled decision made for other
+    arguments is refused, never answered as if it were the same decision (ADR-0132).
     """
     check_clock(now_ms)
     _check_session(state, session_id)
@@ -324,11 +331,15 @@ def claim_resolution(
         raise not_a_claim()
     if reason is not None and not isinstance(reason, str):
         raise _invalid_options()
+    if args_digest is not None and not isinstance(args_digest, str):
+        raise _invalid_options()
     check_can_save(state)
     index = _position(state, token)
     if index < 0:
         raise InvalidConfirmationToken()
     binding = state.snapshot.confirmations[index]
+    if args_digest is not None:
+        check_arguments_digest(binding, args_digest)
     try:
         won = k.claim_at((_record(binding),), 0, event, now_ms).record
     except ConfirmationError as error:
@@ -337,6 +348,25 @@ def claim_resolution(
     claimed, moved_index = _moved_to(state, index, won.status)
     then = _upstream_effect(won, reason)
     return _saving(state, claimed, now_ms, nonce, then=then, index=moved_index)
+
+
+def check_arguments_digest(binding: ConfirmationBinding, given: str) -> None:
+    """:class:`ArgumentsMismatch` unless ``given`` is the digest of ``binding``'s input.
+
+    The claim checks it; a bridge also checks it before the one write it makes ahead of the
+    claim (a rejection's reason), so a refused decision writes nothing at all.
+    """
+    expected = arguments_digest(binding.input)
+    # Both are public hex digests of what any reader of the session may see: no secret to
+    # time, so a plain comparison.
+    if given != expected:
+        raise ArgumentsMismatch(
+            f"This decision was made for other arguments ({given}) than the call's "
+            f"({expected}); nothing was recorded. Show the call again and decide on it.",
+            record=binding,
+            expected=expected,
+            given=given,
+        )
 
 
 def complete_resolution(

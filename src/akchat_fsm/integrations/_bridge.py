@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
+from ..core.confirmations import check_arguments_digest
 from ..errors import ConfigError, OutcomeUnknown, StorageError
 from ..machines.confirmation import ConfirmationEvent
 from ..session.drivers import Ports, run_async, run_sync
@@ -568,15 +569,20 @@ def plan_find_run(ctx: BridgeContext, tool_call_id: str) -> Plan[str | None]:
     return None
 
 
-def _keep_reason_before_the_claim(ctx: BridgeContext, token: str, reason: str) -> Plan[None]:
+def _keep_reason_before_the_claim(
+    ctx: BridgeContext, token: str, reason: str, args_digest: str | None
+) -> Plan[None]:
     """Write a rejection's reason (create-only) before its claim, so that a rejecter killed
     between its claim and its terminal save leaves it for the model: the stored claim does not
     hold the reason, and reconcile finishes the rejection with a generic one (ADR-0106 §6).
     Only for a call pending on the session's copy (re-read once when the copy does not hold
-    the token); a call already decided keeps its own reason."""
+    the token); a call already decided keeps its own reason. A rejection made for other
+    arguments is refused here, before this write (the claim would refuse it too)."""
     binding = _binding(ctx.confirmations().cached_bindings(), token)
     if binding is None:
         binding = _binding((yield from ctx.confirmations().bindings()), token)
+    if binding is not None and args_digest is not None:
+        check_arguments_digest(binding, args_digest)
     if binding is not None and binding.status is ConfirmationStatus.PENDING:
         yield from plan_record_denial(ctx.session_id, binding.tool_call_id, reason)
 
@@ -586,12 +592,19 @@ def _binding(bindings: Iterable[ConfirmationBinding], token: str) -> Confirmatio
 
 
 def plan_decide(
-    ctx: BridgeContext, token: str, intent: ConfirmationEvent, reason: str | None, go_on: bool
+    ctx: BridgeContext,
+    token: str,
+    intent: ConfirmationEvent,
+    reason: str | None,
+    go_on: bool,
+    args_digest: str | None = None,
 ) -> Plan[Decided]:
     """Resolve one confirmation (the session's two CAS), then continue its run if now ready."""
     if intent is ConfirmationEvent.REJECT and reason:
-        yield from _keep_reason_before_the_claim(ctx, token, reason)
-    binding: ConfirmationBinding = yield from ctx.confirmations().resolve(token, intent, reason)
+        yield from _keep_reason_before_the_claim(ctx, token, reason, args_digest)
+    binding: ConfirmationBinding = yield from ctx.confirmations().resolve(
+        token, intent, reason, args_digest
+    )
     if not go_on:
         return Decided(binding, None)
     run_id = yield from plan_find_run(ctx, binding.tool_call_id)
@@ -811,18 +824,34 @@ class Bridge(_BridgeBase):
         calls); ``"waiting"`` otherwise, ``"continuing"`` if another process holds it."""
         return self._run(plan_continue(self._ctx, run_id, external or {}))
 
-    def approve(self, token: str, *, continue_run: bool = True) -> Decided:
-        """Approve (two CAS); then continue the run if this was its last undecided call."""
+    def approve(
+        self, token: str, *, continue_run: bool = True, args_digest: str | None = None
+    ) -> Decided:
+        """Approve (two CAS); then continue the run if this was its last undecided call.
+
+        ``args_digest``: :func:`~akchat_fsm.arguments_digest` of the arguments the approver
+        saw; for other arguments, :class:`~akchat_fsm.ArgumentsMismatch` and nothing written.
+        """
         return self._run(
-            plan_decide(self._ctx, token, ConfirmationEvent.APPROVE, None, continue_run)
+            plan_decide(
+                self._ctx, token, ConfirmationEvent.APPROVE, None, continue_run, args_digest
+            )
         )
 
     def reject(
-        self, token: str, reason: str | None = None, *, continue_run: bool = True
+        self,
+        token: str,
+        reason: str | None = None,
+        *,
+        continue_run: bool = True,
+        args_digest: str | None = None,
     ) -> Decided:
-        """Reject (two CAS; ``reason`` reaches the model); then continue the run if ready."""
+        """Reject (two CAS; ``reason`` reaches the model); then continue the run if ready;
+        ``args_digest`` as in :meth:`approve`."""
         return self._run(
-            plan_decide(self._ctx, token, ConfirmationEvent.REJECT, reason, continue_run)
+            plan_decide(
+                self._ctx, token, ConfirmationEvent.REJECT, reason, continue_run, args_digest
+            )
         )
 
     def expire(self, token: str, *, continue_run: bool = True) -> Decided:
@@ -877,18 +906,34 @@ class AsyncBridge(_BridgeBase):
         calls); ``"waiting"`` otherwise, ``"continuing"`` if another process holds it."""
         return await self._run(plan_continue(self._ctx, run_id, external or {}))
 
-    async def approve(self, token: str, *, continue_run: bool = True) -> Decided:
-        """Approve (two CAS); then continue the run if this was its last undecided call."""
+    async def approve(
+        self, token: str, *, continue_run: bool = True, args_digest: str | None = None
+    ) -> Decided:
+        """Approve (two CAS); then continue the run if this was its last undecided call.
+
+        ``args_digest``: :func:`~akchat_fsm.arguments_digest` of the arguments the approver
+        saw; for other arguments, :class:`~akchat_fsm.ArgumentsMismatch` and nothing written.
+        """
         return await self._run(
-            plan_decide(self._ctx, token, ConfirmationEvent.APPROVE, None, continue_run)
+            plan_decide(
+                self._ctx, token, ConfirmationEvent.APPROVE, None, continue_run, args_digest
+            )
         )
 
     async def reject(
-        self, token: str, reason: str | None = None, *, continue_run: bool = True
+        self,
+        token: str,
+        reason: str | None = None,
+        *,
+        continue_run: bool = True,
+        args_digest: str | None = None,
     ) -> Decided:
-        """Reject (two CAS; ``reason`` reaches the model); then continue the run if ready."""
+        """Reject (two CAS; ``reason`` reaches the model); then continue the run if ready;
+        ``args_digest`` as in :meth:`approve`."""
         return await self._run(
-            plan_decide(self._ctx, token, ConfirmationEvent.REJECT, reason, continue_run)
+            plan_decide(
+                self._ctx, token, ConfirmationEvent.REJECT, reason, continue_run, args_digest
+            )
         )
 
     async def expire(self, token: str, *, continue_run: bool = True) -> Decided:

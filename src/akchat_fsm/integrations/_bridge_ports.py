@@ -376,9 +376,13 @@ class BridgeSession:
         return _bridged(plan, self.session_id, call)
 
     def resolve(
-        self, token: str, intent: ConfirmationEvent, reason: str | None
+        self,
+        token: str,
+        intent: ConfirmationEvent,
+        reason: str | None,
+        args_digest: str | None = None,
     ) -> Plan[ConfirmationBinding]:
-        plan = self._coordinator()._resolve(token, intent, None, reason)
+        plan = self._coordinator()._resolve(token, intent, None, reason, args_digest)
         return _bridged(plan, self.session_id)
 
     def expire_due(self) -> Plan[tuple[ConfirmationBinding, ...]]:

@@ -469,11 +469,13 @@ def plan_resolve(
     *,
     reason: str | None = None,
     session_id: str | None = None,
+    args_digest: str | None = None,
 ) -> Plan[ConfirmationBinding]:
     """Resolve ``token``: claim with CAS#1, call upstream once, record the result with CAS#2.
 
     Returns the terminal binding. A repeat of a settled resolution returns the stored record
-    and calls nothing. Losers get :class:`AlreadyResolved` or :class:`ResolutionInProgress`.
+    and calls nothing. Losers get :class:`AlreadyResolved` or :class:`ResolutionInProgress`;
+    a decision for other arguments than ``args_digest`` names, :class:`ArgumentsMismatch`.
     """
     # `type()`, not `isinstance`: an object may claim to be a str through `__class__`.
     if not issubclass(type(token), str) or not (
@@ -486,7 +488,14 @@ def plan_resolve(
 
     def claim(state: core.SessionState, now_ms: int, nonce: int) -> core.Step:
         return core.claim_resolution(
-            state, token, intent, now_ms, session_id=session_id, reason=reason, nonce=nonce
+            state,
+            token,
+            intent,
+            now_ms,
+            session_id=session_id,
+            reason=reason,
+            nonce=nonce,
+            args_digest=args_digest,
         )
 
     if session_id is not None and session_id != holder.session_id:

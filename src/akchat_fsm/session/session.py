@@ -229,9 +229,15 @@ class _CoordinatorBase(Generic[SessionT]):
         intent: ConfirmationEvent,
         session_id: str | None = None,
         reason: str | None = None,
+        args_digest: str | None = None,
     ) -> Plan[ConfirmationBinding]:
         return _confirm.plan_resolve(
-            self.session._holder, token, intent, reason=reason, session_id=session_id
+            self.session._holder,
+            token,
+            intent,
+            reason=reason,
+            session_id=session_id,
+            args_digest=args_digest,
         )
 
     def _expire_due(self) -> Plan[tuple[ConfirmationBinding, ...]]:
@@ -333,15 +339,31 @@ class ConfirmationCoordinator(_CoordinatorBase[ChatSession]):
         """Limits, then upstream ``propose_tool_call``, then one CAS save of the binding."""
         return self._run(self._propose(name, input, self.session._keeps_intents))
 
-    def approve(self, token: str, session_id: str | None = None) -> ConfirmationBinding:
-        """Claim, call upstream ``approve`` once, record ``approved`` (``expired`` if due)."""
-        return self._run(self._resolve(token, ConfirmationEvent.APPROVE, session_id))
+    def approve(
+        self, token: str, session_id: str | None = None, *, args_digest: str | None = None
+    ) -> ConfirmationBinding:
+        """Claim, call upstream ``approve`` once, record ``approved`` (``expired`` if due).
+
+        ``args_digest``: :func:`~akchat_fsm.arguments_digest` of the arguments the approver
+        saw; for other arguments, :class:`~akchat_fsm.ArgumentsMismatch` and nothing written.
+        """
+        return self._run(
+            self._resolve(token, ConfirmationEvent.APPROVE, session_id, None, args_digest)
+        )
 
     def reject(
-        self, token: str, session_id: str | None = None, reason: str | None = None
+        self,
+        token: str,
+        session_id: str | None = None,
+        reason: str | None = None,
+        *,
+        args_digest: str | None = None,
     ) -> ConfirmationBinding:
-        """Claim, call upstream ``deny`` once, record ``rejected`` (``expired`` if due)."""
-        return self._run(self._resolve(token, ConfirmationEvent.REJECT, session_id, reason))
+        """Claim, call upstream ``deny`` once, record ``rejected`` (``expired`` if due);
+        ``args_digest`` as in :meth:`approve`."""
+        return self._run(
+            self._resolve(token, ConfirmationEvent.REJECT, session_id, reason, args_digest)
+        )
 
     def expire(self, token: str) -> ConfirmationBinding:
         """Resolve a pending record whose expiry passed: deny upstream, record ``expired``."""
@@ -435,15 +457,31 @@ class AsyncConfirmationCoordinator(_CoordinatorBase[AsyncChatSession]):
         """Limits, then upstream ``propose_tool_call``, then one CAS save of the binding."""
         return await self._run(self._propose(name, input, self.session._keeps_intents))
 
-    async def approve(self, token: str, session_id: str | None = None) -> ConfirmationBinding:
-        """Claim, call upstream ``approve`` once, record ``approved`` (``expired`` if due)."""
-        return await self._run(self._resolve(token, ConfirmationEvent.APPROVE, session_id))
+    async def approve(
+        self, token: str, session_id: str | None = None, *, args_digest: str | None = None
+    ) -> ConfirmationBinding:
+        """Claim, call upstream ``approve`` once, record ``approved`` (``expired`` if due).
+
+        ``args_digest``: :func:`~akchat_fsm.arguments_digest` of the arguments the approver
+        saw; for other arguments, :class:`~akchat_fsm.ArgumentsMismatch` and nothing written.
+        """
+        return await self._run(
+            self._resolve(token, ConfirmationEvent.APPROVE, session_id, None, args_digest)
+        )
 
     async def reject(
-        self, token: str, session_id: str | None = None, reason: str | None = None
+        self,
+        token: str,
+        session_id: str | None = None,
+        reason: str | None = None,
+        *,
+        args_digest: str | None = None,
     ) -> ConfirmationBinding:
-        """Claim, call upstream ``deny`` once, record ``rejected`` (``expired`` if due)."""
-        return await self._run(self._resolve(token, ConfirmationEvent.REJECT, session_id, reason))
+        """Claim, call upstream ``deny`` once, record ``rejected`` (``expired`` if due);
+        ``args_digest`` as in :meth:`approve`."""
+        return await self._run(
+            self._resolve(token, ConfirmationEvent.REJECT, session_id, reason, args_digest)
+        )
 
     async def expire(self, token: str) -> ConfirmationBinding:
         """Resolve a pending record whose expiry passed: deny upstream, record ``expired``."""

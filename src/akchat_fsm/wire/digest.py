@@ -1,0 +1,75 @@
+"""The digest of a tool call's arguments: what a person was shown, as one short string.
+
+A decision may carry the digest of the arguments the approver saw (ADR-0132); the claim is
+refused when it differs from the stored call's. The digest must be the same in every language
+that implements the envelope, so it is taken over a canonical text, not over whatever order a
+writer happened to keep: the JSON Canonicalization Scheme (RFC 8785) as ``JSON.stringify``
+writes each value —
+
+* object members sorted by their keys' UTF-16 code units (not Python's code-point order: the
+  two differ once a key holds a character above U+FFFF next to one in U+E000..U+FFFF);
+* numbers as JavaScript prints them (``1`` for ``1.0``, ``1e+21``), strings with
+  ``JSON.stringify``'s escapes, a lone surrogate as a lowercase ``\\udXXX`` escape;
+* no whitespace; UTF-8 bytes; SHA-256; written ``sha256:`` and 64 lowercase hex digits.
+
+Written here rather than taken from a package (measured with ``jcs`` 0.2.1 and
+``canonicaljson`` 2.0.0): both raise on a lone surrogate, which a stored confirmation input
+may hold (ADR-0080), and ``canonicaljson`` sorts by code point and prints ``1.0``; the
+envelope's own JavaScript number printer is this module's neighbour.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .js import escape_surrogates, js_form, js_number_to_string
+
+__all__ = ["DIGEST_PREFIX", "arguments_digest", "canonical_json"]
+
+#: The algorithm a digest names; a digest without it is not one of ours.
+DIGEST_PREFIX = "sha256:"
+
+_encode_str = json.encoder.encode_basestring
+
+
+def _utf16_order(key: str) -> bytes:
+    # Big-endian UTF-16 bytes compare exactly as the code-unit sequences do.
+    return js_form(key).encode("utf-16-be", "surrogatepass")
+
+
+def _canonical(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return str(_encode_str(js_form(value)))
+    if isinstance(value, int | float):
+        return js_number_to_string(value)
+    if isinstance(value, Mapping):
+        members = sorted(value.items(), key=lambda item: _utf16_order(item[0]))
+        return "{" + ",".join(_canonical(k) + ":" + _canonical(v) for k, v in members) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_canonical(item) for item in value) + "]"
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def canonical_json(value: Any) -> str:
+    """The RFC 8785 text of a JSON value (a binding's ``input``, frozen or plain).
+
+    Raises ``TypeError`` for anything that is not a JSON value and ``ValueError`` for a
+    number JSON cannot hold (NaN, an infinity). Depth is the caller's bound: a confirmation
+    input is at most 20 deep.
+    """
+    return escape_surrogates(_canonical(value))
+
+
+def arguments_digest(value: Any) -> str:
+    """``sha256:`` and the hex SHA-256 of :func:`canonical_json` of ``value``'s UTF-8 bytes."""
+    text = canonical_json(value)
+    return DIGEST_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
