@@ -43,6 +43,7 @@ from ..machines.tables import CONFIRMATION_TABLE
 from ..wire.bounded import BoundedJsonError, freeze_bounded_object, thaw
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
+from ._audit import Decider, plan_audited_claim
 from ._state import REDECIDE, SessionHolder, apply, not_applied_when_read, reload
 from .effects import (
     DeleteRecord,
@@ -470,8 +471,12 @@ def plan_resolve(
     reason: str | None = None,
     session_id: str | None = None,
     args_digest: str | None = None,
+    audit: Decider | None = None,
 ) -> Plan[ConfirmationBinding]:
     """Resolve ``token``: claim with CAS#1, call upstream once, record the result with CAS#2.
+
+    ``audit``: who decides, on a store with records: each claim attempt is preceded by its
+    create-only audit entry (ADR-0132); ``None`` on a store without them.
 
     Returns the terminal binding. A repeat of a settled resolution returns the stored record
     and calls nothing. Losers get :class:`AlreadyResolved` or :class:`ResolutionInProgress`;
@@ -498,18 +503,23 @@ def plan_resolve(
             args_digest=args_digest,
         )
 
+    def claimed() -> Plan[core.Step]:
+        if audit is None:
+            return (yield from apply(holder, claim, CLAIM_ATTEMPTS))
+        return (yield from plan_audited_claim(holder, claim, token, str(intent), audit, reason))
+
     if session_id is not None and session_id != holder.session_id:
         raise InvalidConfirmationToken()  # bound to another session: inert, nothing read
     try:
         try:
-            step = yield from apply(holder, claim, CLAIM_ATTEMPTS)
+            step = yield from claimed()
         except (InvalidConfirmationToken, ResolutionInProgress):
             # Decided on this object's copy, which may be stale: the token may have been
             # proposed, or the claim finished or released, since it last read storage. One
             # re-read (a load; a write only if the record is pending again) makes the answer
             # reflect storage. A terminal copy needs no re-read: terminal records never change.
             yield from reload(holder)
-            step = yield from apply(holder, claim, CLAIM_ATTEMPTS)
+            step = yield from claimed()
     except AlreadyResolved as resolved:
         record = resolved.record
         if isinstance(record, ConfirmationBinding) and settled_for(intent, record.status):
@@ -531,7 +541,9 @@ def expired_pending(holder: SessionHolder) -> tuple[str, ...]:
     )
 
 
-def plan_expire_due(holder: SessionHolder) -> Plan[tuple[ConfirmationBinding, ...]]:
+def plan_expire_due(
+    holder: SessionHolder, audit: Decider | None = None
+) -> Plan[tuple[ConfirmationBinding, ...]]:
     """Expire every pending record that is due; returns the records this call expired.
 
     A record another client resolved or claimed meanwhile (or that was pruned) is skipped,
@@ -542,7 +554,7 @@ def plan_expire_due(holder: SessionHolder) -> Plan[tuple[ConfirmationBinding, ..
     expired: list[ConfirmationBinding] = []
     for token in expired_pending(holder):
         try:
-            record = yield from plan_resolve(holder, token, ConfirmationEvent.EXPIRE)
+            record = yield from plan_resolve(holder, token, ConfirmationEvent.EXPIRE, audit=audit)
         except (AlreadyResolved, ResolutionInProgress, InvalidConfirmationToken):
             continue  # a loser: someone else settled (or is settling) this record
         expired.append(record)

@@ -294,6 +294,24 @@ REDECIDE: None = None
 MAX_STALLS = 3
 
 
+def save_step(holder: SessionHolder, step: core.Step) -> Plan[bool]:
+    """Perform a decided step's save: ``True`` iff it applied (its observer events emitted);
+    ``False`` on a conflict (``holder`` reloaded). An unknown outcome is remembered, so the
+    next reload settles it, and raised."""
+    save = step.save
+    assert save is not None, "callers pass only a step that saves"
+    before = holder.snapshot
+    try:
+        saved = yield from _save(holder, step, save)
+    except OutcomeUnknown:
+        holder.unsettled = (before, save)
+        raise
+    if saved and holder.observed:
+        for event in events_between(holder.session_id, before, holder.snapshot):
+            yield Emit(event)
+    return saved
+
+
 def apply(holder: SessionHolder, command: Command, attempts: int | None = 1) -> Plan[core.Step]:
     """Run a core command and perform its save; on conflict reload and run it again.
 
@@ -312,22 +330,11 @@ def apply(holder: SessionHolder, command: Command, attempts: int | None = 1) -> 
     while attempts is None or tries < max(1, attempts):
         tries += 1
         expected = holder.cursor if holder.exists else None
-        before = holder.snapshot
         # Each attempt is a new write, so it gets its own nonce (ADR-0062).
         step = command(holder.core, holder.clock(), holder.nonce())
-        save = step.save
-        if save is None:  # a refused step (``accepted`` false) never has one
+        if step.save is None:  # a refused step (``accepted`` false) never has one
             return step
-        try:
-            saved = yield from _save(holder, step, save)
-        except OutcomeUnknown:
-            # Left uncertain: remember what was sent, so the next reload can settle it.
-            holder.unsettled = (before, save)
-            raise
-        if saved:
-            if holder.observed:
-                for event in events_between(holder.session_id, before, holder.snapshot):
-                    yield Emit(event)
+        if (yield from save_step(holder, step)):
             return replace(step, state=holder.core)
         moved = holder.exists and (expected is None or holder.cursor > expected)
         stalls = 0 if moved else stalls + 1

@@ -20,6 +20,7 @@ from ..storage.port import AsyncRecordStorage, RecordStorage
 from ..wire.enums import DecisionKind, TurnOutcome
 from ..wire.session import ConfirmationBinding, RouteDecision, SessionSnapshot
 from . import _confirm, _ops
+from ._audit import Decider, check_decider
 from ._flavour import Flavour, check_memory, check_storage, check_upstream
 from ._state import SessionHolder, reload
 from .definition import ChatDefinition
@@ -230,7 +231,10 @@ class _CoordinatorBase(Generic[SessionT]):
         session_id: str | None = None,
         reason: str | None = None,
         args_digest: str | None = None,
+        decided_by: str | None = None,
+        via: str = "api",
     ) -> Plan[ConfirmationBinding]:
+        decider = check_decider(decided_by, via)  # refused before the plan's first read
         return _confirm.plan_resolve(
             self.session._holder,
             token,
@@ -238,10 +242,12 @@ class _CoordinatorBase(Generic[SessionT]):
             reason=reason,
             session_id=session_id,
             args_digest=args_digest,
+            audit=decider if self.session._keeps_intents else None,
         )
 
     def _expire_due(self) -> Plan[tuple[ConfirmationBinding, ...]]:
-        return _confirm.plan_expire_due(self.session._holder)
+        audit = Decider(None, "sweep") if self.session._keeps_intents else None
+        return _confirm.plan_expire_due(self.session._holder, audit)
 
     def get_by_tool_call(self, tool_call_id: str) -> ConfirmationBinding | None:
         return self.session.get_by_tool_call(tool_call_id)
@@ -340,15 +346,26 @@ class ConfirmationCoordinator(_CoordinatorBase[ChatSession]):
         return self._run(self._propose(name, input, self.session._keeps_intents))
 
     def approve(
-        self, token: str, session_id: str | None = None, *, args_digest: str | None = None
+        self,
+        token: str,
+        session_id: str | None = None,
+        *,
+        args_digest: str | None = None,
+        decided_by: str | None = None,
+        via: str = "api",
     ) -> ConfirmationBinding:
         """Claim, call upstream ``approve`` once, record ``approved`` (``expired`` if due).
 
         ``args_digest``: :func:`~akchat_fsm.arguments_digest` of the arguments the approver
         saw; for other arguments, :class:`~akchat_fsm.ArgumentsMismatch` and nothing written.
+        ``decided_by`` (the principal your host authenticated) and ``via`` (``api``,
+        ``inbox``, ``cli``) go into the audit entry written before the claim, on a store with
+        records (ADR-0132).
         """
         return self._run(
-            self._resolve(token, ConfirmationEvent.APPROVE, session_id, None, args_digest)
+            self._resolve(
+                token, ConfirmationEvent.APPROVE, session_id, None, args_digest, decided_by, via
+            )
         )
 
     def reject(
@@ -358,16 +375,24 @@ class ConfirmationCoordinator(_CoordinatorBase[ChatSession]):
         reason: str | None = None,
         *,
         args_digest: str | None = None,
+        decided_by: str | None = None,
+        via: str = "api",
     ) -> ConfirmationBinding:
         """Claim, call upstream ``deny`` once, record ``rejected`` (``expired`` if due);
-        ``args_digest`` as in :meth:`approve`."""
+        ``args_digest``, ``decided_by`` and ``via`` as in :meth:`approve`."""
         return self._run(
-            self._resolve(token, ConfirmationEvent.REJECT, session_id, reason, args_digest)
+            self._resolve(
+                token, ConfirmationEvent.REJECT, session_id, reason, args_digest, decided_by, via
+            )
         )
 
-    def expire(self, token: str) -> ConfirmationBinding:
+    def expire(
+        self, token: str, *, decided_by: str | None = None, via: str = "api"
+    ) -> ConfirmationBinding:
         """Resolve a pending record whose expiry passed: deny upstream, record ``expired``."""
-        return self._run(self._resolve(token, ConfirmationEvent.EXPIRE))
+        return self._run(
+            self._resolve(token, ConfirmationEvent.EXPIRE, None, None, None, decided_by, via)
+        )
 
     def expire_due(self) -> tuple[ConfirmationBinding, ...]:
         """Expire every pending record due on the session clock (re-read first); returns those
@@ -458,15 +483,26 @@ class AsyncConfirmationCoordinator(_CoordinatorBase[AsyncChatSession]):
         return await self._run(self._propose(name, input, self.session._keeps_intents))
 
     async def approve(
-        self, token: str, session_id: str | None = None, *, args_digest: str | None = None
+        self,
+        token: str,
+        session_id: str | None = None,
+        *,
+        args_digest: str | None = None,
+        decided_by: str | None = None,
+        via: str = "api",
     ) -> ConfirmationBinding:
         """Claim, call upstream ``approve`` once, record ``approved`` (``expired`` if due).
 
         ``args_digest``: :func:`~akchat_fsm.arguments_digest` of the arguments the approver
         saw; for other arguments, :class:`~akchat_fsm.ArgumentsMismatch` and nothing written.
+        ``decided_by`` (the principal your host authenticated) and ``via`` (``api``,
+        ``inbox``, ``cli``) go into the audit entry written before the claim, on a store with
+        records (ADR-0132).
         """
         return await self._run(
-            self._resolve(token, ConfirmationEvent.APPROVE, session_id, None, args_digest)
+            self._resolve(
+                token, ConfirmationEvent.APPROVE, session_id, None, args_digest, decided_by, via
+            )
         )
 
     async def reject(
@@ -476,16 +512,24 @@ class AsyncConfirmationCoordinator(_CoordinatorBase[AsyncChatSession]):
         reason: str | None = None,
         *,
         args_digest: str | None = None,
+        decided_by: str | None = None,
+        via: str = "api",
     ) -> ConfirmationBinding:
         """Claim, call upstream ``deny`` once, record ``rejected`` (``expired`` if due);
-        ``args_digest`` as in :meth:`approve`."""
+        ``args_digest``, ``decided_by`` and ``via`` as in :meth:`approve`."""
         return await self._run(
-            self._resolve(token, ConfirmationEvent.REJECT, session_id, reason, args_digest)
+            self._resolve(
+                token, ConfirmationEvent.REJECT, session_id, reason, args_digest, decided_by, via
+            )
         )
 
-    async def expire(self, token: str) -> ConfirmationBinding:
+    async def expire(
+        self, token: str, *, decided_by: str | None = None, via: str = "api"
+    ) -> ConfirmationBinding:
         """Resolve a pending record whose expiry passed: deny upstream, record ``expired``."""
-        return await self._run(self._resolve(token, ConfirmationEvent.EXPIRE))
+        return await self._run(
+            self._resolve(token, ConfirmationEvent.EXPIRE, None, None, None, decided_by, via)
+        )
 
     async def expire_due(self) -> tuple[ConfirmationBinding, ...]:
         """Expire every pending record due on the session clock (re-read first); returns those

@@ -1,0 +1,258 @@
+"""Who decided: one create-only audit entry per claim attempt, keyed by the cursor it claims at.
+
+ADR-0132. Before a decider sends its claim at cursor ``C`` it creates the record
+``audit:<token>:<C>`` (principal, via, intent, reason, arguments digest, time); only the
+writer of that record may send the claim at ``C``. A decider whose create loses re-reads:
+the token is then decided (it is a loser) or the cursor has not moved, in which case the
+entry's writer has not claimed yet (or died first) and this decider fences the cursor with an
+unchanged save so that claim can never apply, and tries at the next cursor.
+
+So a claim that applied at ``C`` was sent by the writer of the entry at ``C``, and no entry
+above ``C`` exists for that round (every later read sees the claim): **the entry with the
+highest cursor is the decision that applied**, with no write after the claim, so a decider
+killed right after its claim is still named. Entries are never updated; they outlive the
+bindings retention prunes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from .. import core
+from ..errors import ConfigError, SessionConflict
+from ..wire.digest import arguments_digest
+from ..wire.enums import ConfirmationStatus
+from ..wire.js import utf16_len
+from ..wire.session import ConfirmationBinding
+from ._state import MAX_STALLS, SessionHolder, apply, reload, save_step
+from .effects import Plan, SaveRecord
+
+__all__ = [
+    "AUDIT_PREFIX",
+    "VIAS",
+    "AuditEntry",
+    "Decider",
+    "audit_key",
+    "check_decider",
+    "decided",
+    "plan_audited_claim",
+    "read_entries",
+]
+
+AUDIT_PREFIX = "audit:"
+#: Where a decision came from; ``sweep`` is the library's own expiry of due calls.
+VIAS = ("api", "inbox", "cli", "sweep")
+Via = Literal["api", "inbox", "cli", "sweep"]
+#: A principal is the host's identity for a person or a service: bounded, printable.
+MAX_PRINCIPAL = 256
+#: Zero-padded so that the store's sorted keys are in cursor order (cursors are safe ints).
+_CURSOR_DIGITS = 16
+_VERSION = 1
+
+
+def audit_key(token: str, cursor: int) -> str:
+    return f"{AUDIT_PREFIX}{token}:{cursor:0{_CURSOR_DIGITS}d}"
+
+
+@dataclass(frozen=True, slots=True)
+class Decider:
+    """Who is deciding: the principal the host authenticated (``None``: not named) and from
+    where (``api``, ``inbox``, ``cli`` or ``sweep``)."""
+
+    principal: str | None = None
+    via: Via = "api"
+
+
+def check_decider(principal: object, via: object) -> Decider:
+    """The :class:`Decider` for these arguments, or ``ConfigError`` before anything is read."""
+    if principal is not None and (
+        not isinstance(principal, str)
+        or not principal.strip()
+        or utf16_len(principal) > MAX_PRINCIPAL
+        or not principal.isprintable()
+    ):
+        raise ConfigError(
+            f"decided_by must be None or a printable str of 1 to {MAX_PRINCIPAL} characters.",
+            hint="Pass the identity your host authenticated (a user id, an email, a service).",
+        )
+    if via not in VIAS:
+        raise ConfigError(f"via must be one of {', '.join(VIAS)}, got {via!r}.")
+    return Decider(principal, via)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One claim attempt as recorded before it was sent (``decided``: it is the one that
+    applied; see :func:`decided`)."""
+
+    session_id: str
+    token: str
+    tool_call_id: str
+    action: str
+    cursor: int
+    #: what the decider asked: ``approve``, ``reject`` or ``expire``
+    intent: str
+    #: what its claim writes: ``approving``, ``rejecting`` or ``expiring`` (an approve after
+    #: the expiry is an expiry)
+    claims: str
+    principal: str | None
+    via: str
+    reason: str | None
+    args_digest: str
+    at_ms: int
+    decided: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON-able form (``akchat-fsm audit --json`` writes one per line)."""
+        return {
+            "sessionId": self.session_id,
+            "token": self.token,
+            "toolCallId": self.tool_call_id,
+            "action": self.action,
+            "cursor": self.cursor,
+            "intent": self.intent,
+            "claims": self.claims,
+            "principal": self.principal,
+            "via": self.via,
+            "reason": self.reason,
+            "argsDigest": self.args_digest,
+            "at": self.at_ms,
+            "decided": self.decided,
+        }
+
+
+def _entry_text(
+    binding: ConfirmationBinding,
+    claims: ConfirmationStatus,
+    cursor: int,
+    intent: str,
+    decider: Decider,
+    reason: str | None,
+    now_ms: int,
+) -> str:
+    fields = {
+        "v": _VERSION,
+        "token": binding.token,
+        "toolCallId": binding.tool_call_id,
+        "action": binding.action,
+        "cursor": cursor,
+        "intent": intent,
+        "claims": claims.value,
+        "principal": decider.principal,
+        "via": decider.via,
+        "reason": reason,
+        "argsDigest": arguments_digest(binding.input),
+        "at": now_ms,
+    }
+    return json.dumps(fields, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _parse(session_id: str, text: object) -> AuditEntry | None:
+    """The entry a record holds (``None``: not one of ours, or from a newer version)."""
+    try:
+        raw = json.loads(text) if isinstance(text, str) else None
+        if not isinstance(raw, dict) or raw.get("v") != _VERSION:
+            return None
+        entry = AuditEntry(
+            session_id,
+            raw["token"],
+            raw["toolCallId"],
+            raw["action"],
+            raw["cursor"],
+            raw["intent"],
+            raw["claims"],
+            raw["principal"],
+            raw["via"],
+            raw["reason"],
+            raw["argsDigest"],
+            raw["at"],
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+    texts = (entry.token, entry.tool_call_id, entry.action, entry.intent, entry.claims, entry.via)
+    if not all(isinstance(t, str) for t in texts) or not all(
+        isinstance(n, int) and not isinstance(n, bool) for n in (entry.cursor, entry.at_ms)
+    ):
+        return None
+    return entry
+
+
+def read_entries(session_id: str, stored: Iterable[tuple[str, object]]) -> list[AuditEntry]:
+    """Parse ``(key, text)`` pairs of the audit prefix; unreadable ones are skipped."""
+    entries = [_parse(session_id, text) for key, text in stored if key.startswith(AUDIT_PREFIX)]
+    return sorted((e for e in entries if e is not None), key=lambda e: (e.token, e.cursor))
+
+
+def decided(entries: list[AuditEntry], bindings: Iterable[ConfirmationBinding]) -> list[AuditEntry]:
+    """Mark, per token, the entry whose claim applied: the highest cursor's, unless the call is
+    pending again (never claimed, or a claim that reconcile released: none applied). A token
+    no longer in the envelope was pruned, which retention does only to decided calls."""
+    status = {b.token: b.status for b in bindings}
+    top: dict[str, int] = {}
+    for entry in entries:
+        top[entry.token] = max(top.get(entry.token, entry.cursor), entry.cursor)
+    return [
+        _with_decided(e, e.cursor == top[e.token] and status.get(e.token) is not _PENDING)
+        for e in entries
+    ]
+
+
+_PENDING = ConfirmationStatus.PENDING
+
+
+def _with_decided(entry: AuditEntry, value: bool) -> AuditEntry:
+    return entry if entry.decided is value else replace(entry, decided=value)
+
+
+ClaimCommand = Callable[[core.SessionState, int, int], core.Step]
+
+
+def plan_audited_claim(
+    holder: SessionHolder,
+    claim: ClaimCommand,
+    token: str,
+    intent: str,
+    decider: Decider,
+    reason: str | None,
+) -> Plan[core.Step]:
+    """The claim, each attempt preceded by its audit entry; the step whose save applied.
+
+    Decided on the holder's copy first, so a refusal (``AlreadyResolved``, ...) raises before
+    any write. Each failed attempt moved the stored cursor (another client's claim, fence or
+    save applied), so this ends as the plain claim does; a store whose cursor does not move
+    on a conflict ends in :class:`SessionConflict` after ``MAX_STALLS`` attempts.
+    """
+    if holder.needs_reload:
+        yield from reload(holder)
+    stalls = 0
+    while stalls < MAX_STALLS:
+        cursor = holder.cursor
+        now = holder.clock()
+        # Decided once per attempt: a loser raises here, before anything is written; the
+        # step decided is the one saved, right after its entry.
+        step = claim(holder.core, now, holder.nonce())
+        binding = core.find_binding(step.state, token)
+        if step.save is None or binding is None:  # pragma: no cover - a claim always saves
+            return step
+        text = _entry_text(binding, binding.status, cursor, intent, decider, reason, now)
+        created = yield SaveRecord(holder.session_id, audit_key(token, cursor), text, None)
+        if created is True:
+            if (yield from save_step(holder, step)):
+                return replace(step, state=holder.core)
+            # a conflict (reloaded): our entry stays, below the cursor of any claim that applies
+        else:
+            # Another decider holds this cursor. Re-read: a decided token is refused by the
+            # next attempt; an unmoved cursor is fenced so that decider's claim can never
+            # apply (it may be dead), then we decide again at the next cursor.
+            yield from reload(holder)
+            if holder.cursor == cursor:
+                with contextlib.suppress(SessionConflict):  # reloaded: the cursor moved anyway
+                    yield from apply(
+                        holder, lambda state, at, nonce: core.persist(state, at, nonce=nonce), 1
+                    )
+        stalls = 0 if holder.cursor > cursor else stalls + 1
+    raise SessionConflict(session_id=holder.session_id, expected_cursor=holder.cursor)
