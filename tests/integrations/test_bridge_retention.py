@@ -105,3 +105,49 @@ def test_a_released_continuation_keeps_its_decisions_beyond_retention(
     assert counts.bodies == ["send_email:a@example.com"]  # replayed from the ledger, not re-run
     again = _bridge(records_backend, agent).session.confirmations
     assert [b for b in again if b.tool_call_id == "c1"] == []  # never proposed a second time
+
+
+class Killed(BaseException):
+    """The process died here (no ``except Exception`` in the library can catch it)."""
+
+
+class DiesAfterContinuingClaim:
+    """The session's storage, through which the host process dies right after the run's
+    continuation claim is stored: the run is left ``continuing`` with nobody continuing it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def save_record(self, session_id: str, key: str, text: str, *args: Any, **kw: Any) -> bool:
+        saved = self.inner.save_record(session_id, key, text, *args, **kw)
+        if saved and key.startswith("run:") and '"state":"continuing"' in text:
+            raise Killed
+        return bool(saved)
+
+
+def test_a_continuation_killed_after_its_claim_keeps_its_decisions_beyond_retention(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent = build_agent([EMAIL], counts)
+    paused = _bridge(records_backend, agent).run("do it", run_id="r1")
+    dying = DiesAfterContinuingClaim(records_backend.sync())
+    session = resume_chat_session(ChatDefinition("support"), session_id=SID, storage=dying)
+    with pytest.raises(Killed):
+        PydanticAIBridge(agent, session, dying).approve(paused.pending[0].token)
+    assert counts.bodies == []  # killed before the body ran: the decision is all there is
+
+    session = _bridge(records_backend, agent).session
+    host = session.confirmations_for(HostUpstream())
+    for i in range(KEEP_TERMINAL + 1):
+        host.reject(host.propose("refund", {"amount": i}).token)
+    assert "c1" not in {b.tool_call_id for b in session.confirmations}  # pruned by retention
+
+    report = _bridge(records_backend, agent).reconcile()  # the sweep recovers the run
+    assert [r.status for r in report.runs] == ["completed"], report
+    assert counts.bodies == ["send_email:a@example.com"]
+    again = _bridge(records_backend, agent).session.confirmations
+    assert [b for b in again if b.tool_call_id == "c1"] == []  # never proposed a second time

@@ -389,8 +389,8 @@ def _readiness(ctx: BridgeContext, run: RunRecord, external: Mapping[str, Any]) 
     Decided confirmations are terminal and never change, so the session object's own copy is
     enough when it shows every call decided (it does right after the last decision's CAS);
     only otherwise is storage re-read. For the same reason a readiness computed before the
-    continuation claim stays true after it. While the run waits, each decided call is kept in
-    a decision record too, read back for a call whose confirmation retention pruned (ADR-0103).
+    continuation claim stays true after it. Each decided call is kept in a decision record
+    too, read back for a call whose confirmation retention pruned (ADR-0103).
     """
     bindings = ctx.confirmations().cached_bindings()
     readiness = decide_readiness(run, bindings, {}, external)
@@ -405,9 +405,11 @@ def _readiness(ctx: BridgeContext, run: RunRecord, external: Mapping[str, Any]) 
         yield from _propose_all(ctx, readiness.unproposed)
         bindings = yield from ctx.confirmations().bindings()
         readiness = decide_readiness(run, bindings, {}, external, recorded)
-    if not readiness.ready:
-        # The run waits: keep what is decided beyond the envelope's retention (ADR-0013).
-        yield from _record_decisions(ctx, readiness.decisions, recorded)
+    # Keep what is decided beyond the envelope's retention (ADR-0013): while the run waits,
+    # and also once it is ready, before the continuation claim. A claimant that dies while
+    # continuing leaves the run ``continuing``; if retention prunes its decided calls before
+    # the sweep recovers it, the recovery must read them here, not propose them again.
+    yield from _record_decisions(ctx, readiness.decisions, recorded)
     if readiness.ready and any(not d.approved for d in readiness.decisions):
         denials = yield from _denials(ctx, run, bindings, recorded)
         readiness = decide_readiness(run, bindings, denials, external, recorded)
