@@ -6,6 +6,7 @@ and async classes only pick the driver that runs it (:mod:`.drivers`).
 
 from __future__ import annotations
 
+from .audit import AuditEntry, audit_trail, audit_trail_async
 from .definition import ChatDefinition, ConversationFlow, Route
 from .observers import Observer, SessionEvent, SessionEventKind
 from .ports import (
@@ -36,6 +37,7 @@ __all__ = [
     "AsyncConfirmationCoordinator",
     "AsyncToolCallStatusMemory",
     "AsyncUpstreamChat",
+    "AuditEntry",
     "ChatDefinition",
     "ChatMemory",
     "ChatSession",
@@ -50,6 +52,8 @@ __all__ = [
     "ToolCallStatusMemory",
     "UpstreamChat",
     "UpstreamFailed",
+    "audit_trail",
+    "audit_trail_async",
     "reconcile",
     "reconcile_all",
     "reconcile_all_async",

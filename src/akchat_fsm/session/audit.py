@@ -1,0 +1,72 @@
+"""The audit trail: who decided each tool call, when, from where, why, on which arguments.
+
+Every approve, reject and expire on a store with the records capability writes one entry
+before its claim (ADR-0132; the mechanism is in :mod:`._audit`). ``audit_trail(storage,
+session_id)`` reads them back, oldest cursor first per call, each marked ``decided`` when it
+is the claim that applied. Read-only: it needs no definition and writes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+from ..storage.checks import check_session_id
+from ..wire.decode import decode_session_snapshot
+from ._audit import AUDIT_PREFIX, AuditEntry, decided, read_entries
+from .drivers import Ports, run_async, run_sync
+from .effects import ListRecords, Load, LoadRecord, Plan
+from .session import keeps_records
+
+__all__ = ["AuditEntry", "audit_trail", "audit_trail_async"]
+
+NO_RECORDS = (
+    "This storage has no records capability, so it keeps no audit trail: decisions on it are "
+    "not attributed to anyone."
+)
+
+
+def _plan(session_id: str, token: str | None, since_ms: int | None) -> Plan[tuple[AuditEntry, ...]]:
+    prefix = AUDIT_PREFIX + (f"{token}:" if token is not None else "")
+    keys = yield ListRecords(session_id, prefix)
+    stored: list[tuple[str, object]] = []
+    for key in keys:
+        record = yield LoadRecord(session_id, key)
+        if record is not None:
+            stored.append((key, record[1]))
+    raw = yield Load(session_id)
+    snapshot = decode_session_snapshot(raw[0] if isinstance(raw, tuple) else raw).snapshot
+    bindings = () if snapshot is None else snapshot.confirmations
+    entries = decided(read_entries(session_id, stored), bindings)
+    return tuple(e for e in entries if since_ms is None or e.at_ms >= since_ms)
+
+
+def _checked(storage: Any, session_id: object, token: object, since_ms: object) -> Ports:
+    if not keeps_records(storage):
+        raise ConfigError(NO_RECORDS, hint="Use a shipped adapter, or one that keeps records.")
+    check_session_id(session_id)
+    if token is not None and not isinstance(token, str):
+        raise ConfigError(f"token must be a str or None, got {type(token).__name__}.")
+    if since_ms is not None and (isinstance(since_ms, bool) or not isinstance(since_ms, int)):
+        raise ConfigError(f"since_ms must be an int (epoch ms) or None, got {since_ms!r}.")
+    return Ports(storage)
+
+
+def audit_trail(
+    storage: Any, session_id: str, *, token: str | None = None, since_ms: int | None = None
+) -> tuple[AuditEntry, ...]:
+    """The session's audit entries (one call's with ``token``; from ``since_ms`` on).
+
+    ``ConfigError`` for a storage without records (it keeps no trail: saying so beats an
+    empty answer) or bad arguments, before any read.
+    """
+    ports = _checked(storage, session_id, token, since_ms)
+    return run_sync(_plan(session_id, token, since_ms), ports)
+
+
+async def audit_trail_async(
+    storage: Any, session_id: str, *, token: str | None = None, since_ms: int | None = None
+) -> tuple[AuditEntry, ...]:
+    """The asyncio twin of :func:`audit_trail`."""
+    ports = _checked(storage, session_id, token, since_ms)
+    return await run_async(_plan(session_id, token, since_ms), ports)
