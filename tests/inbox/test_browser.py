@@ -43,6 +43,9 @@ def _free_port() -> int:
 class Served:
     """A uvicorn server on 127.0.0.1 in a thread, up until ``stop``."""
 
+    #: The users the served app's ``can_decide`` lets decide (the ``inbox`` fixture's).
+    permitted: set[str]
+
     def __init__(self, app: Any) -> None:
         self.port = _free_port()
         config = uvicorn.Config(
@@ -70,10 +73,6 @@ def by_cookie(request: Any) -> str | None:
     return user if user in ("ana", "bob") else None
 
 
-def only_ana(principal: Any, pending: Any) -> bool:
-    return bool(principal == "ana")
-
-
 @pytest.fixture
 def world() -> World:
     return World()
@@ -81,7 +80,12 @@ def world() -> World:
 
 @pytest.fixture
 def inbox(world: World, browser: Any) -> Iterator[Served]:
-    served = Served(world.app(authorize=by_cookie, can_decide=only_ana, poll_interval_s=0.1))
+    permitted = {"ana"}  # who may decide; a test may change it (the host's permissions)
+    app = world.app(
+        authorize=by_cookie, can_decide=lambda user, _: user in permitted, poll_interval_s=0.1
+    )
+    served = Served(app)
+    served.permitted = permitted
     browser.get(served.url + "/static/inbox.css")  # a page of the origin, to set the cookie on
     browser.delete_all_cookies()
     browser.add_cookie({"name": "user", "value": "ana", "sameSite": "Lax"})
@@ -158,7 +162,31 @@ def test_an_expired_call_cannot_be_approved(browser: Any, inbox: Served, world: 
     assert world.status("chat-1", record.token) == "expired"
 
 
-def test_an_unauthorized_user_changes_nothing(browser: Any, inbox: Served, world: World) -> None:
+def test_a_user_the_host_does_not_permit_changes_nothing(
+    browser: Any, inbox: Served, world: World
+) -> None:
+    """bob is signed in and his own page showed him the buttons (a valid CSRF token, his);
+    then the host withdrew his permission: the post is refused by ``can_decide`` alone."""
+    record = world.propose("chat-1", "email.send", {"to": "x"})
+    browser.add_cookie({"name": "user", "value": "bob", "sameSite": "Lax"})  # signed in as bob
+    inbox.permitted.add("bob")
+    open_detail(browser, inbox, record.token)
+    inbox.permitted.discard("bob")
+    before = world.stored("chat-1")
+    browser.find_element(By.ID, "approve").click()
+    assert outcome(browser) == "forbidden"
+    open_detail(browser, inbox, record.token)  # his page now: no buttons
+    assert browser.find_elements(By.ID, "approve") == []
+    assert "You may not decide this call." in browser.find_element(By.TAG_NAME, "main").text
+    assert world.stored("chat-1") == before and world.upstream.calls == []
+    assert world.status("chat-1", record.token) == "pending"
+
+
+def test_another_user_s_form_or_no_user_changes_nothing(
+    browser: Any, inbox: Served, world: World
+) -> None:
+    """ana's form posted by bob is refused by its CSRF token (bound to ana, whatever bob may
+    do); a user the host does not know is refused by ``authorize``."""
     record = world.propose("chat-1", "email.send", {"to": "x"})
     open_detail(browser, inbox, record.token)
     before = world.stored("chat-1")

@@ -208,32 +208,48 @@ def test_an_expired_call_cannot_be_approved(world: World) -> None:
 
 
 # ------------------------------------------------------------------ refusals change nothing
+EXPIRED = "The form expired"
+FOREIGN = "did not come from the inbox page"
+
+
 def refused_cases() -> list[tuple[str, dict[str, Any]]]:
+    """Each case is refused by one check, named by ``why`` (a text of its refusal page)."""
     return [
-        ("no csrf", {"fields": {}}),
-        ("forged csrf", {"fields": {"csrf": "0" * 64}}),
-        ("cross-site origin", {"headers": {"origin": "https://evil.example"}}),
-        ("cross-site fetch", {"headers": {"sec-fetch-site": "cross-site"}}),
-        ("null origin alone", {"headers": {"origin": "null", "sec-fetch-site": ""}}),
-        ("unknown user", {"user": None}),
-        ("not permitted", {"user": "bob"}),
-        ("huge body", {"fields": {"reason": "x" * 20_000}}),
-        ("long reason", {"fields": {"reason": "x" * 1_001}}),
-        ("json body", {"json": True}),
+        ("no csrf", {"fields": {}, "why": EXPIRED}),
+        ("forged csrf", {"fields": {"csrf": "0" * 64}, "why": EXPIRED}),
+        # bob is authorized, holds ana's cookie and her page's token: the token is hers
+        ("another user's csrf", {"user": "bob", "why": EXPIRED}),
+        ("cross-site origin", {"headers": {"origin": "https://evil.example"}, "why": FOREIGN}),
+        ("cross-site fetch", {"headers": {"sec-fetch-site": "cross-site"}, "why": FOREIGN}),
+        (
+            "null origin alone",
+            {"headers": {"origin": "null", "sec-fetch-site": ""}, "why": FOREIGN},
+        ),
+        ("unknown user", {"user": None, "why": "not authorized"}),
+        # bob's own valid token, from his page while he could decide: only can_decide refuses
+        ("not permitted", {"user": "bob", "own token": True, "why": 'data-kind="forbidden"'}),
+        ("huge body", {"fields": {"reason": "x" * 20_000}, "why": "too large"}),
+        ("long reason", {"fields": {"reason": "x" * 1_001}, "why": "longer than 1000"}),
+        ("json body", {"json": True, "why": "own form"}),
     ]
 
 
 @pytest.mark.parametrize(("case", "spec"), refused_cases(), ids=[c for c, _ in refused_cases()])
 def test_a_refused_post_changes_nothing(world: World, case: str, spec: dict[str, Any]) -> None:
     record = world.propose("s-1", "email.send", {"to": "a"})
-    app = world.app(authorize=by_header, can_decide=only_ana)
+    permitted = {"ana"}
+    app = world.app(authorize=by_header, can_decide=lambda principal, _: principal in permitted)
     ana = client(app)
     csrf = open_call(ana, record.token, "s-1")
-    before = world.stored("s-1")
     c = ana
     if "user" in spec:  # the same browser (cookie, token), another or no principal
         c = client(app, user=spec["user"])
         c.cookies = ana.cookies
+    if spec.get("own token"):
+        permitted.add(spec["user"])
+        csrf = open_call(c, record.token, "s-1")  # a form rendered for this user
+        permitted.discard(spec["user"])  # then the host withdrew the permission
+    before = world.stored("s-1")
     fields = {"csrf": csrf, "session": "s-1", **spec.get("fields", {})}
     if case in ("no csrf",):
         del fields["csrf"]
@@ -243,8 +259,10 @@ def test_a_refused_post_changes_nothing(world: World, case: str, spec: dict[str,
     else:
         response = post(c, path, fields, **spec.get("headers", {}))
     assert response.status_code in (400, 401, 403, 413, 415), (case, response.status_code)
+    assert spec["why"] in response.text, (case, response.text)
     assert world.stored("s-1") == before
     assert world.upstream.calls == []
+    assert world.status("s-1", record.token) == "pending"
 
 
 def test_a_principal_without_permission_sees_no_buttons(world: World) -> None:

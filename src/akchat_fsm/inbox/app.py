@@ -5,8 +5,9 @@ the explicit local-only mode); every POST is checked for its CSRF token and its 
 its body is read within a bound, all *before* storage is touched, so a refused request
 changes nothing. A decision is the session's own two-CAS approve / reject, or the host's
 bridge for the session (``bridge_for``). Sync or asyncio storage, the routes are written once:
-every port and hook call goes through ``_Inbox.call``, which runs a sync one in a worker
-thread and awaits an asyncio one on the loop.
+every port call goes through ``_Inbox.call``, which runs a sync one in a worker thread and
+awaits an asyncio one on the loop; the host's permission hooks go through ``_Inbox.hook``,
+which runs a sync one in a worker thread over either storage.
 """
 
 from __future__ import annotations
@@ -201,10 +202,7 @@ class _Inbox:
             return None
         if self.authorize is None:
             return LOCAL_PRINCIPAL
-        found = self.authorize(request)
-        if inspect.isawaitable(found):
-            found = await found
-        return found
+        return await self.hook(self.authorize, request)
 
     def refuse(self, request: Request, status_code: int, message: str) -> Response:
         return self.page(request, "refused.html", {"message": message}, status_code, for_=None)
@@ -281,6 +279,18 @@ class _Inbox:
             result = port(*args, **kwargs)
         return await result if inspect.isawaitable(result) else result
 
+    async def hook(self, hook: Callable[..., Any], /, *args: Any) -> Any:
+        """One call of a host permission hook (``authorize``, ``can_decide``): an ``async def``
+        one is awaited on the loop; any other runs in a worker thread, over either storage,
+        because the host's check may block (a database lookup) and on the loop it would stall
+        every request. An awaitable it returns is awaited here, never taken for an answer."""
+        if inspect.iscoroutinefunction(hook):
+            return await hook(*args)
+        # Anything else returning an awaitable (an object with an ``async def __call__``) only
+        # builds it in the thread; its body runs when it is awaited, here on the loop.
+        result = await run_in_threadpool(hook, *args)
+        return await result if inspect.isawaitable(result) else result
+
     async def resume(self, session_id: str, observers: tuple[Any, ...] = ()) -> Any:
         """The session, resumed with its definition: a ``ChatSession`` or ``AsyncChatSession``."""
         definition = await self.call(self.definition_for, session_id)
@@ -331,7 +341,7 @@ class _Inbox:
 
     async def may_decide(self, principal: Principal, pending: PendingApproval) -> bool:
         # Deny by default: only an explicit ``True`` lets a person decide.
-        return await self.call(self.can_decide, principal, pending) is True
+        return await self.hook(self.can_decide, principal, pending) is True
 
     async def decide(
         self, principal: Principal, token: str, hint: str | None, reason: str | None, approve: bool

@@ -33,6 +33,7 @@ from ..errors import (
     IllegalTransition,
     InvalidConfirmationToken,
     InvalidMemoryRecord,
+    LimitExceeded,
     OutcomeUnknown,
     ResolutionInProgress,
     SessionConflict,
@@ -329,7 +330,9 @@ def _settle_intent(
     bound record keeps the proposal's expiry, so an undecided call is denied once, through the
     ordinary expire path. Any other ``status`` means nothing waits upstream: ``None`` (memory
     does not know the call: upstream never created it) or a call already settled there (the
-    propose denied it as unbound, or upstream never asked for a confirmation).
+    propose denied it as unbound, or upstream never asked for a confirmation). A binding the
+    session cannot admit (``LimitExceeded``: already 1,000 live records) is ``refused``: the
+    intent is kept, and a reconcile after a record is decided binds it.
     """
     call_id = proposal.effect.tool_call_id
     outcome = None
@@ -338,19 +341,40 @@ def _settle_intent(
         call = core.UpstreamCall(
             id=call_id, name=proposal.name, args=thaw(proposal.args), status=status
         )
-        step = yield from apply(
-            holder,
-            lambda state, now, nonce: core.record_proposal(
-                state, proposal, call, now, keep_terminal=keep_terminal, nonce=nonce
-            ),
-            PROPOSE_ATTEMPTS,
-        )
+        try:
+            step = yield from apply(
+                holder,
+                lambda state, now, nonce: core.record_proposal(
+                    state, proposal, call, now, keep_terminal=keep_terminal, nonce=nonce
+                ),
+                PROPOSE_ATTEMPTS,
+            )
+        except LimitExceeded as refused:
+            # Refused before any save, and refused again until a record is decided: this
+            # intent's outcome, not the pass's (the records after it still settle). The
+            # intent stays, so the call waiting upstream stays covered and listed.
+            return _refused(proposal, refused)
         record = _bound(step.state, proposal.token, call_id)
         if record is not None:
             action = "bound" if step.accepted else "settled"
             outcome = ReconcileOutcome(proposal.token, call_id, record.status, action, record)
     yield DeleteRecord(holder.session_id, intent_key(call_id))
     return outcome
+
+
+def _refused(proposal: core.Proposal, error: LimitExceeded) -> ReconcileOutcome:
+    """A ``refused`` outcome: ``record`` is the binding the intent asks for, never stored."""
+    asked = ConfirmationBinding.model_construct(
+        token=proposal.token,
+        action=proposal.name,
+        input=proposal.args,
+        tool_call_id=proposal.effect.tool_call_id,
+        expires_at=proposal.expires_at,
+        status=ConfirmationStatus.PENDING,
+    )
+    return ReconcileOutcome(
+        proposal.token, asked.tool_call_id, asked.status, "refused", asked, refused=error
+    )
 
 
 def _intents(holder: SessionHolder) -> Plan[list[core.Proposal]]:
@@ -571,9 +595,11 @@ class ReconcileOutcome:
     ``action``: ``"completed"`` (upstream had acted: final status recorded, nothing called),
     ``"resumed"`` (upstream had not acted: the claimed call was issued, then completed),
     ``"released"`` (back to ``pending``), ``"settled"`` (another client settled it first),
-    ``"unknown"`` (the tool call is not in memory: left as is) or ``"bound"`` (a proposal's
+    ``"unknown"`` (the tool call is not in memory: left as is), ``"bound"`` (a proposal's
     intent named a call upstream awaits with no binding: bound ``pending``; ``before`` is
-    its born status, ADR-0093).
+    its born status, ADR-0093) or ``"refused"`` (such an intent the session cannot admit:
+    ``refused`` says why, ``record`` is the binding it asks for, which was not stored, and the
+    intent is kept for a later reconcile).
     """
 
     token: str
@@ -581,6 +607,7 @@ class ReconcileOutcome:
     before: ConfirmationStatus
     action: str
     record: ConfirmationBinding
+    refused: LimitExceeded | None = None
 
 
 def _status(value: object) -> core.UpstreamToolStatus:

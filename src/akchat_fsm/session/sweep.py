@@ -73,6 +73,8 @@ WRONG_FLAVOUR = (
     "{kind}.list_processing is {what}; nothing was called: use {right} for this storage."
 )
 SweepStatus = Literal["settled", "unsettled", "waiting", "execution_unknown", "failed", "skipped"]
+#: Reconcile actions that leave a record for a later sweep (the session stays listed).
+LEFT_AS_IS = frozenset({"unknown", "refused"})
 NO_MEMORY = "SweepPorts for {sid!r} has neither a memory nor a bridge to reconcile with."
 
 
@@ -164,7 +166,8 @@ class SweptSession:
         unknown, or another processing record beside the envelope, still holds the session:
         an operator settles it, docs/reconciliation.md), ``waiting`` (a bridged run waits for
         a person or the host: :attr:`waiting` says for what), ``unsettled`` (some record left
-        as it is: its tool call is not in memory) or ``settled``."""
+        as it is: its tool call is not in memory, or an intent the session cannot admit yet)
+        or ``settled``."""
         if self.error is not None:
             return "failed"
         if self.skipped:
@@ -173,7 +176,7 @@ class SweptSession:
             return "execution_unknown"
         if self.waiting:
             return "waiting"
-        if any(o.action == "unknown" for o in self.outcomes):
+        if any(o.action in LEFT_AS_IS for o in self.outcomes):
             return "unsettled"
         return "settled"
 
