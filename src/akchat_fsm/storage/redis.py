@@ -155,9 +155,35 @@ local function rows_of(rows)
   for i = 1, #flat, 2 do old[flat[i]] = flat[i + 1] end
   return old
 end
-local function unindex(ns, sid, rows)
-  for tok, row in pairs(rows_of(rows)) do unlist(ns, sid, tok, row) end
+local function unindex(ns, sid, rows, old)
+  for tok, row in pairs(old) do unlist(ns, sid, tok, row) end
   redis.call('DEL', rows)
+end
+-- Redis never rolls a script back, so an error after its first write would leave that write:
+-- every write script checks all it will parse before it writes. ``malformed`` checks ARGV[1]
+-- (the index's score), ARGV[2], the stored rows ``old`` and, given ``first``, the padded
+-- ``now`` and the rows from ARGV[first..]; it returns the error reply to give, or nil.
+local function word(s) return s ~= nil and string.match(s, '^%S+$') ~= nil end
+local function digits(s) return s ~= nil and string.match(s, '^%d+$') ~= nil end
+local function malformed(old, first, now)
+  if not tonumber(ARGV[1]) or not word(ARGV[2]) then
+    return 'ERR akchat: a malformed written ms or session id'
+  end
+  for tok, row in pairs(old) do
+    if not string.match(row, '^%d+ %d+ %S+ %S+$') then
+      return 'ERR akchat: the stored pending row of ' .. tok .. ' is malformed'
+    end
+  end
+  if first == nil then return nil end
+  if not digits(now) or #ARGV < first - 1 or (#ARGV - first + 1) % 4 ~= 0 then
+    return 'ERR akchat: malformed pending rows'
+  end
+  for i = first, #ARGV, 4 do
+    if not (word(ARGV[i]) and word(ARGV[i + 1]) and word(ARGV[i + 2]) and digits(ARGV[i + 3])) then
+      return 'ERR akchat: a malformed pending row'
+    end
+  end
+  return nil
 end
 local function reindex(ns, sid, rows, old, now, first)
   local kept = {}
@@ -202,11 +228,17 @@ elseif stored ~= ARGV[3] then
 end
 local old = {}
 if head[2] == '1' then old = rows_of(KEYS[4]) end
+local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '0')
+local bad = malformed(old, 9, ARGV[8])
+if not bad and (not busy or not digits(ARGV[4]) or (ARGV[6] ~= '0' and ARGV[6] ~= '1')) then
+  bad = 'ERR akchat: a malformed cursor, processing flag or record count'
+end
+if bad then return redis.error_reply(bad) end
+-- Parsed and checked: only writes from here on.
 reindex(ARGV[7], ARGV[2], KEYS[4], old, ARGV[8], 9)
 local rows = #ARGV > 8 and '1' or '0'
 redis.call('HSET', KEYS[1], 'cursor', ARGV[4], 'body', ARGV[5], 'processing', ARGV[6],
   'pending', rows)
-local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '0')
 """
     + _INDEX
 )
@@ -218,7 +250,10 @@ BACKFILL_SCRIPT = (
     _PENDING
     + """\
 if redis.call('HGET', KEYS[1], 'cursor') ~= ARGV[3] then return 0 end
-reindex(ARGV[7], ARGV[2], KEYS[4], rows_of(KEYS[4]), ARGV[8], 9)
+local old = rows_of(KEYS[4])
+local bad = malformed(old, 9, ARGV[8])
+if bad then return redis.error_reply(bad) end
+reindex(ARGV[7], ARGV[2], KEYS[4], old, ARGV[8], 9)
 redis.call('HSET', KEYS[1], 'pending', #ARGV > 8 and '1' or '0')
 return 1
 """
@@ -267,6 +302,10 @@ elseif stored ~= ARGV[4] then
   return 0
 end
 local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '0')
+-- Checked before the first write (Redis never rolls a script back): all it parses.
+if not busy or not tonumber(ARGV[1]) or not string.match(ARGV[5] or '', '^%d+$') then
+  return redis.error_reply('ERR akchat: a malformed written ms, version or record count')
+end
 local was = redis.call('HEXISTS', KEYS[2], p) == 1
 redis.call('HSET', KEYS[2], v, ARGV[5], 'b:' .. ARGV[3], ARGV[6])
 if ARGV[7] == '1' and not was then
@@ -288,9 +327,11 @@ end
 #: ARGV[1] written ms, ARGV[2] session id, ARGV[3] key. Leaves the score of a session that
 #: stays listed unchanged (a delete is not a write of state), like the memory adapter.
 DELETE_RECORD_SCRIPT = """\
+local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '1')
+if not busy then return redis.error_reply('ERR akchat: a malformed record count') end
 if redis.call('HDEL', KEYS[2], 'v:' .. ARGV[3], 'b:' .. ARGV[3]) == 0 then return 0 end
 if redis.call('HDEL', KEYS[2], 'p:' .. ARGV[3]) == 0 then return 1 end
-local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '1') - 1
+busy = busy - 1
 if busy > 0 then
   redis.call('HSET', KEYS[2], '#processing', busy)
   return 1
@@ -305,9 +346,12 @@ return 1
 DELETE_SCRIPT = (
     _PENDING
     + """\
+local old = rows_of(KEYS[4])
+local bad = malformed(old)
+if bad then return redis.error_reply(bad) end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
-unindex(ARGV[3], ARGV[2], KEYS[4])
+unindex(ARGV[3], ARGV[2], KEYS[4], old)
 return 1
 """
 )
