@@ -717,20 +717,48 @@ def test_a_store_written_before_the_index_is_backfilled_once(
 
 
 @MODES
-def test_a_read_only_adapter_lists_without_writing_even_an_unbackfilled_store(
+def test_a_read_only_adapter_refuses_an_unbackfilled_index_and_writes_nothing(
     redis_url: str, prefix: str, admin: redis.Redis, mode: str
 ) -> None:
     _write_old_envelope(admin, prefix, _pending_snap("s-old", 1, (1, 100)))
     before = _dump(admin, prefix)
     c = _open(mode, redis_url, prefix, read_only=True)
     try:
-        assert c._call("list_pending").items == ()  # not backfilled: nothing indexed yet
-        assert c._call("find_token", "tok-s-old-1") is None
+        # The index lacks s-old's binding: an empty page would be a silent wrong answer.
+        for call in (lambda: c._call("list_pending"), lambda: c._call("find_token", "tok-s-old-1")):
+            with pytest.raises(ConfigError, match="backfill") as info:
+                call()
+            assert "writable" in (info.value.hint or "")
         with pytest.raises(ConfigError):
             c.save(_pending_snap("s-x", 0, (2, 200)), None)
         assert _dump(admin, prefix) == before
     finally:
         c.close()
+
+
+@MODES
+def test_a_read_only_adapter_lists_a_store_with_nothing_to_backfill(
+    redis_url: str, prefix: str, admin: redis.Redis, mode: str
+) -> None:
+    r = _open(mode, redis_url, prefix, read_only=True)
+    try:
+        assert r._call("list_pending").items == ()  # an empty store: nothing can be missing
+    finally:
+        r.close()
+    w = _open(mode, redis_url, prefix)
+    try:  # saved with the index (and no index read yet, so no marker)
+        assert w.save(_pending_snap("s-new", 0, (1, 100)), None)
+        _write_old_envelope(admin, prefix, _pending_snap("s-old", 1, (2, 50), status="expired"))
+    finally:
+        w.close()
+    before = _dump(admin, prefix)
+    assert prefix.encode() + b"#pending:backfilled" not in before
+    r = _open(mode, redis_url, prefix, read_only=True)
+    try:
+        assert [i.token for i in r._call("list_pending").items] == ["tok-s-new-1"]
+        assert _dump(admin, prefix) == before
+    finally:
+        r.close()
 
 
 @MODES

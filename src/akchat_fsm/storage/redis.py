@@ -727,12 +727,16 @@ class _Plan:
         Guarded by a marker key written last: a backfill cut short runs again in full (each
         session's rows are rewritten only if its cursor is still the one read, carrying the
         since of rows already there), so running it twice changes nothing. A read-only
-        adapter never writes: it answers from the index as it is. A cluster-mode store has had
-        the index from its first write (ADR-0089): nothing to backfill.
+        adapter never writes, and never answers from an index it knows to be incomplete: on a
+        store without the marker it scans the same way and raises ``ConfigError`` at the first
+        session a writable one would backfill (a valid envelope holding a pending binding) that
+        has no ``pending`` field, i.e. was last saved before the index. An empty store, or
+        one only saved with the index, lists as it is. A cluster-mode store has had the index
+        from its first write (ADR-0089): nothing to backfill.
         """
         if self.cluster is not None:
             return
-        if (yield ("EXISTS", self.backfilled), False) or read_only:
+        if (yield ("EXISTS", self.backfilled), False):
             return
         pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix) + "*"
         cursor: Any = 0
@@ -742,18 +746,33 @@ class _Plan:
                 sid = bytes(name).decode("utf-8", "replace")[len(self.prefix) :]
                 if not is_identifier(sid):
                     continue  # a derived key (#records, #pending...) or not a session
-                body, stored = yield self.load_command(sid), False
+                command = ("HMGET", self.key(sid), "body", "cursor", "pending")
+                body, stored, indexed = yield command, False
                 if body is None or b'"status":"pending"' not in bytes(body):
                     continue
                 decoded = decode_session_snapshot(bytes(body))
                 if decoded.snapshot is None or stored is None:
                     continue  # left as it is: load reports it, the next save indexes it
+                if read_only:
+                    if indexed is None:
+                        raise _unbackfilled(sid)
+                    continue
                 rows = _row_args(pending_rows(decoded.snapshot))
                 args = (bytes(stored).decode("ascii"), "", "", "", self.pending)
                 yield self._script(BACKFILL_SCRIPT, sid, 0, *args, _pad(now_ms()), *rows), True
             if int(cursor) == 0:
                 break
-        yield ("SET", self.backfilled, "1"), True
+        if not read_only:
+            yield ("SET", self.backfilled, "1"), True
+
+
+def _unbackfilled(session_id: str) -> ConfigError:
+    return ConfigError(
+        f"This Redis store was never backfilled: session {session_id!r} was saved before the "
+        "pending index, so a read-only adapter would answer from an index that lacks it.",
+        hint="Open the store once writable and call list_pending (or find_token) to backfill "
+        "it; read-only adapters then list it (ADR-0088).",
+    )
 
 
 T = TypeVar("T")
@@ -876,7 +895,8 @@ class RedisStorage(Closing):
     ``read_only=True``: every write is refused (``ConfigError``) before it is sent; reads
     never write in Redis, so the store stays as it was. The first ``list_pending`` or
     ``find_token`` of an instance backfills, once per store, a store written before the
-    pending index (ADR-0088); a read-only instance skips it. ``cluster=True`` (with
+    pending index (ADR-0088); a read-only instance never writes, and raises ``ConfigError``
+    rather than list a store that needs it. ``cluster=True`` (with
     ``shards``, ``wait_replicas``, ``wait_timeout``) lays the store out for Redis Cluster and
     follows every write with ``WAIT`` (ADR-0089).
     """
