@@ -461,6 +461,7 @@ def test_connection_dropped_while_waiting_for_the_reply_is_outcome_unknown(
         proxy.shut()
         dropper.join(timeout=10)
         c.close()
+    assert not dropper.is_alive()
 
 
 # --------------------------------------------------------------------------- records

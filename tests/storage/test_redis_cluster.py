@@ -399,14 +399,17 @@ def test_a_killed_primary_loses_no_write_reported_applied(
     claims = _Claims(store, sessions)
     writer = threading.Thread(target=claims.run, daemon=True)
     writer.start()
+    down = False
     try:
         poll("claims before the kill", lambda: claims.applied_count(on_victim) >= 20)
         before = claims.applied_count(on_victim)
         redis_cluster.kill(victim)
+        down = True
         poll("a replica promoted", lambda: redis_cluster.primary_of(tags[on_victim[0]]) != victim)
         poll("every live node ok", lambda: all(redis_cluster.ok(p) for p in redis_cluster.live()))
         # The promoted replica has no replica of its own: WAIT 1 cannot be met, so until the
         # killed node rejoins (as its replica) every write there is reported unknown.
+        down = False
         _restart(redis_cluster, victim)
         poll(
             "claims after the promotion",
@@ -416,6 +419,9 @@ def test_a_killed_primary_loses_no_write_reported_applied(
     finally:
         claims.stop.set()
         writer.join(30)
+        if down:  # a step failed with the node killed: the module's later tests need it back
+            _restart(redis_cluster, victim)
+    assert not writer.is_alive()
     # The kill was seen: some claims on its slots were refused or left unknown meanwhile.
     assert any(claims.refused[s] or claims.unknown[s] for s in on_victim)
     try:
