@@ -21,7 +21,7 @@ from storage_harness import Client, snap
 from akchat_fsm import ConfirmationBinding, ConfirmationStatus, SessionSnapshot
 from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from akchat_fsm.storage import PendingApproval
-from akchat_fsm.storage.redis import AsyncRedisStorage, RedisStorage
+from akchat_fsm.storage.redis import MAX_SHARDS, AsyncRedisStorage, RedisStorage
 from akchat_fsm.storage.url import open_storage
 from akchat_fsm.testing import CHECKS, check_session_storage
 from redis_cluster import LocalCluster, poll
@@ -151,6 +151,7 @@ def test_another_bucket_count_on_the_same_store_is_refused(
         {"wait_replicas": 0},
         {"cluster": True, "shards": 0},
         {"cluster": True, "shards": True},
+        {"cluster": True, "shards": MAX_SHARDS + 1},
         {"cluster": True, "wait_replicas": -1},
         {"cluster": True, "wait_timeout": 0},
         {"cluster": True, "prefix": "a{b}:"},
@@ -163,7 +164,15 @@ def test_bad_cluster_options_are_config_errors(kwargs: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     "query",
-    ["shards=x", "shards=-1", "shards=0", "wait_replicas=1.5", "wait_timeout=-1", "wait_timeout=a"],
+    [
+        "shards=x",
+        "shards=-1",
+        "shards=0",
+        "shards=257",
+        "wait_replicas=1.5",
+        "wait_timeout=-1",
+        "wait_timeout=a",
+    ],
 )
 def test_bad_cluster_url_parameters_are_config_errors_before_any_io(query: str) -> None:
     with pytest.raises(ConfigError):
@@ -283,6 +292,38 @@ def test_a_scan_budget_cut_in_one_bucket_loses_and_repeats_nothing(
                 break
         assert sorted(seen) == sorted(f"s-{n}" for n in range(15))
         assert len(seen) == 15
+    finally:
+        c.close()
+
+
+@MODES
+def test_the_buckets_share_one_scan_budget_a_page(
+    redis_cluster: LocalCluster, prefix: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from akchat_fsm.storage import redis as adapter
+
+    monkeypatch.setattr(adapter, "PENDING_SCAN_BUDGET", 4)
+    c = _open(mode, redis_cluster, prefix, shards=2)
+    try:
+        # Expiries alternate between the two buckets, so each bucket's first entries
+        # interleave with the other's: a page shows how far every bucket read.
+        sids = [f"s-{n}" for n in range(40)]
+        by_bucket = ([s for s in sids if _bucket(s, 2) == b] for b in (0, 1))
+        pairs = list(zip(*by_bucket, strict=False))[:8]
+        assert len(pairs) == 8
+        for n, (a, b) in enumerate(pairs):
+            assert c.save(with_pending(a, binding(2 * n, 90_000 + 2 * n)), None)
+            assert c.save(with_pending(b, binding(2 * n + 1, 90_001 + 2 * n)), None)
+        seen: list[str] = []
+        after = None
+        for _ in range(40):  # a cross filter admitting every row: only the budget cuts pages
+            page = c._call("list_pending", pending_before_ms=2**52, limit=50, after=after)
+            assert len(page.items) <= 4  # every row listed was examined: at most the budget
+            seen += [item.token for item in page.items]
+            after = page.next_after
+            if after is None:
+                break
+        assert seen == [f"tok-{n}" for n in range(16)]  # and the walk still lists all, once
     finally:
         c.close()
 

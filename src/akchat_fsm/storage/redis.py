@@ -93,6 +93,7 @@ from .port import (
 
 __all__ = [
     "CAS_SCRIPT",
+    "MAX_SHARDS",
     "PENDING_SCAN_BUDGET",
     "AsyncRedisStorage",
     "RedisStorage",
@@ -405,6 +406,9 @@ def map_redis_error(exc: BaseException, *, phase: Phase, write: bool) -> Storage
 _Node = tuple[str, int]
 #: Redirections (and unreachable nodes) one command may meet before it is given up.
 MAX_HOPS: Final = 5
+#: The most buckets a cluster-mode store may have: every listing reads each bucket (a round
+#: trip apiece) and a page's ``PENDING_SCAN_BUDGET`` is shared between them (ADR-0089).
+MAX_SHARDS: Final = 256
 
 
 @dataclass(frozen=True)
@@ -434,7 +438,7 @@ def cluster_options(
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < 3600:
         raise ConfigError(f"wait_timeout must be seconds in (0, 3600), got {wait_timeout!r}.")
     return ClusterOptions(
-        _count(16 if shards is None else shards, "shards", 1, 16384),
+        _count(16 if shards is None else shards, "shards", 1, MAX_SHARDS),
         _count(1 if wait_replicas is None else wait_replicas, "wait_replicas", 0, 100),
         max(1, round(timeout * 1000)),
     )
@@ -707,7 +711,9 @@ class _Plan:
                 tops.append(f"{after} ")  # below every member of that key
             hi = f"({min(tops)}" if tops else "+"
         bound = "" if cross is None else _pad(cross)
-        budget = PENDING_SCAN_BUDGET
+        # One page's budget, shared by the buckets it reads (bounded work whatever ``shards``);
+        # at least one entry each, so every page moves on (ADR-0089).
+        budget = max(1, PENDING_SCAN_BUDGET // len(self.bases))
         rev = "" if ascending else "rev"
         return _page_script(name, rev, lo, hi, query.limit + 1, budget, bound)
 
