@@ -360,6 +360,34 @@ def test_a_write_fewer_replicas_acknowledged_is_outcome_unknown(
         assert reader.load("s-1") is not None  # it did apply: "unknown", never "not applied"
 
 
+def _waits(cluster: LocalCluster, port: int) -> int:
+    """How many ``WAIT`` commands the node on ``port`` has run."""
+    with cluster.client(port) as r:
+        return int(r.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+
+@MODES
+def test_a_write_that_changed_nothing_is_not_followed_by_wait(
+    redis_cluster: LocalCluster, prefix: str, mode: str
+) -> None:
+    c = _open(mode, redis_cluster, prefix, shards=1)
+    try:
+        assert c.save(snap("s-1", 0), None)
+        assert c.save_record("s-1", "k", "{}", None)
+        primary = redis_cluster.primary_of("{" + prefix + "0}")
+        before = _waits(redis_cluster, primary)
+        # Lost compare-and-sets and a delete of nothing: no replica has anything to catch up on.
+        assert not c.save(snap("s-1", 5), 4)
+        assert not c.save(snap("s-1", 0), None)
+        assert not c.save_record("s-1", "k", "{}", None)
+        c.delete_record("s-1", "missing")
+        assert _waits(redis_cluster, primary) == before
+        assert c.save(snap("s-1", 1), 0)  # a write that applied is still followed by WAIT
+        assert _waits(redis_cluster, primary) == before + 1
+    finally:
+        c.close()
+
+
 class _Claims:
     """One writer per session, each save a claim ``cursor -> cursor + 1``, every answer kept.
 

@@ -578,14 +578,20 @@ class _Plan:
                 hint="Open it with the shards it was created with (ADR-0089).",
             )
 
-    def wait_command(self, command: tuple[Any, ...], write: bool) -> tuple[Any, ...] | None:
+    def wait_command(
+        self, command: tuple[Any, ...], write: bool, reply: Any
+    ) -> tuple[Any, ...] | None:
         """The ``WAIT`` that follows a write in cluster mode, or ``None``.
 
-        Not after the layout marker: it holds no session's state, and a marker lost in a
-        failover is written again, with the same count, by the next instance that opens.
+        Not after a script that replied 0: it wrote nothing (a lost compare-and-set, a delete
+        of nothing), so no replica has anything to acknowledge. Not after the layout marker:
+        it holds no session's state, and a marker lost in a failover is written again, with
+        the same count, by the next instance that opens.
         """
         c = self.cluster
         if not write or c is None or c.wait_replicas == 0 or command[1] == self.layout:
+            return None
+        if command[0] == "EVALSHA" and reply == 0:
             return None
         return ("WAIT", c.wait_replicas, c.wait_timeout_ms)
 
@@ -995,7 +1001,7 @@ class RedisStorage(Closing):
                 conn.send_command("EVAL", _SOURCES[command[1]], *command[2:])
                 phase = "reply"
                 reply = conn.read_response()
-            wait = self._plan.wait_command(command, write)
+            wait = self._plan.wait_command(command, write, reply)
             if wait is not None:  # the write is done: from here on its fate is the replicas'
                 conn.send_command(*wait)
                 self._plan.check_acks(conn.read_response())
@@ -1213,7 +1219,7 @@ class AsyncRedisStorage(AsyncClosing):
                 await conn.send_command("EVAL", _SOURCES[command[1]], *command[2:])
                 phase = "reply"
                 reply = await conn.read_response()
-            wait = self._plan.wait_command(command, write)
+            wait = self._plan.wait_command(command, write, reply)
             if wait is not None:  # the write is done: from here on its fate is the replicas'
                 await conn.send_command(*wait)
                 self._plan.check_acks(await conn.read_response())
