@@ -162,6 +162,25 @@ def test_bad_cluster_options_are_config_errors(kwargs: dict[str, Any]) -> None:
         RedisStorage("redis://127.0.0.1:1/0", **kwargs)
 
 
+@pytest.mark.parametrize("cls", [RedisStorage, AsyncRedisStorage])
+@pytest.mark.parametrize(
+    ("url", "kwargs"),
+    [
+        ("redis://127.0.0.1:1/0", {"wait_timeout": 2.0, "socket_timeout": 2.0}),
+        ("redis://127.0.0.1:1/0", {"wait_timeout": 6.0}),  # the default socket_timeout is 5 s
+        ("redis://127.0.0.1:1/0?socket_timeout=0.5", {"wait_timeout": 1.0}),  # redis-py's own
+    ],
+)
+def test_a_wait_the_socket_would_give_up_on_is_refused_at_construction(
+    cls: Any, url: str, kwargs: dict[str, Any]
+) -> None:
+    with pytest.raises(ConfigError, match="socket_timeout"):
+        cls(url, cluster=True, **kwargs)
+    # Shorter than the socket's timeout, or no WAIT at all: accepted (no I/O yet).
+    cls(url, cluster=True, wait_timeout=0.1, socket_timeout=5.0)
+    cls(url, cluster=True, wait_replicas=0, **kwargs)
+
+
 @pytest.mark.parametrize(
     "query",
     [
@@ -172,6 +191,7 @@ def test_bad_cluster_options_are_config_errors(kwargs: dict[str, Any]) -> None:
         "wait_replicas=1.5",
         "wait_timeout=-1",
         "wait_timeout=a",
+        "wait_timeout=5",  # not shorter than the default socket_timeout (5 s)
     ],
 )
 def test_bad_cluster_url_parameters_are_config_errors_before_any_io(query: str) -> None:

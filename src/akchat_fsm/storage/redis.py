@@ -444,6 +444,21 @@ def cluster_options(
     )
 
 
+def check_wait_within(cluster: ClusterOptions | None, socket_timeout: object) -> None:
+    """``WAIT`` must return before the socket gives up on its reply (``ConfigError`` if not):
+    else a write whose replicas are slow is reported by a socket timeout, and the connection
+    is dropped, instead of by ``WAIT``'s count. ``socket_timeout`` is the pool's, the URL's
+    own ``socket_timeout`` included; ``None`` waits forever."""
+    if cluster is None or cluster.wait_replicas == 0 or not isinstance(socket_timeout, int | float):
+        return
+    if cluster.wait_timeout_ms >= socket_timeout * 1000:
+        raise ConfigError(
+            f"wait_timeout ({cluster.wait_timeout_ms} ms) must be shorter than socket_timeout "
+            f"({socket_timeout} s): the socket would give up before WAIT replies.",
+            hint="Lower wait_timeout or raise socket_timeout (ADR-0089).",
+        )
+
+
 class _Routes:
     """Which node serves which hash slot, learnt from ``MOVED`` replies (sans-I/O).
 
@@ -938,6 +953,7 @@ class RedisStorage(Closing):
             self.pool = redis.ConnectionPool.from_url(url, **self._plan.pool_kwargs)
         except (ValueError, RedisError) as exc:
             raise ConfigError(f"Invalid Redis URL: {exc}") from exc
+        check_wait_within(options, self.pool.connection_kwargs.get("socket_timeout"))
 
     def _call(self, command: tuple[Any, ...], *, write: bool) -> Any:
         if self._closed:
@@ -1153,6 +1169,7 @@ class AsyncRedisStorage(AsyncClosing):
             self.pool = self._node_pool(url)
         except (ValueError, RedisError) as exc:
             raise ConfigError(f"Invalid Redis URL: {exc}") from exc
+        check_wait_within(options, self.pool.connection_kwargs.get("socket_timeout"))
 
     async def _call(self, command: tuple[Any, ...], *, write: bool) -> Any:
         if self._closed:
