@@ -35,7 +35,7 @@ import hashlib
 import re
 import select
 import zlib
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -495,6 +495,35 @@ class _Routes:
         host = f"[{node[0]}]" if ":" in node[0] else node[0]
         netloc = f"{user}@{host}:{node[1]}" if user else f"{host}:{node[1]}"
         return self.url._replace(netloc=netloc).geturl()
+
+
+class _Hops:
+    """One routed command's attempts (sans-I/O, shared by both drivers): the node to try
+    next, what a miss teaches the routes, and the error once every hop has missed.
+
+    A driver sends the command to each node it yields until one answers, and hands each
+    ``MovedError`` or ``_Unreached`` (the command did not run there) to :meth:`missed`.
+    """
+
+    def __init__(self, routes: _Routes, command: tuple[Any, ...]) -> None:
+        self.routes = routes
+        self.command = command
+        self.unreached: StorageError | ConfigError | None = None
+
+    def __iter__(self) -> Iterator[_Node]:
+        for _ in range(MAX_HOPS):
+            yield self.routes.node(self.command)
+
+    def missed(self, node: _Node, exc: MovedError | _Unreached) -> None:
+        if isinstance(exc, MovedError):
+            self.routes.moved(exc)  # the command did not run: send it where it belongs
+        else:
+            self.routes.unreachable(node)  # nothing was sent: ask another node
+            self.unreached = exc.error
+
+    def given_up(self) -> Exception:
+        name = self.command[0]
+        return self.unreached or StorageUnavailable(f"Redis Cluster: no node took {name}.")
 
 
 class _Unreached(Exception):
@@ -970,21 +999,17 @@ class RedisStorage(Closing):
             except BaseException:
                 self._layout_checked = False
                 raise
-        unreached: StorageError | ConfigError | None = None
-        for _ in range(MAX_HOPS):
-            node = routes.node(command)
+        hops = _Hops(routes, command)
+        for node in hops:
             pool = self._pools.get(node) or self._pools.setdefault(
                 node,
                 self._node_pool(routes.url_of(node)),  # two threads: one pool wins
             )
             try:
                 return self._send(pool, command, write=write, routed=True)
-            except MovedError as moved:
-                routes.moved(moved)  # the command did not run: send it where it belongs
-            except _Unreached as exc:
-                routes.unreachable(node)  # nothing was sent: ask another node
-                unreached = exc.error
-        raise unreached or StorageUnavailable(f"Redis Cluster: no node took {command[0]}.")
+            except (MovedError, _Unreached) as exc:
+                hops.missed(node, exc)
+        raise hops.given_up()
 
     def _node_pool(self, url: str) -> Any:
         return redis.ConnectionPool.from_url(url, **self._plan.pool_kwargs)
@@ -1186,20 +1211,16 @@ class AsyncRedisStorage(AsyncClosing):
             except BaseException:
                 self._layout_checked = False
                 raise
-        unreached: StorageError | ConfigError | None = None
-        for _ in range(MAX_HOPS):
-            node = routes.node(command)
+        hops = _Hops(routes, command)
+        for node in hops:
             pool = self._pools.get(node) or self._pools.setdefault(
                 node, self._node_pool(routes.url_of(node))
             )
             try:
                 return await self._send(pool, command, write=write, routed=True)
-            except MovedError as moved:
-                routes.moved(moved)  # the command did not run: send it where it belongs
-            except _Unreached as exc:
-                routes.unreachable(node)  # nothing was sent: ask another node
-                unreached = exc.error
-        raise unreached or StorageUnavailable(f"Redis Cluster: no node took {command[0]}.")
+            except (MovedError, _Unreached) as exc:
+                hops.missed(node, exc)
+        raise hops.given_up()
 
     def _node_pool(self, url: str) -> Any:
         kwargs = dict(self._plan.pool_kwargs, retry=AsyncRetry(NoBackoff(), 0))
