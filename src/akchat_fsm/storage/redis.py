@@ -25,8 +25,8 @@ a ``NOSCRIPT`` reply (the script cache was flushed: nothing ran) is answered onc
 Cluster mode (``cluster=True``, ADR-0089) puts a session in bucket ``crc32(id) % shards``
 and prefixes its keys and its bucket's index keys with the hash tag ``{prefix + bucket}``
 (``_Plan.base``), so each script touches one slot; listings read every bucket and merge. The
-adapter routes by ``MOVED`` replies itself (``_Routes``) and follows each write with ``WAIT``:
-too few replica acknowledgements are ``OutcomeUnknown``.
+adapter routes by ``MOVED`` replies itself (``_Routes``, ``_Hops``) and follows each write that
+changed something with ``WAIT``: too few replica acknowledgements are ``OutcomeUnknown``.
 """
 
 from __future__ import annotations
@@ -954,7 +954,7 @@ class RedisStorage(Closing):
     pending index (ADR-0088); a read-only instance never writes, and raises ``ConfigError``
     rather than list a store that needs it. ``cluster=True`` (with
     ``shards``, ``wait_replicas``, ``wait_timeout``) lays the store out for Redis Cluster and
-    follows every write with ``WAIT`` (ADR-0089).
+    follows every write that changed something with ``WAIT`` (ADR-0089).
     """
 
     def __init__(
