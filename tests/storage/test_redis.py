@@ -23,6 +23,7 @@ from storage_harness import Client, snap
 
 from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from akchat_fsm.storage.redis import (
+    BACKFILL_SCRIPT,
     CAS_SHA,
     RECORD_SCRIPT,
     AsyncRedisStorage,
@@ -460,6 +461,7 @@ def test_connection_dropped_while_waiting_for_the_reply_is_outcome_unknown(
         proxy.shut()
         dropper.join(timeout=10)
         c.close()
+    assert not dropper.is_alive()
 
 
 # --------------------------------------------------------------------------- records
@@ -578,6 +580,81 @@ def test_a_losing_save_leaves_every_pending_key_byte_identical(
         c.close()
 
 
+# Redis never rolls a script back: each write script checks every argument (and stored row) it
+# parses before its first write, so a call that fails to parse late leaves the store as it was.
+def _mangled_save(s: RedisStorage, admin: redis.Redis, prefix: str) -> tuple[Any, ...]:
+    *head, _ = s._plan.save_command(_pending_snap("s-m", 1, (4, 400), (5, 500)), 0)
+    return (*head, "soon")  # the last row's expiry: the first row is listed before it is read
+
+
+def _short_save(s: RedisStorage, admin: redis.Redis, prefix: str) -> tuple[Any, ...]:
+    return s._plan.save_command(_pending_snap("s-m", 1, (4, 400), (5, 500)), 0)[:-1]
+
+
+def _bad_written_ms(s: RedisStorage, admin: redis.Redis, prefix: str) -> tuple[Any, ...]:
+    command = list(s._plan.save_command(_pending_snap("s-m", 1, (4, 400)), 0))
+    command[7], command[12] = "later", "1"  # ARGV[1] (the index's score), ARGV[6] processing
+    return tuple(command)
+
+
+def _bad_stored_count(s: RedisStorage, admin: redis.Redis, prefix: str) -> tuple[Any, ...]:
+    admin.hset(prefix + "s-m#records", "#processing", "many")
+    return s._plan.save_command(_pending_snap("s-m", 1, (4, 400)), 0)
+
+
+def _bad_backfill_row(s: RedisStorage, admin: redis.Redis, prefix: str) -> tuple[Any, ...]:
+    rows = ("tok-4", "call-4", "pay", "0000000000000400", "tok-5", "call-5", "pay", "soon")
+    ns = s._plan.pending
+    return s._plan._script(BACKFILL_SCRIPT, "s-m", 0, "0", "", "", "", ns, "0" * 16, *rows)
+
+
+def _bad_record_ms(s: RedisStorage, admin: redis.Redis, prefix: str) -> tuple[Any, ...]:
+    command = list(s._plan.save_record_command("s-m", "k", '"x"', None, True))
+    command[7] = "later"
+    return tuple(command)
+
+
+def _bad_count_on_record_delete(
+    s: RedisStorage, admin: redis.Redis, prefix: str
+) -> tuple[Any, ...]:
+    assert s.save_record("s-m", "k", '"x"', None, processing=True)
+    admin.hset(prefix + "s-m#records", "#processing", "many")
+    return s._plan.delete_record_command("s-m", "k")
+
+
+def _bad_stored_row_on_delete(s: RedisStorage, admin: redis.Redis, prefix: str) -> tuple[Any, ...]:
+    admin.hset(prefix + "s-m#pending", "tok-z", "not a row at all")
+    return s._plan.delete_command("s-m")
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        _mangled_save,
+        _short_save,
+        _bad_written_ms,
+        _bad_stored_count,
+        _bad_backfill_row,
+        _bad_record_ms,
+        _bad_count_on_record_delete,
+        _bad_stored_row_on_delete,
+    ],
+)
+def test_a_script_that_fails_to_parse_late_leaves_the_store_byte_identical(
+    redis_url: str, prefix: str, admin: redis.Redis, mangle: Any
+) -> None:
+    s = RedisStorage(redis_url, prefix=prefix)
+    try:
+        assert s.save(_pending_snap("s-m", 0, (1, 100), (2, 200)), None)
+        command = mangle(s, admin, prefix)
+        before = _dump(admin, prefix)
+        with pytest.raises(StorageUnavailable, match="akchat: "):  # the check's own reply
+            s._call(command, write=True)
+        assert _dump(admin, prefix) == before
+    finally:
+        s.close()
+
+
 @MODES
 def test_delete_leaves_no_pending_trace_of_the_session(
     redis_url: str, prefix: str, admin: redis.Redis, mode: str
@@ -641,20 +718,48 @@ def test_a_store_written_before_the_index_is_backfilled_once(
 
 
 @MODES
-def test_a_read_only_adapter_lists_without_writing_even_an_unbackfilled_store(
+def test_a_read_only_adapter_refuses_an_unbackfilled_index_and_writes_nothing(
     redis_url: str, prefix: str, admin: redis.Redis, mode: str
 ) -> None:
     _write_old_envelope(admin, prefix, _pending_snap("s-old", 1, (1, 100)))
     before = _dump(admin, prefix)
     c = _open(mode, redis_url, prefix, read_only=True)
     try:
-        assert c._call("list_pending").items == ()  # not backfilled: nothing indexed yet
-        assert c._call("find_token", "tok-s-old-1") is None
+        # The index lacks s-old's binding: an empty page would be a silent wrong answer.
+        for call in (lambda: c._call("list_pending"), lambda: c._call("find_token", "tok-s-old-1")):
+            with pytest.raises(ConfigError, match="backfill") as info:
+                call()
+            assert "writable" in (info.value.hint or "")
         with pytest.raises(ConfigError):
             c.save(_pending_snap("s-x", 0, (2, 200)), None)
         assert _dump(admin, prefix) == before
     finally:
         c.close()
+
+
+@MODES
+def test_a_read_only_adapter_lists_a_store_with_nothing_to_backfill(
+    redis_url: str, prefix: str, admin: redis.Redis, mode: str
+) -> None:
+    r = _open(mode, redis_url, prefix, read_only=True)
+    try:
+        assert r._call("list_pending").items == ()  # an empty store: nothing can be missing
+    finally:
+        r.close()
+    w = _open(mode, redis_url, prefix)
+    try:  # saved with the index (and no index read yet, so no marker)
+        assert w.save(_pending_snap("s-new", 0, (1, 100)), None)
+        _write_old_envelope(admin, prefix, _pending_snap("s-old", 1, (2, 50), status="expired"))
+    finally:
+        w.close()
+    before = _dump(admin, prefix)
+    assert prefix.encode() + b"#pending:backfilled" not in before
+    r = _open(mode, redis_url, prefix, read_only=True)
+    try:
+        assert [i.token for i in r._call("list_pending").items] == ["tok-s-new-1"]
+        assert _dump(admin, prefix) == before
+    finally:
+        r.close()
 
 
 @MODES

@@ -21,7 +21,7 @@ from storage_harness import Client, snap
 from akchat_fsm import ConfirmationBinding, ConfirmationStatus, SessionSnapshot
 from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from akchat_fsm.storage import PendingApproval
-from akchat_fsm.storage.redis import AsyncRedisStorage, RedisStorage
+from akchat_fsm.storage.redis import MAX_SHARDS, AsyncRedisStorage, RedisStorage
 from akchat_fsm.storage.url import open_storage
 from akchat_fsm.testing import CHECKS, check_session_storage
 from redis_cluster import LocalCluster, poll
@@ -151,6 +151,7 @@ def test_another_bucket_count_on_the_same_store_is_refused(
         {"wait_replicas": 0},
         {"cluster": True, "shards": 0},
         {"cluster": True, "shards": True},
+        {"cluster": True, "shards": MAX_SHARDS + 1},
         {"cluster": True, "wait_replicas": -1},
         {"cluster": True, "wait_timeout": 0},
         {"cluster": True, "prefix": "a{b}:"},
@@ -161,9 +162,37 @@ def test_bad_cluster_options_are_config_errors(kwargs: dict[str, Any]) -> None:
         RedisStorage("redis://127.0.0.1:1/0", **kwargs)
 
 
+@pytest.mark.parametrize("cls", [RedisStorage, AsyncRedisStorage])
+@pytest.mark.parametrize(
+    ("url", "kwargs"),
+    [
+        ("redis://127.0.0.1:1/0", {"wait_timeout": 2.0, "socket_timeout": 2.0}),
+        ("redis://127.0.0.1:1/0", {"wait_timeout": 6.0}),  # the default socket_timeout is 5 s
+        ("redis://127.0.0.1:1/0?socket_timeout=0.5", {"wait_timeout": 1.0}),  # redis-py's own
+    ],
+)
+def test_a_wait_the_socket_would_give_up_on_is_refused_at_construction(
+    cls: Any, url: str, kwargs: dict[str, Any]
+) -> None:
+    with pytest.raises(ConfigError, match="socket_timeout"):
+        cls(url, cluster=True, **kwargs)
+    # Shorter than the socket's timeout, or no WAIT at all: accepted (no I/O yet).
+    cls(url, cluster=True, wait_timeout=0.1, socket_timeout=5.0)
+    cls(url, cluster=True, wait_replicas=0, **kwargs)
+
+
 @pytest.mark.parametrize(
     "query",
-    ["shards=x", "shards=-1", "shards=0", "wait_replicas=1.5", "wait_timeout=-1", "wait_timeout=a"],
+    [
+        "shards=x",
+        "shards=-1",
+        "shards=0",
+        "shards=257",
+        "wait_replicas=1.5",
+        "wait_timeout=-1",
+        "wait_timeout=a",
+        "wait_timeout=5",  # not shorter than the default socket_timeout (5 s)
+    ],
 )
 def test_bad_cluster_url_parameters_are_config_errors_before_any_io(query: str) -> None:
     with pytest.raises(ConfigError):
@@ -288,6 +317,38 @@ def test_a_scan_budget_cut_in_one_bucket_loses_and_repeats_nothing(
 
 
 @MODES
+def test_the_buckets_share_one_scan_budget_a_page(
+    redis_cluster: LocalCluster, prefix: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from akchat_fsm.storage import redis as adapter
+
+    monkeypatch.setattr(adapter, "PENDING_SCAN_BUDGET", 4)
+    c = _open(mode, redis_cluster, prefix, shards=2)
+    try:
+        # Expiries alternate between the two buckets, so each bucket's first entries
+        # interleave with the other's: a page shows how far every bucket read.
+        sids = [f"s-{n}" for n in range(40)]
+        by_bucket = ([s for s in sids if _bucket(s, 2) == b] for b in (0, 1))
+        pairs = list(zip(*by_bucket, strict=False))[:8]
+        assert len(pairs) == 8
+        for n, (a, b) in enumerate(pairs):
+            assert c.save(with_pending(a, binding(2 * n, 90_000 + 2 * n)), None)
+            assert c.save(with_pending(b, binding(2 * n + 1, 90_001 + 2 * n)), None)
+        seen: list[str] = []
+        after = None
+        for _ in range(40):  # a cross filter admitting every row: only the budget cuts pages
+            page = c._call("list_pending", pending_before_ms=2**52, limit=50, after=after)
+            assert len(page.items) <= 4  # every row listed was examined: at most the budget
+            seen += [item.token for item in page.items]
+            after = page.next_after
+            if after is None:
+                break
+        assert seen == [f"tok-{n}" for n in range(16)]  # and the walk still lists all, once
+    finally:
+        c.close()
+
+
+@MODES
 def test_the_processing_index_merges_the_buckets_oldest_first(
     redis_cluster: LocalCluster, prefix: str, mode: str
 ) -> None:
@@ -317,6 +378,34 @@ def test_a_write_fewer_replicas_acknowledged_is_outcome_unknown(
         c.close()
     with RedisStorage(redis_cluster.url, prefix=prefix, cluster=True) as reader:
         assert reader.load("s-1") is not None  # it did apply: "unknown", never "not applied"
+
+
+def _waits(cluster: LocalCluster, port: int) -> int:
+    """How many ``WAIT`` commands the node on ``port`` has run."""
+    with cluster.client(port) as r:
+        return int(r.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+
+@MODES
+def test_a_write_that_changed_nothing_is_not_followed_by_wait(
+    redis_cluster: LocalCluster, prefix: str, mode: str
+) -> None:
+    c = _open(mode, redis_cluster, prefix, shards=1)
+    try:
+        assert c.save(snap("s-1", 0), None)
+        assert c.save_record("s-1", "k", "{}", None)
+        primary = redis_cluster.primary_of("{" + prefix + "0}")
+        before = _waits(redis_cluster, primary)
+        # Lost compare-and-sets and a delete of nothing: no replica has anything to catch up on.
+        assert not c.save(snap("s-1", 5), 4)
+        assert not c.save(snap("s-1", 0), None)
+        assert not c.save_record("s-1", "k", "{}", None)
+        c.delete_record("s-1", "missing")
+        assert _waits(redis_cluster, primary) == before
+        assert c.save(snap("s-1", 1), 0)  # a write that applied is still followed by WAIT
+        assert _waits(redis_cluster, primary) == before + 1
+    finally:
+        c.close()
 
 
 class _Claims:
@@ -399,14 +488,17 @@ def test_a_killed_primary_loses_no_write_reported_applied(
     claims = _Claims(store, sessions)
     writer = threading.Thread(target=claims.run, daemon=True)
     writer.start()
+    down = False
     try:
         poll("claims before the kill", lambda: claims.applied_count(on_victim) >= 20)
         before = claims.applied_count(on_victim)
         redis_cluster.kill(victim)
+        down = True
         poll("a replica promoted", lambda: redis_cluster.primary_of(tags[on_victim[0]]) != victim)
         poll("every live node ok", lambda: all(redis_cluster.ok(p) for p in redis_cluster.live()))
         # The promoted replica has no replica of its own: WAIT 1 cannot be met, so until the
         # killed node rejoins (as its replica) every write there is reported unknown.
+        down = False
         _restart(redis_cluster, victim)
         poll(
             "claims after the promotion",
@@ -416,6 +508,9 @@ def test_a_killed_primary_loses_no_write_reported_applied(
     finally:
         claims.stop.set()
         writer.join(30)
+        if down:  # a step failed with the node killed: the module's later tests need it back
+            _restart(redis_cluster, victim)
+    assert not writer.is_alive()
     # The kill was seen: some claims on its slots were refused or left unknown meanwhile.
     assert any(claims.refused[s] or claims.unknown[s] for s in on_victim)
     try:

@@ -25,8 +25,8 @@ a ``NOSCRIPT`` reply (the script cache was flushed: nothing ran) is answered onc
 Cluster mode (``cluster=True``, ADR-0089) puts a session in bucket ``crc32(id) % shards``
 and prefixes its keys and its bucket's index keys with the hash tag ``{prefix + bucket}``
 (``_Plan.base``), so each script touches one slot; listings read every bucket and merge. The
-adapter routes by ``MOVED`` replies itself (``_Routes``) and follows each write with ``WAIT``:
-too few replica acknowledgements are ``OutcomeUnknown``.
+adapter routes by ``MOVED`` replies itself (``_Routes``, ``_Hops``) and follows each write that
+changed something with ``WAIT``: too few replica acknowledgements are ``OutcomeUnknown``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import hashlib
 import re
 import select
 import zlib
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -93,6 +93,7 @@ from .port import (
 
 __all__ = [
     "CAS_SCRIPT",
+    "MAX_SHARDS",
     "PENDING_SCAN_BUDGET",
     "AsyncRedisStorage",
     "RedisStorage",
@@ -155,9 +156,35 @@ local function rows_of(rows)
   for i = 1, #flat, 2 do old[flat[i]] = flat[i + 1] end
   return old
 end
-local function unindex(ns, sid, rows)
-  for tok, row in pairs(rows_of(rows)) do unlist(ns, sid, tok, row) end
+local function unindex(ns, sid, rows, old)
+  for tok, row in pairs(old) do unlist(ns, sid, tok, row) end
   redis.call('DEL', rows)
+end
+-- Redis never rolls a script back, so an error after its first write would leave that write:
+-- every write script checks all it will parse before it writes. ``malformed`` checks ARGV[1]
+-- (the index's score), ARGV[2], the stored rows ``old`` and, given ``first``, the padded
+-- ``now`` and the rows from ARGV[first..]; it returns the error reply to give, or nil.
+local function word(s) return s ~= nil and string.match(s, '^%S+$') ~= nil end
+local function digits(s) return s ~= nil and string.match(s, '^%d+$') ~= nil end
+local function malformed(old, first, now)
+  if not tonumber(ARGV[1]) or not word(ARGV[2]) then
+    return 'ERR akchat: a malformed written ms or session id'
+  end
+  for tok, row in pairs(old) do
+    if not string.match(row, '^%d+ %d+ %S+ %S+$') then
+      return 'ERR akchat: the stored pending row of ' .. tok .. ' is malformed'
+    end
+  end
+  if first == nil then return nil end
+  if not digits(now) or #ARGV < first - 1 or (#ARGV - first + 1) % 4 ~= 0 then
+    return 'ERR akchat: malformed pending rows'
+  end
+  for i = first, #ARGV, 4 do
+    if not (word(ARGV[i]) and word(ARGV[i + 1]) and word(ARGV[i + 2]) and digits(ARGV[i + 3])) then
+      return 'ERR akchat: a malformed pending row'
+    end
+  end
+  return nil
 end
 local function reindex(ns, sid, rows, old, now, first)
   local kept = {}
@@ -202,11 +229,17 @@ elseif stored ~= ARGV[3] then
 end
 local old = {}
 if head[2] == '1' then old = rows_of(KEYS[4]) end
+local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '0')
+local bad = malformed(old, 9, ARGV[8])
+if not bad and (not busy or not digits(ARGV[4]) or (ARGV[6] ~= '0' and ARGV[6] ~= '1')) then
+  bad = 'ERR akchat: a malformed cursor, processing flag or record count'
+end
+if bad then return redis.error_reply(bad) end
+-- Parsed and checked: only writes from here on.
 reindex(ARGV[7], ARGV[2], KEYS[4], old, ARGV[8], 9)
 local rows = #ARGV > 8 and '1' or '0'
 redis.call('HSET', KEYS[1], 'cursor', ARGV[4], 'body', ARGV[5], 'processing', ARGV[6],
   'pending', rows)
-local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '0')
 """
     + _INDEX
 )
@@ -218,7 +251,10 @@ BACKFILL_SCRIPT = (
     _PENDING
     + """\
 if redis.call('HGET', KEYS[1], 'cursor') ~= ARGV[3] then return 0 end
-reindex(ARGV[7], ARGV[2], KEYS[4], rows_of(KEYS[4]), ARGV[8], 9)
+local old = rows_of(KEYS[4])
+local bad = malformed(old, 9, ARGV[8])
+if bad then return redis.error_reply(bad) end
+reindex(ARGV[7], ARGV[2], KEYS[4], old, ARGV[8], 9)
 redis.call('HSET', KEYS[1], 'pending', #ARGV > 8 and '1' or '0')
 return 1
 """
@@ -267,6 +303,10 @@ elseif stored ~= ARGV[4] then
   return 0
 end
 local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '0')
+-- Checked before the first write (Redis never rolls a script back): all it parses.
+if not busy or not tonumber(ARGV[1]) or not string.match(ARGV[5] or '', '^%d+$') then
+  return redis.error_reply('ERR akchat: a malformed written ms, version or record count')
+end
 local was = redis.call('HEXISTS', KEYS[2], p) == 1
 redis.call('HSET', KEYS[2], v, ARGV[5], 'b:' .. ARGV[3], ARGV[6])
 if ARGV[7] == '1' and not was then
@@ -288,9 +328,11 @@ end
 #: ARGV[1] written ms, ARGV[2] session id, ARGV[3] key. Leaves the score of a session that
 #: stays listed unchanged (a delete is not a write of state), like the memory adapter.
 DELETE_RECORD_SCRIPT = """\
+local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '1')
+if not busy then return redis.error_reply('ERR akchat: a malformed record count') end
 if redis.call('HDEL', KEYS[2], 'v:' .. ARGV[3], 'b:' .. ARGV[3]) == 0 then return 0 end
 if redis.call('HDEL', KEYS[2], 'p:' .. ARGV[3]) == 0 then return 1 end
-local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '1') - 1
+busy = busy - 1
 if busy > 0 then
   redis.call('HSET', KEYS[2], '#processing', busy)
   return 1
@@ -305,9 +347,12 @@ return 1
 DELETE_SCRIPT = (
     _PENDING
     + """\
+local old = rows_of(KEYS[4])
+local bad = malformed(old)
+if bad then return redis.error_reply(bad) end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
-unindex(ARGV[3], ARGV[2], KEYS[4])
+unindex(ARGV[3], ARGV[2], KEYS[4], old)
 return 1
 """
 )
@@ -361,6 +406,9 @@ def map_redis_error(exc: BaseException, *, phase: Phase, write: bool) -> Storage
 _Node = tuple[str, int]
 #: Redirections (and unreachable nodes) one command may meet before it is given up.
 MAX_HOPS: Final = 5
+#: The most buckets a cluster-mode store may have: every listing reads each bucket (a round
+#: trip apiece) and a page's ``PENDING_SCAN_BUDGET`` is shared between them (ADR-0089).
+MAX_SHARDS: Final = 256
 
 
 @dataclass(frozen=True)
@@ -390,10 +438,25 @@ def cluster_options(
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < 3600:
         raise ConfigError(f"wait_timeout must be seconds in (0, 3600), got {wait_timeout!r}.")
     return ClusterOptions(
-        _count(16 if shards is None else shards, "shards", 1, 16384),
+        _count(16 if shards is None else shards, "shards", 1, MAX_SHARDS),
         _count(1 if wait_replicas is None else wait_replicas, "wait_replicas", 0, 100),
         max(1, round(timeout * 1000)),
     )
+
+
+def check_wait_within(cluster: ClusterOptions | None, socket_timeout: object) -> None:
+    """``WAIT`` must return before the socket gives up on its reply (``ConfigError`` if not):
+    else a write whose replicas are slow is reported by a socket timeout, and the connection
+    is dropped, instead of by ``WAIT``'s count. ``socket_timeout`` is the pool's, the URL's
+    own ``socket_timeout`` included; ``None`` waits forever."""
+    if cluster is None or cluster.wait_replicas == 0 or not isinstance(socket_timeout, int | float):
+        return
+    if cluster.wait_timeout_ms >= socket_timeout * 1000:
+        raise ConfigError(
+            f"wait_timeout ({cluster.wait_timeout_ms} ms) must be shorter than socket_timeout "
+            f"({socket_timeout} s): the socket would give up before WAIT replies.",
+            hint="Lower wait_timeout or raise socket_timeout (ADR-0089).",
+        )
 
 
 class _Routes:
@@ -432,6 +495,35 @@ class _Routes:
         host = f"[{node[0]}]" if ":" in node[0] else node[0]
         netloc = f"{user}@{host}:{node[1]}" if user else f"{host}:{node[1]}"
         return self.url._replace(netloc=netloc).geturl()
+
+
+class _Hops:
+    """One routed command's attempts (sans-I/O, shared by both drivers): the node to try
+    next, what a miss teaches the routes, and the error once every hop has missed.
+
+    A driver sends the command to each node it yields until one answers, and hands each
+    ``MovedError`` or ``_Unreached`` (the command did not run there) to :meth:`missed`.
+    """
+
+    def __init__(self, routes: _Routes, command: tuple[Any, ...]) -> None:
+        self.routes = routes
+        self.command = command
+        self.unreached: StorageError | ConfigError | None = None
+
+    def __iter__(self) -> Iterator[_Node]:
+        for _ in range(MAX_HOPS):
+            yield self.routes.node(self.command)
+
+    def missed(self, node: _Node, exc: MovedError | _Unreached) -> None:
+        if isinstance(exc, MovedError):
+            self.routes.moved(exc)  # the command did not run: send it where it belongs
+        else:
+            self.routes.unreachable(node)  # nothing was sent: ask another node
+            self.unreached = exc.error
+
+    def given_up(self) -> Exception:
+        name = self.command[0]
+        return self.unreached or StorageUnavailable(f"Redis Cluster: no node took {name}.")
 
 
 class _Unreached(Exception):
@@ -530,14 +622,20 @@ class _Plan:
                 hint="Open it with the shards it was created with (ADR-0089).",
             )
 
-    def wait_command(self, command: tuple[Any, ...], write: bool) -> tuple[Any, ...] | None:
+    def wait_command(
+        self, command: tuple[Any, ...], write: bool, reply: Any
+    ) -> tuple[Any, ...] | None:
         """The ``WAIT`` that follows a write in cluster mode, or ``None``.
 
-        Not after the layout marker: it holds no session's state, and a marker lost in a
-        failover is written again, with the same count, by the next instance that opens.
+        Not after a script that replied 0: it wrote nothing (a lost compare-and-set, a delete
+        of nothing), so no replica has anything to acknowledge. Not after the layout marker:
+        it holds no session's state, and a marker lost in a failover is written again, with
+        the same count, by the next instance that opens.
         """
         c = self.cluster
         if not write or c is None or c.wait_replicas == 0 or command[1] == self.layout:
+            return None
+        if command[0] == "EVALSHA" and reply == 0:
             return None
         return ("WAIT", c.wait_replicas, c.wait_timeout_ms)
 
@@ -663,7 +761,9 @@ class _Plan:
                 tops.append(f"{after} ")  # below every member of that key
             hi = f"({min(tops)}" if tops else "+"
         bound = "" if cross is None else _pad(cross)
-        budget = PENDING_SCAN_BUDGET
+        # One page's budget, shared by the buckets it reads (bounded work whatever ``shards``);
+        # at least one entry each, so every page moves on (ADR-0089).
+        budget = max(1, PENDING_SCAN_BUDGET // len(self.bases))
         rev = "" if ascending else "rev"
         return _page_script(name, rev, lo, hi, query.limit + 1, budget, bound)
 
@@ -683,12 +783,16 @@ class _Plan:
         Guarded by a marker key written last: a backfill cut short runs again in full (each
         session's rows are rewritten only if its cursor is still the one read, carrying the
         since of rows already there), so running it twice changes nothing. A read-only
-        adapter never writes: it answers from the index as it is. A cluster-mode store has had
-        the index from its first write (ADR-0089): nothing to backfill.
+        adapter never writes, and never answers from an index it knows to be incomplete: on a
+        store without the marker it scans the same way and raises ``ConfigError`` at the first
+        session a writable one would backfill (a valid envelope holding a pending binding) that
+        has no ``pending`` field, i.e. was last saved before the index. An empty store, or
+        one only saved with the index, lists as it is. A cluster-mode store has had the index
+        from its first write (ADR-0089): nothing to backfill.
         """
         if self.cluster is not None:
             return
-        if (yield ("EXISTS", self.backfilled), False) or read_only:
+        if (yield ("EXISTS", self.backfilled), False):
             return
         pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix) + "*"
         cursor: Any = 0
@@ -698,18 +802,33 @@ class _Plan:
                 sid = bytes(name).decode("utf-8", "replace")[len(self.prefix) :]
                 if not is_identifier(sid):
                     continue  # a derived key (#records, #pending...) or not a session
-                body, stored = yield self.load_command(sid), False
+                command = ("HMGET", self.key(sid), "body", "cursor", "pending")
+                body, stored, indexed = yield command, False
                 if body is None or b'"status":"pending"' not in bytes(body):
                     continue
                 decoded = decode_session_snapshot(bytes(body))
                 if decoded.snapshot is None or stored is None:
                     continue  # left as it is: load reports it, the next save indexes it
+                if read_only:
+                    if indexed is None:
+                        raise _unbackfilled(sid)
+                    continue
                 rows = _row_args(pending_rows(decoded.snapshot))
                 args = (bytes(stored).decode("ascii"), "", "", "", self.pending)
                 yield self._script(BACKFILL_SCRIPT, sid, 0, *args, _pad(now_ms()), *rows), True
             if int(cursor) == 0:
                 break
-        yield ("SET", self.backfilled, "1"), True
+        if not read_only:
+            yield ("SET", self.backfilled, "1"), True
+
+
+def _unbackfilled(session_id: str) -> ConfigError:
+    return ConfigError(
+        f"This Redis store was never backfilled: session {session_id!r} was saved before the "
+        "pending index, so a read-only adapter would answer from an index that lacks it.",
+        hint="Open the store once writable and call list_pending (or find_token) to backfill "
+        "it; read-only adapters then list it (ADR-0088).",
+    )
 
 
 T = TypeVar("T")
@@ -832,9 +951,10 @@ class RedisStorage(Closing):
     ``read_only=True``: every write is refused (``ConfigError``) before it is sent; reads
     never write in Redis, so the store stays as it was. The first ``list_pending`` or
     ``find_token`` of an instance backfills, once per store, a store written before the
-    pending index (ADR-0088); a read-only instance skips it. ``cluster=True`` (with
+    pending index (ADR-0088); a read-only instance never writes, and raises ``ConfigError``
+    rather than list a store that needs it. ``cluster=True`` (with
     ``shards``, ``wait_replicas``, ``wait_timeout``) lays the store out for Redis Cluster and
-    follows every write with ``WAIT`` (ADR-0089).
+    follows every write that changed something with ``WAIT`` (ADR-0089).
     """
 
     def __init__(
@@ -862,6 +982,7 @@ class RedisStorage(Closing):
             self.pool = redis.ConnectionPool.from_url(url, **self._plan.pool_kwargs)
         except (ValueError, RedisError) as exc:
             raise ConfigError(f"Invalid Redis URL: {exc}") from exc
+        check_wait_within(options, self.pool.connection_kwargs.get("socket_timeout"))
 
     def _call(self, command: tuple[Any, ...], *, write: bool) -> Any:
         if self._closed:
@@ -878,21 +999,17 @@ class RedisStorage(Closing):
             except BaseException:
                 self._layout_checked = False
                 raise
-        unreached: StorageError | ConfigError | None = None
-        for _ in range(MAX_HOPS):
-            node = routes.node(command)
+        hops = _Hops(routes, command)
+        for node in hops:
             pool = self._pools.get(node) or self._pools.setdefault(
                 node,
                 self._node_pool(routes.url_of(node)),  # two threads: one pool wins
             )
             try:
                 return self._send(pool, command, write=write, routed=True)
-            except MovedError as moved:
-                routes.moved(moved)  # the command did not run: send it where it belongs
-            except _Unreached as exc:
-                routes.unreachable(node)  # nothing was sent: ask another node
-                unreached = exc.error
-        raise unreached or StorageUnavailable(f"Redis Cluster: no node took {command[0]}.")
+            except (MovedError, _Unreached) as exc:
+                hops.missed(node, exc)
+        raise hops.given_up()
 
     def _node_pool(self, url: str) -> Any:
         return redis.ConnectionPool.from_url(url, **self._plan.pool_kwargs)
@@ -925,7 +1042,7 @@ class RedisStorage(Closing):
                 conn.send_command("EVAL", _SOURCES[command[1]], *command[2:])
                 phase = "reply"
                 reply = conn.read_response()
-            wait = self._plan.wait_command(command, write)
+            wait = self._plan.wait_command(command, write, reply)
             if wait is not None:  # the write is done: from here on its fate is the replicas'
                 conn.send_command(*wait)
                 self._plan.check_acks(conn.read_response())
@@ -1077,6 +1194,7 @@ class AsyncRedisStorage(AsyncClosing):
             self.pool = self._node_pool(url)
         except (ValueError, RedisError) as exc:
             raise ConfigError(f"Invalid Redis URL: {exc}") from exc
+        check_wait_within(options, self.pool.connection_kwargs.get("socket_timeout"))
 
     async def _call(self, command: tuple[Any, ...], *, write: bool) -> Any:
         if self._closed:
@@ -1093,20 +1211,16 @@ class AsyncRedisStorage(AsyncClosing):
             except BaseException:
                 self._layout_checked = False
                 raise
-        unreached: StorageError | ConfigError | None = None
-        for _ in range(MAX_HOPS):
-            node = routes.node(command)
+        hops = _Hops(routes, command)
+        for node in hops:
             pool = self._pools.get(node) or self._pools.setdefault(
                 node, self._node_pool(routes.url_of(node))
             )
             try:
                 return await self._send(pool, command, write=write, routed=True)
-            except MovedError as moved:
-                routes.moved(moved)  # the command did not run: send it where it belongs
-            except _Unreached as exc:
-                routes.unreachable(node)  # nothing was sent: ask another node
-                unreached = exc.error
-        raise unreached or StorageUnavailable(f"Redis Cluster: no node took {command[0]}.")
+            except (MovedError, _Unreached) as exc:
+                hops.missed(node, exc)
+        raise hops.given_up()
 
     def _node_pool(self, url: str) -> Any:
         kwargs = dict(self._plan.pool_kwargs, retry=AsyncRetry(NoBackoff(), 0))
@@ -1143,7 +1257,7 @@ class AsyncRedisStorage(AsyncClosing):
                 await conn.send_command("EVAL", _SOURCES[command[1]], *command[2:])
                 phase = "reply"
                 reply = await conn.read_response()
-            wait = self._plan.wait_command(command, write)
+            wait = self._plan.wait_command(command, write, reply)
             if wait is not None:  # the write is done: from here on its fate is the replicas'
                 await conn.send_command(*wait)
                 self._plan.check_acks(await conn.read_response())
