@@ -38,6 +38,7 @@ def test_the_page_has_an_example_per_verb() -> None:
         "pending",
         "inbox",
         "schema",
+        "audit",
         "diagram",
     }
 

@@ -1,0 +1,125 @@
+"""``akchat-fsm audit URL SESSION``: who decided each tool call of a session (ADR-0132).
+
+Reads the session's audit entries (one per claim attempt, written before the claim) and marks
+the one whose claim applied. Read-only: the store is opened read-only and never changed.
+``--json`` prints JSON Lines, one entry a line, for an export.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich import box
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import ConfigError, StorageError
+from ..session.audit import AuditEntry, audit_trail
+from ..session.session import default_clock, keeps_records
+from ._common import (
+    EXIT_USAGE,
+    describe,
+    fail,
+    inert,
+    inert_json,
+    opened_storage,
+    pinned_rows,
+    print_renderable,
+)
+from ._envelope import _when
+from .reconcile_all import Duration
+
+__all__ = ["audit"]
+
+NO_RECORDS = (
+    "this store ({kind}) keeps no audit trail: it has no records capability, so its "
+    "decisions are not attributed to anyone (docs/confirmations.md)"
+)
+
+
+def _table(entries: tuple[AuditEntry, ...]) -> Group:
+    table = Table(box=box.SIMPLE_HEAD, expand=False, pad_edge=False)
+    for header in ("TOKEN", "CURSOR", "INTENT", "WHO", "VIA", "AT", "DECISION", "ARGS"):
+        table.add_column(header, no_wrap=True)
+    table.add_column("REASON")
+    rows = [
+        (
+            inert(e.token),
+            str(e.cursor),
+            inert(e.intent),
+            inert(e.principal) if e.principal is not None else "(not named)",
+            inert(e.via),
+            _when(e.at_ms),
+            "applied" if e.decided else "not applied",
+            inert(e.args_digest[: len("sha256:") + 12]),
+            inert(e.reason) if e.reason is not None else "",
+        )
+        for e in entries
+    ]
+    if not rows:
+        return Group(Text("No audit entries match."))
+    decided = sum(e.decided for e in entries)
+    summary = f"{len(rows)} entries; {decided} decision(s) applied, the others lost their race."
+    return Group(pinned_rows(table, rows), Text(summary))
+
+
+@click.command("audit")
+@click.argument("url")
+@click.argument("session_id", metavar="SESSION")
+@click.option("--token", default=None, help="Only this confirmation's entries.")
+@click.option(
+    "--since", type=Duration(), default=None, help="Only entries written within this age (1h)."
+)
+@click.option(
+    "--now",
+    "now_ms",
+    type=click.IntRange(0),
+    default=None,
+    help="The reference time for --since, epoch ms (default: now).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON Lines, one entry a line.")
+@click.option(
+    "--width",
+    type=click.IntRange(40, 1000),
+    default=None,
+    help="Output width in columns; tokens are never wrapped.",
+)
+def audit(
+    url: str,
+    session_id: str,
+    token: str | None,
+    since: int | None,
+    now_ms: int | None,
+    as_json: bool,
+    width: int | None,
+) -> None:
+    """Show who decided each tool call of SESSION: principal, from where, when, why, on which
+    arguments, and which attempt's claim applied.
+
+    \b
+    Examples:
+      akchat-fsm audit sqlite:///sessions.db chat-42
+      akchat-fsm audit postgresql://db/app chat-42 --since 24h --json > chat-42.jsonl
+    """
+    now = default_clock() if now_ms is None else now_ms
+    with opened_storage(url, read_only=True) as storage:
+        if not keeps_records(storage):
+            fail(NO_RECORDS.format(kind=type(storage).__name__), EXIT_USAGE)
+        try:
+            entries = audit_trail(
+                storage,
+                session_id,
+                token=token,
+                since_ms=None if since is None else now - since,
+            )
+        except ConfigError as exc:
+            fail(f"cannot read the audit trail: {describe(exc)}", EXIT_USAGE)
+        except StorageError as exc:
+            fail(f"cannot read the audit trail from {url!r}: {describe(exc)}", EXIT_USAGE)
+    if as_json:
+        for entry in entries:
+            click.echo(inert_json(json.dumps(entry.to_json(), ensure_ascii=False)))
+    else:
+        print_renderable(_table(entries), width)
