@@ -26,6 +26,7 @@ from akchat_fsm.testing.doubles import AsyncRecordingUpstream
 
 from ._world import DEFINITION, Clock, by_header, only_ana
 from .test_bridge import scripted
+from .test_http import FORM_DIGESTS, SHOWN
 
 ORIGIN = "http://127.0.0.1"
 SAME = {"origin": ORIGIN, "sec-fetch-site": "same-origin"}
@@ -76,11 +77,12 @@ def csrf(c: TestClient, token: str, session_id: str) -> str:
     assert page.status_code == 200, page.text
     match = re.search(r'name="csrf" value="([0-9a-f]+)"', page.text)
     assert match
+    SHOWN.update(FORM_DIGESTS.findall(page.text))
     return match.group(1)
 
 
 def decide(c: TestClient, token: str, verb: str, form: str, **fields: str) -> Any:
-    data = {"csrf": form, "session": "s-1", **fields}
+    data = {"csrf": form, "session": "s-1", "args_digest": SHOWN.get(token, ""), **fields}
     return c.post(f"/call/{token}/{verb}", data=data, headers=SAME)
 
 

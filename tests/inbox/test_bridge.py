@@ -19,6 +19,7 @@ from akchat_fsm import resume_chat_session
 from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
 
 from ._world import DEFINITION, World, by_header, only_ana
+from .test_http import FORM_DIGESTS, SHOWN
 
 
 def scripted(messages: Any, info: Any) -> ModelResponse:
@@ -61,6 +62,7 @@ def tab(world: World, agent: Any, token: str) -> tuple[TestClient, str]:
     page = c.get(f"/call/{token}", params={"session": "chat-1"}).text
     match = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
     assert match
+    SHOWN.update(FORM_DIGESTS.findall(page))
     return c, match.group(1)
 
 
@@ -68,7 +70,7 @@ def decide(opened: tuple[TestClient, str], token: str, verb: str, **fields: str)
     c, csrf = opened
     return c.post(
         f"/call/{token}/{verb}",
-        data={"csrf": csrf, "session": "chat-1", **fields},
+        data={"csrf": csrf, "session": "chat-1", "args_digest": SHOWN.get(token, ""), **fields},
         headers={"origin": "http://127.0.0.1", "sec-fetch-site": "same-origin"},
     )
 

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from akchat_fsm import ConfigError, resume_chat_session
+from akchat_fsm import ConfigError, arguments_digest, resume_chat_session
 from akchat_fsm.inbox import create_inbox
+from akchat_fsm.session import audit_trail
 from akchat_fsm.storage import AsyncMemoryStorage
 from akchat_fsm.testing.doubles import RecordingChatMemory
 
@@ -31,9 +32,18 @@ def client(app: Any, user: str | None = "ana", host: str = "127.0.0.1") -> TestC
     return TestClient(app, base_url=ORIGIN, client=(host, 50000), headers=headers)
 
 
+#: token -> the arguments digest its decision form carried, from every page read here: a post
+#: sends what the page the user saw holds, as the browser does (``post`` adds it).
+SHOWN: dict[str, str] = {}
+FORM_DIGESTS = re.compile(
+    r'action="[^"]*/call/([^/"]+)/approve".*?name="args_digest" value="([^"]+)"', re.S
+)
+
+
 def csrf_of(page: str) -> str:
     match = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
     assert match, "the page has no CSRF field"
+    SHOWN.update(FORM_DIGESTS.findall(page))
     return match.group(1)
 
 
@@ -46,6 +56,9 @@ def open_call(c: TestClient, token: str, session_id: str) -> str:
 def post(c: TestClient, path: str, fields: dict[str, str], **headers: str) -> Any:
     same = {"origin": ORIGIN, "sec-fetch-site": "same-origin"}
     sent = {k: v for k, v in {**same, **headers}.items() if v}  # "" drops a header
+    decision = re.fullmatch(r"/call/([^/]+)/(?:approve|reject)", path)
+    if decision and decision.group(1) in SHOWN and "args_digest" not in fields:
+        fields = {**fields, "args_digest": SHOWN[decision.group(1)]}
     return c.post(path, data=fields, headers=sent)
 
 
@@ -155,7 +168,37 @@ def test_approve_runs_upstream_once_and_a_second_approve_shows_it_was_decided(
     lost = post(tab2, path, {"csrf": csrf2, "session": "s-1"})
     assert lost.status_code == 409 and 'data-kind="decided"' in lost.text
     assert "approved" in lost.text
+    assert re.search(r'decided by <strong class="decider" dir="auto">ana</strong>', lost.text)
     assert world.upstream.calls_for(record.tool_call_id) == [("approve", record.tool_call_id)]
+    (entry,) = audit_trail(world.storage, "s-1")
+    assert (entry.principal, entry.via, entry.decided) == ("ana", "inbox", True)
+    assert entry.args_digest == arguments_digest({"to": "a@example.com"})
+
+
+@pytest.mark.parametrize(
+    ("digest", "status", "says"),
+    [
+        (None, 400, "which arguments you saw"),
+        ("sha256:xyz", 400, "which arguments you saw"),
+        ("sha256:" + "0" * 64, 409, 'data-kind="changed"'),
+    ],
+    ids=["no digest", "malformed", "other arguments"],
+)
+@pytest.mark.parametrize("verb", ["approve", "reject"])
+def test_a_decision_not_bound_to_the_arguments_shown_changes_nothing(
+    world: World, digest: str | None, status: int, says: str, verb: str
+) -> None:
+    record = world.propose("s-1", "payment.send", {"amount": 10})
+    c = client(world.app(authorize=by_header, can_decide=only_ana))
+    csrf = open_call(c, record.token, "s-1")
+    before = world.stored("s-1")
+    fields = {"csrf": csrf, "session": "s-1", "reason": "no"}
+    fields["args_digest"] = digest or ""
+    response = post(c, f"/call/{record.token}/{verb}", fields)
+    assert response.status_code == status and says in response.text
+    assert world.stored("s-1") == before
+    assert world.storage.list_records("s-1") == []  # no audit entry, no reason record
+    assert world.upstream.calls_for(record.tool_call_id) == []
 
 
 def test_a_same_origin_post_with_a_null_origin_is_the_page_itself(world: World) -> None:

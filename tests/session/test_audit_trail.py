@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 
-from akchat_fsm import AlreadyResolved, ConfigError, arguments_digest
+from akchat_fsm import AlreadyResolved, ConfigError, StorageUnavailable, arguments_digest
 from akchat_fsm.session import (
     ChatDefinition,
     audit_trail,
@@ -21,9 +22,13 @@ from akchat_fsm.session import (
     resume_chat_session,
     resume_chat_session_async,
 )
-from akchat_fsm.session._audit import audit_key
+from akchat_fsm.session.audit import audit_key
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
-from akchat_fsm.testing.doubles import AsyncRecordingUpstream, RecordingChatMemory, RecordingUpstream
+from akchat_fsm.testing.doubles import (
+    AsyncRecordingUpstream,
+    RecordingChatMemory,
+    RecordingUpstream,
+)
 
 DEFINITION = ChatDefinition("support")
 ARGS = {"to": "a@example.com", "amount": 12.5}
@@ -103,7 +108,7 @@ def test_a_stale_decider_loses_to_the_claim_and_is_named_nowhere() -> None:
 
 
 def test_an_entry_whose_writer_died_before_its_claim_is_fenced_and_never_the_decision() -> None:
-    storage, clock, upstream, coordinator, token = _proposed()
+    storage, _clock, upstream, coordinator, token = _proposed()
     dead_at = _stored_cursor(storage)
     # mallory wrote her entry at this cursor and died before sending her claim
     mallory = {
@@ -123,9 +128,7 @@ def test_an_entry_whose_writer_died_before_its_claim_is_fenced_and_never_the_dec
     assert upstream.calls == [("deny", trail[1].tool_call_id, "no")]
 
 
-def test_a_claimant_killed_after_its_claim_is_still_the_decision_and_a_release_unnames_it() -> (
-    None
-):
+def test_a_claimant_killed_after_its_claim_is_still_the_decision_and_a_release_unnames_it() -> None:
     storage, clock, upstream, coordinator, token = _proposed()
     upstream.fail_next = 1  # the claim is saved, then upstream fails: left processing
     with pytest.raises(Exception, match="Upstream failed"):
@@ -145,7 +148,7 @@ def test_a_claimant_killed_after_its_claim_is_still_the_decision_and_a_release_u
 
 
 def test_the_sweep_expires_as_itself_and_a_trail_filters_by_call_and_time() -> None:
-    storage, clock, upstream, coordinator, token = _proposed()
+    storage, clock, _upstream, coordinator, token = _proposed()
     other = coordinator.propose("email.send", {"to": "b"}).token  # type: ignore[attr-defined]
     clock.now = 1_500
     coordinator.approve(other, decided_by="ana")  # type: ignore[attr-defined]
@@ -228,3 +231,45 @@ def test_the_asyncio_twin_writes_and_reads_the_same_trail() -> None:
         assert entry.to_json()["principal"] == "ana"
 
     asyncio.run(scenario())
+
+
+class AuditWriteFails:
+    """The session's storage, whose next audit-entry write raises: after applying it (a
+    timed-out reply) or before (refused); the library cannot tell the two apart."""
+
+    def __init__(self, inner: MemoryStorage, applies: bool) -> None:
+        self.inner, self.applies, self.armed = inner, applies, True
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def save_record(self, session_id: str, key: str, text: str, *args: Any, **kw: Any) -> bool:
+        if self.armed and key.startswith("audit:"):
+            self.armed = False
+            if self.applies:
+                self.inner.save_record(session_id, key, text, *args, **kw)
+            raise TimeoutError("no reply")
+        return self.inner.save_record(session_id, key, text, *args, **kw)
+
+
+def test_an_audit_write_that_applied_with_no_reply_is_settled_by_reading_it_back() -> None:
+    inner, upstream = MemoryStorage(), RecordingUpstream()
+    storage = AuditWriteFails(inner, applies=True)
+    coordinator = _open(storage, Clock(), upstream)
+    token = coordinator.propose("email.send", ARGS).token  # type: ignore[attr-defined]
+    assert coordinator.approve(token, decided_by="ana").status == "approved"  # type: ignore[attr-defined]
+    assert [(e.principal, e.decided) for e in audit_trail(inner, "s")] == [("ana", True)]
+    assert len(upstream.calls) == 1
+
+
+def test_an_audit_write_that_did_not_apply_sends_no_claim_and_a_retry_decides() -> None:
+    inner, upstream = MemoryStorage(), RecordingUpstream()
+    storage = AuditWriteFails(inner, applies=False)
+    coordinator = _open(storage, Clock(), upstream)
+    token = coordinator.propose("email.send", ARGS).token  # type: ignore[attr-defined]
+    before = inner.load("s")
+    with pytest.raises(StorageUnavailable, match="audit entry"):
+        coordinator.approve(token, decided_by="ana")  # type: ignore[attr-defined]
+    assert inner.load("s") == before and upstream.calls == []
+    assert coordinator.approve(token, decided_by="ana").status == "approved"  # type: ignore[attr-defined]
+    assert [(e.principal, e.decided) for e in audit_trail(inner, "s")] == [("ana", True)]

@@ -17,6 +17,7 @@ import click
 from .. import __version__
 from ..errors import AkchatError, StorageError
 from ._common import EXIT_INVALID, EXIT_USAGE, describe, inert
+from .audit import audit
 from .check_storage import check_storage
 from .demo import demo
 from .diagram import diagram
@@ -88,6 +89,7 @@ for _command in (
     check_storage,
     inspect,
     pending,
+    audit,
     inbox,
     reconcile,
     settle,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp
 
 from ..errors import (
+    ArgumentsMismatch,
     ConfigError,
     ConfirmationError,
     InvalidConfirmationToken,
@@ -50,9 +52,12 @@ from ..session import (
     ChatMemory,
     UpstreamChat,
     UpstreamFailed,
+    audit_trail,
+    audit_trail_async,
     resume_chat_session,
     resume_chat_session_async,
 )
+from ..session.session import keeps_records
 from ..storage.port import (
     AsyncPendingIndex,
     AsyncSessionStorage,
@@ -62,6 +67,7 @@ from ..storage.port import (
     SessionStorage,
 )
 from ..wire import ConfirmationBinding, ConfirmationStatus, MemoryRecord, validate_memory_record
+from ..wire.digest import arguments_digest
 from ._render import DEFAULT_BOUNDS, Bounds, countdown, pretty_arguments, visible
 from ._security import (
     CSRF_COOKIE,
@@ -74,6 +80,8 @@ from ._security import (
 )
 
 Principal = Any
+#: What a decision form carries as the digest of the arguments it showed.
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 Authorize = Callable[[Request], "Principal | Awaitable[Principal | None] | None"]
 CanDecide = Callable[[Principal, PendingApproval], "bool | Awaitable[bool]"]
 
@@ -99,19 +107,50 @@ class AsyncInboxStorage(AsyncSessionStorage, AsyncPendingIndex, Protocol):
 
 
 class Bridge(Protocol):
-    """What ``bridge_for`` returns: an agent-runtime bridge's two decisions."""
+    """What ``bridge_for`` returns: an agent-runtime bridge's two decisions (the inbox passes
+    the digest of the arguments shown and who decides, keyword arguments every bridge takes)."""
 
-    def approve(self, token: str) -> object: ...
+    def approve(
+        self,
+        token: str,
+        *,
+        args_digest: str | None = None,
+        decided_by: str | None = None,
+        via: str = "api",
+    ) -> object: ...
 
-    def reject(self, token: str, reason: str | None = None) -> object: ...
+    def reject(
+        self,
+        token: str,
+        reason: str | None = None,
+        *,
+        args_digest: str | None = None,
+        decided_by: str | None = None,
+        via: str = "api",
+    ) -> object: ...
 
 
 class AsyncBridge(Protocol):
     """The asyncio twin of :class:`Bridge` (``AsyncPydanticAIBridge``, ...)."""
 
-    async def approve(self, token: str) -> object: ...
+    async def approve(
+        self,
+        token: str,
+        *,
+        args_digest: str | None = None,
+        decided_by: str | None = None,
+        via: str = "api",
+    ) -> object: ...
 
-    async def reject(self, token: str, reason: str | None = None) -> object: ...
+    async def reject(
+        self,
+        token: str,
+        reason: str | None = None,
+        *,
+        args_digest: str | None = None,
+        decided_by: str | None = None,
+        via: str = "api",
+    ) -> object: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +166,8 @@ class _Outcome:
     """What a decision request showed: a page name, its HTTP status and what it says."""
 
     status_code: int
-    kind: str  # won | decided | expired | missing | forbidden | failed | busy | undecidable
+    #: won | decided | changed | expired | missing | forbidden | failed | busy | undecidable
+    kind: str
     located: _Located | None = None
     detail: str = ""
 
@@ -344,16 +384,25 @@ class _Inbox:
         return await self.hook(self.can_decide, principal, pending) is True
 
     async def decide(
-        self, principal: Principal, token: str, hint: str | None, reason: str | None, approve: bool
+        self,
+        principal: Principal,
+        token: str,
+        hint: str | None,
+        reason: str | None,
+        approve: bool,
+        shown: str,
     ) -> _Outcome:
+        """Decide ``token`` for ``principal``, bound to ``shown`` (the digest of the arguments
+        the page displayed) and recorded in the audit trail as theirs, via the inbox."""
         located = await self.locate(token, hint)
         if located is None:
             return _Outcome(404, "missing")
         if located.pending is None:
-            return _Outcome(409, "decided", located)
+            return await self._decided(located)
         if not await self.may_decide(principal, located.pending):
             return _Outcome(403, "forbidden", located)
         session_id = located.session_id
+        who = {"args_digest": shown, "decided_by": principal_identity(principal), "via": "inbox"}
         won: list[bool] = []
         try:
             bridge = None
@@ -361,16 +410,18 @@ class _Inbox:
                 bridge = await self.call(self.bridge_for, session_id)
             if bridge is not None:
                 if approve:
-                    await self.call(bridge.approve, token)
+                    await self.call(bridge.approve, token, **who)
                 else:
-                    await self.call(bridge.reject, token, reason)
+                    await self.call(bridge.reject, token, reason, **who)
                 won.append(True)  # a loser's bridge raises ConfirmationError
             else:
-                won += await self._decide_plain(session_id, token, reason, approve)
+                won += await self._decide_plain(session_id, token, reason, approve, who)
         except UpstreamFailed as exc:
             return _Outcome(502, "failed", located, f"{type(exc.__cause__).__name__}")
+        except ArgumentsMismatch:
+            return _Outcome(409, "changed", located)
         except ConfirmationError:
-            return _Outcome(409, "decided", await self.locate(token, session_id) or located)
+            return await self._decided(await self.locate(token, session_id) or located)
         except InvalidConfirmationToken:
             return _Outcome(404, "missing")
         except ConfigError as exc:  # the host gave no way to decide this session: nothing ran
@@ -382,8 +433,29 @@ class _Inbox:
             return _Outcome(409, "expired", after)
         return _Outcome(200 if won else 409, "won" if won else "decided", after)
 
+    async def _decided(self, located: _Located) -> _Outcome:
+        """The "already decided" answer, naming who decided when the store keeps a trail."""
+        detail = ""
+        if keeps_records(self.storage):
+            trail = audit_trail_async if self.asyncio else audit_trail
+            try:
+                entries = await self.call(
+                    trail, self.storage, located.session_id, token=located.binding.token
+                )
+            except (StorageError, ConfigError):
+                entries = ()  # the answer stands without the name
+            won = [e for e in entries if e.decided]
+            if won:
+                detail = won[-1].principal or "(not named)"
+        return _Outcome(409, "decided", located, detail)
+
     async def _decide_plain(
-        self, session_id: str, token: str, reason: str | None, approve: bool
+        self,
+        session_id: str,
+        token: str,
+        reason: str | None,
+        approve: bool,
+        who: dict[str, Any],
     ) -> list[bool]:
         if self.upstream_for is None:
             raise ConfigError(
@@ -403,9 +475,9 @@ class _Inbox:
         upstream = await self.call(self.upstream_for, session_id)
         coordinator = session.confirmations_for(upstream)
         if approve:
-            await self.call(coordinator.approve, token, session_id=session_id)
+            await self.call(coordinator.approve, token, session_id=session_id, **who)
         else:
-            await self.call(coordinator.reject, token, session_id=session_id, reason=reason)
+            await self.call(coordinator.reject, token, session_id=session_id, reason=reason, **who)
         return won[:1]
 
     async def conversation(self, session_id: str) -> list[tuple[str, str]] | None:
@@ -520,6 +592,7 @@ async def _call_context(inbox: _Inbox, principal: Principal, located: _Located) 
         and remaining > 0
         and await inbox.may_decide(principal, pending),
         "max_reason": inbox.max_reason,
+        "args_digest": arguments_digest(located.binding.input),
     }
 
 
@@ -538,7 +611,11 @@ async def _decision(request: Request, approve: bool) -> Response:
         return inbox.refuse(request, 404, "No such call.")
     if reason is not None and len(reason) > inbox.max_reason:
         return inbox.refuse(request, 400, f"The reason is longer than {inbox.max_reason}.")
-    outcome = await inbox.decide(principal, token, hint, reason, approve)
+    shown = fields.get("args_digest") or ""
+    if not _DIGEST.fullmatch(shown):
+        # Deny by default: a decision must name the arguments it was made on (ADR-0132).
+        return inbox.refuse(request, 400, "The form does not say which arguments you saw.")
+    outcome = await inbox.decide(principal, token, hint, reason, approve, shown)
     if outcome.kind in ("won", "expired"):
         inbox.changes.notify()
     context = {"outcome": outcome, "call": outcome.located, "approve": approve}

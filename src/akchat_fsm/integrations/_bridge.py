@@ -37,6 +37,7 @@ from typing import Any, Protocol, TypeVar
 from ..core.confirmations import check_arguments_digest
 from ..errors import ConfigError, OutcomeUnknown, StorageError
 from ..machines.confirmation import ConfirmationEvent
+from ..session.audit import check_decider
 from ..session.drivers import Ports, run_async, run_sync
 from ..session.effects import ResumeRuntime, StartRuntime
 from ..session.session import ReconcileOutcome
@@ -600,12 +601,17 @@ def plan_decide(
     reason: str | None,
     go_on: bool,
     args_digest: str | None = None,
+    decided_by: str | None = None,
+    via: str = "api",
 ) -> Plan[Decided]:
-    """Resolve one confirmation (the session's two CAS), then continue its run if now ready."""
+    """Resolve one confirmation (the session's two CAS), then continue its run if now ready.
+
+    ``decided_by`` / ``via``: who decides, for the audit entry written before the claim."""
+    check_decider(decided_by, via)  # refused before the reason record below, too
     if intent is ConfirmationEvent.REJECT and reason:
         yield from _keep_reason_before_the_claim(ctx, token, reason, args_digest)
     binding: ConfirmationBinding = yield from ctx.confirmations().resolve(
-        token, intent, reason, args_digest
+        token, intent, reason, args_digest, decided_by, via
     )
     if not go_on:
         return Decided(binding, None)
@@ -827,16 +833,30 @@ class Bridge(_BridgeBase):
         return self._run(plan_continue(self._ctx, run_id, external or {}))
 
     def approve(
-        self, token: str, *, continue_run: bool = True, args_digest: str | None = None
+        self,
+        token: str,
+        *,
+        continue_run: bool = True,
+        args_digest: str | None = None,
+        decided_by: str | None = None,
+        via: str = "api",
     ) -> Decided:
         """Approve (two CAS); then continue the run if this was its last undecided call.
 
         ``args_digest``: :func:`~akchat_fsm.arguments_digest` of the arguments the approver
         saw; for other arguments, :class:`~akchat_fsm.ArgumentsMismatch` and nothing written.
+        ``decided_by`` / ``via``: who decides and from where, for the audit trail (ADR-0132).
         """
         return self._run(
             plan_decide(
-                self._ctx, token, ConfirmationEvent.APPROVE, None, continue_run, args_digest
+                self._ctx,
+                token,
+                ConfirmationEvent.APPROVE,
+                None,
+                continue_run,
+                args_digest,
+                decided_by,
+                via,
             )
         )
 
@@ -847,19 +867,44 @@ class Bridge(_BridgeBase):
         *,
         continue_run: bool = True,
         args_digest: str | None = None,
+        decided_by: str | None = None,
+        via: str = "api",
     ) -> Decided:
         """Reject (two CAS; ``reason`` reaches the model); then continue the run if ready;
-        ``args_digest`` as in :meth:`approve`."""
+        ``args_digest``, ``decided_by`` and ``via`` as in :meth:`approve`."""
         return self._run(
             plan_decide(
-                self._ctx, token, ConfirmationEvent.REJECT, reason, continue_run, args_digest
+                self._ctx,
+                token,
+                ConfirmationEvent.REJECT,
+                reason,
+                continue_run,
+                args_digest,
+                decided_by,
+                via,
             )
         )
 
-    def expire(self, token: str, *, continue_run: bool = True) -> Decided:
+    def expire(
+        self,
+        token: str,
+        *,
+        continue_run: bool = True,
+        decided_by: str | None = None,
+        via: str = "api",
+    ) -> Decided:
         """Expire a due confirmation (its denial reaches the model); then continue if ready."""
         return self._run(
-            plan_decide(self._ctx, token, ConfirmationEvent.EXPIRE, None, continue_run)
+            plan_decide(
+                self._ctx,
+                token,
+                ConfirmationEvent.EXPIRE,
+                None,
+                continue_run,
+                None,
+                decided_by,
+                via,
+            )
         )
 
     def expire_due(self) -> tuple[RunOutcome, ...]:
@@ -909,16 +954,30 @@ class AsyncBridge(_BridgeBase):
         return await self._run(plan_continue(self._ctx, run_id, external or {}))
 
     async def approve(
-        self, token: str, *, continue_run: bool = True, args_digest: str | None = None
+        self,
+        token: str,
+        *,
+        continue_run: bool = True,
+        args_digest: str | None = None,
+        decided_by: str | None = None,
+        via: str = "api",
     ) -> Decided:
         """Approve (two CAS); then continue the run if this was its last undecided call.
 
         ``args_digest``: :func:`~akchat_fsm.arguments_digest` of the arguments the approver
         saw; for other arguments, :class:`~akchat_fsm.ArgumentsMismatch` and nothing written.
+        ``decided_by`` / ``via``: who decides and from where, for the audit trail (ADR-0132).
         """
         return await self._run(
             plan_decide(
-                self._ctx, token, ConfirmationEvent.APPROVE, None, continue_run, args_digest
+                self._ctx,
+                token,
+                ConfirmationEvent.APPROVE,
+                None,
+                continue_run,
+                args_digest,
+                decided_by,
+                via,
             )
         )
 
@@ -929,19 +988,44 @@ class AsyncBridge(_BridgeBase):
         *,
         continue_run: bool = True,
         args_digest: str | None = None,
+        decided_by: str | None = None,
+        via: str = "api",
     ) -> Decided:
         """Reject (two CAS; ``reason`` reaches the model); then continue the run if ready;
-        ``args_digest`` as in :meth:`approve`."""
+        ``args_digest``, ``decided_by`` and ``via`` as in :meth:`approve`."""
         return await self._run(
             plan_decide(
-                self._ctx, token, ConfirmationEvent.REJECT, reason, continue_run, args_digest
+                self._ctx,
+                token,
+                ConfirmationEvent.REJECT,
+                reason,
+                continue_run,
+                args_digest,
+                decided_by,
+                via,
             )
         )
 
-    async def expire(self, token: str, *, continue_run: bool = True) -> Decided:
+    async def expire(
+        self,
+        token: str,
+        *,
+        continue_run: bool = True,
+        decided_by: str | None = None,
+        via: str = "api",
+    ) -> Decided:
         """Expire a due confirmation (its denial reaches the model); then continue if ready."""
         return await self._run(
-            plan_decide(self._ctx, token, ConfirmationEvent.EXPIRE, None, continue_run)
+            plan_decide(
+                self._ctx,
+                token,
+                ConfirmationEvent.EXPIRE,
+                None,
+                continue_run,
+                None,
+                decided_by,
+                via,
+            )
         )
 
     async def expire_due(self) -> tuple[RunOutcome, ...]:

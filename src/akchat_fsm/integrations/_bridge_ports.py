@@ -381,8 +381,12 @@ class BridgeSession:
         intent: ConfirmationEvent,
         reason: str | None,
         args_digest: str | None = None,
+        decided_by: str | None = None,
+        via: str = "api",
     ) -> Plan[ConfirmationBinding]:
-        plan = self._coordinator()._resolve(token, intent, None, reason, args_digest)
+        plan = self._coordinator()._resolve(
+            token, intent, None, reason, args_digest, decided_by, via
+        )
         return _bridged(plan, self.session_id)
 
     def expire_due(self) -> Plan[tuple[ConfirmationBinding, ...]]:

@@ -23,13 +23,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from .. import core
-from ..errors import ConfigError, SessionConflict
+from ..errors import ConfigError, OutcomeUnknown, SessionConflict, StorageUnavailable
 from ..wire.digest import arguments_digest
 from ..wire.enums import ConfirmationStatus
 from ..wire.js import utf16_len
 from ..wire.session import ConfirmationBinding
 from ._state import MAX_STALLS, SessionHolder, apply, reload, save_step
-from .effects import Plan, SaveRecord
+from .effects import LoadRecord, Plan, SaveRecord
 
 __all__ = [
     "AUDIT_PREFIX",
@@ -133,8 +133,10 @@ def _entry_text(
     decider: Decider,
     reason: str | None,
     now_ms: int,
+    nonce: int,
 ) -> str:
     fields = {
+        "nonce": nonce,
         "v": _VERSION,
         "token": binding.token,
         "toolCallId": binding.tool_call_id,
@@ -210,6 +212,27 @@ def _with_decided(entry: AuditEntry, value: bool) -> AuditEntry:
 
 ClaimCommand = Callable[[core.SessionState, int, int], core.Step]
 
+ENTRY_NOT_WRITTEN = (
+    "the audit entry's write timed out and a re-read did not find it, so no claim was sent; "
+    "a retry is safe: the entry is create-only and keyed by the cursor"
+)
+
+
+def _create(session_id: str, key: str, text: str) -> Plan[bool]:
+    """Create the entry: ``True`` if it is ours, ``False`` if another decider's holds the key.
+
+    An unknown outcome is settled by reading the key back (the nonce makes our text ours);
+    absent when read, :class:`StorageUnavailable` and no claim: it may still land, as an
+    attempt whose claim was never sent, which the next decider at that cursor fences.
+    """
+    try:
+        return (yield SaveRecord(session_id, key, text, None)) is True
+    except OutcomeUnknown as unknown:
+        stored = yield LoadRecord(session_id, key)  # a failure here stays OutcomeUnknown
+        if stored is None:
+            raise StorageUnavailable(ENTRY_NOT_WRITTEN) from unknown
+        return bool(stored[1] == text)
+
 
 def plan_audited_claim(
     holder: SessionHolder,
@@ -234,13 +257,14 @@ def plan_audited_claim(
         now = holder.clock()
         # Decided once per attempt: a loser raises here, before anything is written; the
         # step decided is the one saved, right after its entry.
-        step = claim(holder.core, now, holder.nonce())
+        nonce = holder.nonce()
+        step = claim(holder.core, now, nonce)
         binding = core.find_binding(step.state, token)
         if step.save is None or binding is None:  # pragma: no cover - a claim always saves
             return step
-        text = _entry_text(binding, binding.status, cursor, intent, decider, reason, now)
-        created = yield SaveRecord(holder.session_id, audit_key(token, cursor), text, None)
-        if created is True:
+        text = _entry_text(binding, binding.status, cursor, intent, decider, reason, now, nonce)
+        created = yield from _create(holder.session_id, audit_key(token, cursor), text)
+        if created:
             if (yield from save_step(holder, step)):
                 return replace(step, state=holder.core)
             # a conflict (reloaded): our entry stays, below the cursor of any claim that applies

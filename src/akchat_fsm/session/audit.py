@@ -13,12 +13,19 @@ from typing import Any
 from ..errors import ConfigError
 from ..storage.checks import check_session_id
 from ..wire.decode import decode_session_snapshot
-from ._audit import AUDIT_PREFIX, AuditEntry, decided, read_entries
+from ._audit import AUDIT_PREFIX, AuditEntry, audit_key, check_decider, decided, read_entries
 from .drivers import Ports, run_async, run_sync
 from .effects import ListRecords, Load, LoadRecord, Plan
 from .session import keeps_records
 
-__all__ = ["AuditEntry", "audit_trail", "audit_trail_async"]
+__all__ = [
+    "AUDIT_PREFIX",
+    "AuditEntry",
+    "audit_key",
+    "audit_trail",
+    "audit_trail_async",
+    "check_decider",
+]
 
 NO_RECORDS = (
     "This storage has no records capability, so it keeps no audit trail: decisions on it are "
@@ -41,15 +48,18 @@ def _plan(session_id: str, token: str | None, since_ms: int | None) -> Plan[tupl
     return tuple(e for e in entries if since_ms is None or e.at_ms >= since_ms)
 
 
-def _checked(storage: Any, session_id: object, token: object, since_ms: object) -> Ports:
+def _audit_plan(
+    storage: Any, session_id: object, token: object, since_ms: object
+) -> tuple[Plan[tuple[AuditEntry, ...]], Ports]:
+    """The plan and its ports, every argument checked first (nothing is read on a refusal)."""
     if not keeps_records(storage):
         raise ConfigError(NO_RECORDS, hint="Use a shipped adapter, or one that keeps records.")
-    check_session_id(session_id)
+    sid = check_session_id(session_id)
     if token is not None and not isinstance(token, str):
         raise ConfigError(f"token must be a str or None, got {type(token).__name__}.")
     if since_ms is not None and (isinstance(since_ms, bool) or not isinstance(since_ms, int)):
         raise ConfigError(f"since_ms must be an int (epoch ms) or None, got {since_ms!r}.")
-    return Ports(storage)
+    return _plan(sid, token, since_ms), Ports(storage)
 
 
 def audit_trail(
@@ -60,13 +70,15 @@ def audit_trail(
     ``ConfigError`` for a storage without records (it keeps no trail: saying so beats an
     empty answer) or bad arguments, before any read.
     """
-    ports = _checked(storage, session_id, token, since_ms)
-    return run_sync(_plan(session_id, token, since_ms), ports)
+    return run_sync(*_audit_plan(storage, session_id, token, since_ms))
 
 
 async def audit_trail_async(
     storage: Any, session_id: str, *, token: str | None = None, since_ms: int | None = None
 ) -> tuple[AuditEntry, ...]:
-    """The asyncio twin of :func:`audit_trail`."""
-    ports = _checked(storage, session_id, token, since_ms)
-    return await run_async(_plan(session_id, token, since_ms), ports)
+    """The session's audit entries (one call's with ``token``; from ``since_ms`` on).
+
+    ``ConfigError`` for a storage without records (it keeps no trail: saying so beats an
+    empty answer) or bad arguments, before any read.
+    """
+    return await run_async(*_audit_plan(storage, session_id, token, since_ms))
