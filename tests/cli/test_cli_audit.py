@@ -71,3 +71,14 @@ def test_a_bad_session_id_exits_2_and_an_unknown_session_has_no_entries(tmp_path
     bad = run("audit", url, "not an id!")
     assert bad.exit_code == 2 and bad.stderr.startswith("error:")
     assert run("audit", url, "chat-none").stdout.strip() == "No audit entries match."
+
+
+def test_inspect_shows_the_trail_after_the_envelope(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    approved, _ = _decided(url)
+    result = run("inspect", url, "chat-7", "--width", "200")
+    assert result.exit_code == 0, result.stderr
+    head, _, trail = result.stdout.partition("audit trail")
+    assert approved in head  # the envelope first
+    (ana,) = [line for line in trail.splitlines() if approved in line]
+    assert "ana@example.com" in ana and " applied" in ana

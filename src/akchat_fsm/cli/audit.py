@@ -31,7 +31,7 @@ from ._common import (
 from ._envelope import _when
 from .reconcile_all import Duration
 
-__all__ = ["audit"]
+__all__ = ["audit", "audit_section"]
 
 NO_RECORDS = (
     "this store ({kind}) keeps no audit trail: it has no records capability, so its "
@@ -63,6 +63,12 @@ def _table(entries: tuple[AuditEntry, ...]) -> Group:
     decided = sum(e.decided for e in entries)
     summary = f"{len(rows)} entries; {decided} decision(s) applied, the others lost their race."
     return Group(pinned_rows(table, rows), Text(summary))
+
+
+def audit_section(entries: tuple[AuditEntry, ...]) -> Group:
+    """``inspect``'s section: the trail, with the command that exports it."""
+    title = Text("audit trail (export: akchat-fsm audit URL SESSION --json)", style="bold")
+    return Group(title, _table(entries))
 
 
 @click.command("audit")

@@ -17,6 +17,7 @@ from rich.console import Group
 
 from ..errors import ConfigError, StorageError
 from ..integrations.records import BridgeRecords, read_bridge_records
+from ..session.audit import AuditEntry, audit_trail
 from ._common import (
     DEFAULT_WIDTH,
     EXIT_INVALID,
@@ -29,8 +30,19 @@ from ._common import (
 )
 from ._envelope import Decoded, decode_or_fail, load_or_fail, render_snapshot, wire_json
 from ._ledger_view import records_json, render_records
+from .audit import audit_section
 
 __all__ = ["inspect"]
+
+
+def _trail_or_fail(storage: Any, session_id: str, url: str) -> tuple[AuditEntry, ...]:
+    """Who decided each call (ADR-0132); a storage failure exits 2."""
+    try:
+        return audit_trail(storage, session_id)
+    except StorageError as exc:
+        fail(
+            f"cannot read the audit trail of {session_id!r} from {url}: {describe(exc)}", EXIT_USAGE
+        )
 
 
 def _records_or_fail(storage: Any, session_id: str, url: str) -> BridgeRecords | None:
@@ -74,7 +86,8 @@ def inspect(
     Confirmations are grouped by status; the turn lease, terminal turns, conversation state,
     decision count, cursor and updatedAt are shown, and a v0 input is flagged as migrated.
     From a store that keeps records, the session's agent runs and tool-execution ledger follow,
-    executions whose outcome is unknown highlighted (--ledger: only those).
+    executions whose outcome is unknown highlighted (--ledger: only those), then the audit
+    trail: who decided each call (akchat-fsm audit exports it).
     Read-only: a store that does not exist is reported, never created. A FILE is read up to
     64 MiB.
 
@@ -85,6 +98,7 @@ def inspect(
       akchat-fsm inspect sqlite:///sessions.db support-42 --ledger --json
     """
     records: BridgeRecords | None = None
+    trail: tuple[AuditEntry, ...] = ()
     if session_id is None:
         if "://" in source:
             fail("a storage URL needs a SESSION_ID: inspect URL SESSION_ID", EXIT_USAGE)
@@ -95,6 +109,8 @@ def inspect(
         with opened_storage(source, read_only=True) as storage:
             decoded = load_or_fail(storage, session_id, source)
             records = _records_or_fail(storage, session_id, source)
+            if records is not None and not ledger_only and not as_json:
+                trail = _trail_or_fail(storage, session_id, source)
     if ledger_only:
         if as_json:
             click.echo(records_json(records, source, session_id))
@@ -105,4 +121,6 @@ def inspect(
         click.echo(wire_json(decoded.snapshot))
     else:
         parts = render_records(records, source, session_id)
+        if trail:
+            parts.append(audit_section(trail))
         print_renderable(Group(render_snapshot(decoded), *parts), width)
