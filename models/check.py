@@ -49,6 +49,8 @@ LEDGER_LIVENESS_CLAIMS = ("run_settles",)
 #: DESIGN's strict wording ("no call at all once upstream acted"): holds only when the
 #: reconciler never resumes (-DNO_RESUME); ADR-0012's resume re-issues a no-op call by design.
 SINGLE_CALL = "single_call"
+#: The audit trail's claim (only in -DAUDIT builds; ADR-0132).
+AUDIT_SAFETY_CLAIMS = ("audit_names_winner",)
 ASSERTIONS = "assertions"  # the run without a never claim: every assert + invalid end states
 
 #: Each seeded protocol bug and the property that must catch it.
@@ -76,6 +78,11 @@ LEDGER_BUGS = {
     # the sweep takes over a continuation whose lease has not passed: it then reports the live
     # owner's execution as unknown (ADR-0106 item 5)
     "BUG_SWEEP_TAKES_LIVE": "flag_only_dead",
+}
+#: Seeded bugs of the audit trail (-DAUDIT).
+AUDIT_BUGS = {
+    "BUG_AUDIT_AFTER": "audit_names_winner",  # the entry written after the claim applied
+    "BUG_AUDIT_SHARED": "audit_names_winner",  # the loser of the entry's create claims anyway
 }
 #: Seeded bugs of the sweep (-DLEDGER) whose counterexample must be an ACCEPTANCE CYCLE of a
 #: liveness claim under weak fairness: a run that is never finished, not a bad step.
@@ -258,10 +265,21 @@ LEDGER_TWO = _config(
 )
 
 
+#: decisions announced by their audit entries (ADR-0132): two deciders with a retry each, so a
+#: decider that loses the entry's create fences the cursor and decides again
+QUICK_AUDIT = _config("quick-audit", NCLIENTS=2, NCONF=1, MAXOPS=2, MAXCRASH=1, AUDIT=None,
+                      NO_RESUME=None, **_FAULTS)  # fmt: skip
+#: three deciders and the resume reconciler (3 clients with a retry each: 64 M states unfinished)
+AUDIT_RESUME = _config("3c-1r-audit", NCLIENTS=3, NCONF=1, MAXOPS=1, MAXCRASH=2, AUDIT=None,
+                       **_FAULTS)  # fmt: skip
+
+
 def _props(config: Config, *props: str) -> list[Check]:
     every = (ASSERTIONS, *SAFETY_CLAIMS, *LIVENESS_CLAIMS)
     if "LEDGER" in dict(config.defines):
         every += (*LEDGER_SAFETY_CLAIMS, *LEDGER_LIVENESS_CLAIMS)
+    if "AUDIT" in dict(config.defines):
+        every += AUDIT_SAFETY_CLAIMS
     return [Check(config, prop) for prop in props or every]
 
 
@@ -280,6 +298,7 @@ def _seeded(
     checks = [Check(config, prop, bug) for bug, prop in SEEDED_BUGS.items()]
     checks += [Check(inflight, prop, bug) for bug, prop in INFLIGHT_BUGS.items()]
     ledger_bugs = {**LEDGER_BUGS, **LIVENESS_BUGS}
+    checks += [Check(QUICK_AUDIT, prop, bug) for bug, prop in AUDIT_BUGS.items()]
     return [*checks, *(Check(ledger, prop, bug) for bug, prop in ledger_bugs.items())]
 
 
@@ -291,6 +310,7 @@ PROFILES: dict[str, list[Check]] = {
         _late_release_fixed(QUICK_INFLIGHT),
         # run_settles: the continuer may die before its claim; the fair sweep must finish it
         *_props(QUICK_LEDGER, ASSERTIONS, "run_settles"),
+        *_props(QUICK_AUDIT, ASSERTIONS, *AUDIT_SAFETY_CLAIMS),
         *_seeded(QUICK),
     ],
     "default": [
@@ -304,6 +324,7 @@ PROFILES: dict[str, list[Check]] = {
         *_props(INFLIGHT_MIXED, ASSERTIONS),
         _late_release_fixed(),
         *_props(LEDGER_RELEASE, ASSERTIONS, *LEDGER_SAFETY_CLAIMS, *LEDGER_LIVENESS_CLAIMS),
+        *_props(AUDIT_RESUME, ASSERTIONS, *AUDIT_SAFETY_CLAIMS, "no_replay"),
         *_seeded(QUICK),
     ],
     "deep": [
@@ -322,6 +343,7 @@ PROFILES: dict[str, list[Check]] = {
         *_props(LEDGER_RELEASE),
         *_props(LEDGER_MIXED, ASSERTIONS, *LEDGER_SAFETY_CLAIMS),
         *_props(LEDGER_TWO, ASSERTIONS, *LEDGER_SAFETY_CLAIMS, *LEDGER_LIVENESS_CLAIMS),
+        *_props(AUDIT_RESUME),
         *_seeded(RESUME, INFLIGHT_MIXED, LEDGER_RELEASE),
     ],
 }

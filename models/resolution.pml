@@ -26,6 +26,9 @@
  *           -DINFLIGHT    an unknown save may still be travelling and land later
  *           -DANY_INTENT  every client may approve, reject or expire (else a fixed intent each)
  *           -DLEDGER      the run continuation and the tool-execution ledger (ADR-0100)
+ *           -DAUDIT       each claim attempt first creates its audit entry, keyed by the
+ *                         cursor it claims at (ADR-0132); a decider that finds the cursor
+ *                         taken re-reads and fences it when it has not moved
  * Seeded protocol bugs (each must produce a counterexample; see models/check.py):
  *   -DBUG_UPSTREAM_FIRST   call upstream before the claim is saved
  *   -DBUG_TERMINAL_FIRST   save the terminal status before upstream returns
@@ -47,6 +50,10 @@
  *                          continuer died before its claim (an acceptance cycle of run_settles)
  *   -DBUG_SWEEP_TAKES_LIVE (with -DLEDGER) the sweep takes over a continuation whose lease has
  *                          not passed (its owner is alive): caught by flag_only_dead
+ *   -DBUG_AUDIT_AFTER      (with -DAUDIT) the entry is written after the claim applied: a
+ *                          decider killed between the two leaves a claim no entry names
+ *   -DBUG_AUDIT_SHARED     (with -DAUDIT) a decider that lost the entry's create sends its
+ *                          claim anyway (no re-read, no fence): the entry names someone else
  */
 
 #include "confirmation_table.pml"
@@ -141,6 +148,39 @@ bool bad_expiry = false;     /* approved/rejected reached through a claim made a
 #define MAY_RELEASE(i) (owner[i] == 0)
 #endif
 
+#ifdef AUDIT
+/* ---------------------------------------------------------------- the audit entries */
+/* audit:<token>:<cursor> for each record i and cursor c: its writer (a client id), 0 absent.
+ * Create-only, so the model's create is one atomic step (the code settles an unknown create
+ * by reading it back, or sends no claim).  Cursors stay below AUDCUR in every bound checked. */
+#define AUDCUR 32
+byte aud[NCONF * AUDCUR];
+byte aud_k;                  /* scratch for the check below */
+bool bad_audit = false;      /* a claim applied whose entry does not name its writer as the one
+                              * with the highest cursor of the record's entries */
+
+/* A claim of record i applies at cursor `expect`, written by `writer`: its entry must be the
+ * writer's, and no entry of i may sit above it, or "the highest cursor is the decision" would
+ * name someone else. */
+inline audit_check_claim(i, expect, writer) {
+  if
+  :: aud[(i) * AUDCUR + (expect)] != (writer) -> bad_audit = true
+  :: else -> skip
+  fi;
+  aud_k = (expect) + 1;
+  do
+  :: aud_k >= AUDCUR -> break
+  :: else ->
+     if
+     :: aud[(i) * AUDCUR + aud_k] != 0 -> bad_audit = true
+     :: else -> skip
+     fi;
+     aud_k++
+  od;
+  aud_k = 0
+}
+#endif
+
 /* -DTRACE: one parseable line per step for tests/models' conformance driver (model -> code).
  * Without TRACE every TRACE_* expands to nothing: the checked model is token for token the same. */
 #ifdef TRACE
@@ -185,6 +225,9 @@ inline apply_write(i, expect, newst, writer, claimant, late) {
   if
   :: newst == ST_PENDING -> called[i] = false; claim_late[i] = false  /* a release: new claim */
   :: reg_st[i] == ST_PENDING && IS_PROCESSING(newst) -> claim_late[i] = late   /* a claim */
+#ifdef AUDIT
+     ; audit_check_claim(i, expect, writer)
+#endif
   :: else -> skip
   fi;
   if                                  /* only expiry may finish a claim made after expiresAt */
@@ -630,11 +673,50 @@ restart:
         atomic { upstream_call(i, claim, me, up); MAYBE_CRASH };
         ON_CRASH;
 #endif
+#if defined(AUDIT) && !defined(BUG_AUDIT_AFTER)
+        atomic {                          /* the claim's audit entry, create-only */
+          if
+          :: cur >= AUDCUR -> bad_audit = true   /* the bound is too small: say so */
+          :: aud[i * AUDCUR + cur] == 0 -> aud[i * AUDCUR + cur] = me; res = SAVE_OK
+          :: else -> res = SAVE_CONFLICT  /* another decider holds this cursor */
+          fi;
+          MAYBE_CRASH
+        };
+        ON_CRASH;
+        if
+#ifdef BUG_AUDIT_SHARED
+        :: false ->                       /* the lost create is ignored: claim anyway */
+#else
+        :: res == SAVE_CONFLICT ->
+#endif
+           atomic {                       /* re-read; fence the cursor if it has not moved */
+             if
+             :: reg_cursor == cur -> cas_save_as(i, cur, reg_st[i], me, 0, false, res)
+             :: else -> skip
+             fi;
+             claim = ST_NONE;             /* decide again on a later attempt */
+             MAYBE_CRASH
+           };
+           ON_CRASH
+        :: else -> skip
+        fi;
+#endif
+        if
+        :: claim == ST_NONE -> res = SAVE_CONFLICT
+        :: else ->
         atomic {                          /* CAS#1: the claim */
           cas_save_as(i, cur, claim, me, me, late, res);
           late = false;
+#ifdef BUG_AUDIT_AFTER
+          if                              /* the entry only once the claim applied */
+          :: res != SAVE_CONFLICT && cur < AUDCUR && aud[i * AUDCUR + cur] == 0 ->
+             aud[i * AUDCUR + cur] = me
+          :: else -> skip
+          fi;
+#endif
           MAYBE_CRASH
-        };
+        }
+        fi;
         ON_CRASH;
         if
         :: res == SAVE_UNKNOWN ->         /* settle by re-reading */
@@ -850,6 +932,11 @@ ltl flag_only_dead { [] !bad_flag }
  * for a person: it waits on an unknown execution, and its session is in the processing index
  * (issue 22; ADR-0106). */
 ltl run_settles { [] (ALL_FINAL -> <> (run_st == RUN_COMPLETED || FLAGGED)) }
+#endif
+#ifdef AUDIT
+/* Every claim that applied was announced by its writer's entry at its cursor, before it, and
+ * that entry is the record's highest: the trail names exactly who decided (ADR-0132). */
+ltl audit_names_winner { [] !bad_audit }
 #endif
 /* A claimed record is eventually terminal, or orphaned (its claimant gone). */
 ltl claim_settles { [] (PROC(0) -> <> (FINAL(0) || ORPHANED(0))) }

@@ -100,6 +100,7 @@ def test_every_profile_proves_with_three_clients_and_catches_every_seeded_bug() 
         | set(check.INFLIGHT_BUGS)
         | set(check.LEDGER_BUGS)
         | set(check.LIVENESS_BUGS)
+        | set(check.AUDIT_BUGS)
     )
     for name, checks in check.PROFILES.items():
         assert all(dict(c.config.defines)["NCLIENTS"] >= 2 for c in checks), name
@@ -112,6 +113,14 @@ def test_every_profile_proves_with_three_clients_and_catches_every_seeded_bug() 
         }
         wanted = {check.ASSERTIONS, check.SINGLE_CALL, "processing_resolves", "expiry_honoured"}
         assert wanted <= proven, name
+
+
+def test_every_profile_checks_the_audit_trail_and_catches_its_bugs() -> None:
+    for name, checks in check.PROFILES.items():
+        audited = [c for c in checks if "AUDIT" in dict(c.config.defines)]
+        proven = {c.prop for c in audited if not c.expects_counterexample}
+        assert {check.ASSERTIONS, *check.AUDIT_SAFETY_CLAIMS} <= proven, name
+        assert {c.bug for c in audited if c.bug} == set(check.AUDIT_BUGS), name
 
 
 def _ledger(config: object) -> bool:
