@@ -210,6 +210,7 @@ def test_a_write_killed_in_flight_is_outcome_unknown(
         _wait_until_blocked(admin, thread)
         _query(admin, f"KILL {thread}")
         t.join(timeout=30)
+        assert not t.is_alive()
         _query(holder, "ROLLBACK")
         assert isinstance(box.get("error"), OutcomeUnknown), box
         assert isinstance(box["error"].__cause__, pymysql.err.Error)
@@ -242,6 +243,7 @@ def test_a_read_killed_in_flight_is_storage_unavailable(
                 _query(admin, "SELECT SLEEP(0.005)")
             _query(admin, f"KILL {thread}")
             t.join(timeout=30)
+            assert not t.is_alive()
         finally:
             holder.close()  # releases the table lock
         assert isinstance(box.get("error"), StorageUnavailable), box

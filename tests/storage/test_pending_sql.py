@@ -571,6 +571,7 @@ def test_postgres_a_delete_racing_a_save_leaves_no_pending_row(
             writer.commit()
             writer.close()
             thread.join(timeout=60)
+        assert not thread.is_alive()
         assert "error" not in box, box
         assert storage.load("s-1") is None
         assert tokens(storage) == []
