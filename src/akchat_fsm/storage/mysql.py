@@ -26,7 +26,9 @@ hold the text) is ``ConfigError``: it fails the same way again.
 written by the same statement as the state they describe (ADR-0085), with an index on
 ``processing``. The pending index is ``<table>__pending``: a ``save`` is ``BEGIN``, the
 conditional statement, then (if it matched, under the envelope's row lock) the session's
-pending rows replaced, ``COMMIT``; a deadlock re-sends the whole transaction.
+pending rows replaced, ``COMMIT``; a deadlock re-sends the whole transaction. A store written
+before it gets the table from its first writer, filled under another name and renamed only
+when whole (DDL autocommits here, so the table's existence is the backfill's marker).
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ CONFLICT_CODES = frozenset({1062})
 RESEND_CODES = frozenset({1213, 1020})
 #: How many times one call sends its statement before giving up with ``StorageUnavailable``.
 WRITE_ATTEMPTS = 8
+#: How long a writer connecting to a store without the pending index waits for another
+#: connection that is building it (a backfill reads every envelope once).
+BUILD_LOCK_WAIT_S = 60
 #: The connection is gone: server gone away, lost during the query, killed, shut down,
 #: disconnected for inactivity (MySQL 8), a packet out of order.
 LOST_CODES = frozenset({2006, 2013, 2055, 1927, 1053, 4031, 2014})
@@ -237,15 +242,29 @@ class _Plan(SqlStatements):
             f", KEY pending{suffix} ({columns})" for suffix, columns in PENDING_INDEXES.items()
         )
         id128 = ids.format(n=128)
-        self.create_pending = (
-            f"CREATE TABLE IF NOT EXISTS {p} (session_id {id128}, token {id128},"
+        # The pending table is built under another name, filled, then renamed (ADR-0029): DDL
+        # autocommits here, so only RENAME (atomic) may make it appear, and its existence is
+        # then the marker that the backfill committed. A build cut short (the process died,
+        # the backfill failed) leaves only the build table, which the next writer starts over.
+        # Builders queue on a named lock, so none drops a build another is filling.
+        self.build = b = derived_identifier(t, "__pending_build")
+        self.lock_build = (
+            "SELECT GET_LOCK(CONCAT('akchat-fsm:', MD5(CONCAT(DATABASE(), '.', %s))), %s)"
+        )
+        self.unlock_build = (
+            "SELECT RELEASE_LOCK(CONCAT('akchat-fsm:', MD5(CONCAT(DATABASE(), '.', %s))))"
+        )
+        self.drop_build = f"DROP TABLE IF EXISTS {b}"
+        self.create_build = (
+            f"CREATE TABLE {b} (session_id {id128}, token {id128},"
             f" tool_call_id {id128}, action {id128}, expires_at_ms BIGINT NOT NULL,"
             f" pending_since_ms BIGINT NOT NULL, PRIMARY KEY (session_id, token){keys})" + tail
         )
-        # Once, when this connection created the table (ADR-0029): the pending bindings of the
-        # envelopes already stored, `since` their last write. INSERT IGNORE: a writer racing
-        # this one's backfill inserts the same rows; its locking reads see the latest state.
-        # A body that is not JSON, or a binding that is not well-formed, is skipped.
+        self.publish_build = f"RENAME TABLE {b} TO {p}"
+        # The pending bindings of the envelopes already stored, `since` their last write; its
+        # locking reads (REPEATABLE READ) see the latest envelopes. IGNORE: a body listing one
+        # token twice keeps its first binding. A body that is not JSON, or a binding that is
+        # not well-formed, is skipped.
         field = "{name} {kind} PATH '$.{path}' NULL ON EMPTY NULL ON ERROR"
         columns = ", ".join(
             field.format(name=name, kind=kind, path=path)
@@ -258,7 +277,7 @@ class _Plan(SqlStatements):
             )
         )
         self.backfill_pending = (
-            f"INSERT IGNORE INTO {p} ({PENDING_COLUMNS}) SELECT s.session_id, c.token,"
+            f"INSERT IGNORE INTO {b} ({PENDING_COLUMNS}) SELECT s.session_id, c.token,"
             " c.tool_call_id, c.action, c.expires_at_ms,"
             " IF(s.written_ms > 0, s.written_ms, %s)"
             f" FROM {t} s, JSON_TABLE(IF(JSON_VALID(s.body), s.body, '{{}}'),"
@@ -474,8 +493,7 @@ class MySQLStorage(Closing):
                         cur.execute(statement)
                     records = True
                     if not pending:
-                        cur.execute(self._plan.create_pending)
-                        cur.execute(self._plan.backfill_pending, (now_ms(),))
+                        _add_pending_index(cur, self._plan)
                         pending = True
         except pymysql.err.Error as exc:
             _close_quietly(conn)
@@ -683,6 +701,28 @@ class MySQLStorage(Closing):
         with self._lock:
             self._closed = True
             self._drop()
+
+
+def _add_pending_index(cur: Any, plan: _Plan) -> None:
+    """Build, fill and publish the pending table of a store written before it (ADR-0029).
+
+    Under the build lock, re-checked: a writer that queued behind another's build finds the
+    table there. Any failure leaves no pending table; the caller closes the connection, which
+    releases the lock, and the next writer to connect builds it again from the start.
+    """
+    cur.execute(plan.lock_build, (plan.pending, BUILD_LOCK_WAIT_S))
+    if cur.fetchone()[0] != 1:
+        raise StorageUnavailable(
+            f"MySQL: another connection is still adding the pending index of {plan.table!r}"
+            f" (waited {BUILD_LOCK_WAIT_S} s); try again."
+        )
+    cur.execute(plan.has_pending, (plan.pending,))
+    if not cur.fetchone()[0]:
+        cur.execute(plan.drop_build)  # what a build cut short left, if anything
+        cur.execute(plan.create_build)
+        cur.execute(plan.backfill_pending, (now_ms(),))
+        cur.execute(plan.publish_build)
+    cur.execute(plan.unlock_build, (plan.pending,))
 
 
 def _rollback_failed(conn: Any) -> bool:
