@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import select
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pymysql  # type: ignore[import-untyped]
@@ -537,32 +538,48 @@ class MySQLStorage(Closing):
                 if records:
                     return [] if every else None
                 sql = without_records or sql
-            for attempt in range(WRITE_ATTEMPTS):
-                try:
-                    with conn.cursor() as cur:
-                        count = cur.execute(sql, params)
-                        if write:
-                            return count
-                        rows = cur.fetchall()
-                        return list(rows) if every else (rows[0] if rows else None)
-                except pymysql.err.Error as exc:
-                    if must_resend(exc, write=write, attempt=attempt):
-                        continue
-                    broken = not conn.open
-                    if broken:
-                        self._drop()
-                    error = map_mysql_error(exc, sent=True, write=write, broken=broken)
-                    if error is None:
-                        return None
-                    raise error from exc
-                except UnicodeError as exc:
-                    raise ConfigError(
-                        f"MySQL cannot carry the text: {exc}", hint=SCHEMA_HINT
-                    ) from exc
-                except BaseException:
-                    self._drop()  # interrupted mid-protocol: never reuse
-                    raise
-            raise AssertionError("unreachable: the last attempt returns or raises")
+
+            def statement(cur: Any) -> Any:
+                count = cur.execute(sql, params)
+                if write:
+                    return count
+                rows = cur.fetchall()
+                return list(rows) if every else (rows[0] if rows else None)
+
+            return self._send(conn, statement, write=write, transaction=False)
+
+    def _send(
+        self, conn: Any, body: Callable[[Any], Any], *, write: bool, transaction: bool
+    ) -> Any:
+        """``body(cursor)``'s answer, sent again while a deadlock rolls it back (nothing
+        applied) and attempts remain; ``None`` for a definite conflict reported as an error.
+
+        ``transaction``: ``body`` opens one, which a failed statement may leave open, so it
+        is rolled back, and the connection dropped if even that fails (the server rolls a
+        dropped one back) or if the text could not be encoded part-way through.
+        """
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                with conn.cursor() as cur:
+                    return body(cur)
+            except pymysql.err.Error as exc:
+                broken = not conn.open or (transaction and _rollback_failed(conn))
+                if must_resend(exc, write=write, attempt=attempt) and not broken:
+                    continue
+                if broken:
+                    self._drop()
+                error = map_mysql_error(exc, sent=True, write=write, broken=broken)
+                if error is None:
+                    return None
+                raise error from exc
+            except UnicodeError as exc:
+                if transaction:
+                    self._drop()
+                raise ConfigError(f"MySQL cannot carry the text: {exc}", hint=SCHEMA_HINT) from exc
+            except BaseException:
+                self._drop()  # interrupted mid-protocol (or mid-transaction): never reuse
+                raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
@@ -575,38 +592,20 @@ class MySQLStorage(Closing):
         p = prepare_save(snapshot, expected_cursor)
         sql, params = self._plan.prepared_statement(p)
         self._plan.refuse_if_read_only("a write")
+
+        def cas_then_pending(cur: Any) -> bool:
+            # One transaction: the envelope's CAS, then its pending rows (ADR-0029).
+            cur.execute("BEGIN")
+            if not cur.execute(sql, params):
+                cur.execute("ROLLBACK")
+                return False
+            self._plan.replace_pending(cur, p)
+            cur.execute("COMMIT")
+            return True
+
         with self._lock:
             conn = self._connection()
-            for attempt in range(WRITE_ATTEMPTS):
-                try:
-                    # One transaction: the envelope's CAS, then its pending rows (ADR-0029).
-                    with conn.cursor() as cur:
-                        cur.execute("BEGIN")
-                        if not cur.execute(sql, params):
-                            cur.execute("ROLLBACK")
-                            return False
-                        self._plan.replace_pending(cur, p)
-                        cur.execute("COMMIT")
-                    return True
-                except pymysql.err.Error as exc:
-                    broken = not conn.open or _rollback_failed(conn)
-                    if must_resend(exc, write=True, attempt=attempt) and not broken:
-                        continue
-                    if broken:
-                        self._drop()
-                    error = map_mysql_error(exc, sent=True, write=True, broken=broken)
-                    if error is None:
-                        return False
-                    raise error from exc
-                except UnicodeError as exc:
-                    self._drop()
-                    raise ConfigError(
-                        f"MySQL cannot carry the text: {exc}", hint=SCHEMA_HINT
-                    ) from exc
-                except BaseException:
-                    self._drop()  # interrupted mid-transaction: the server rolls it back
-                    raise
-            raise AssertionError("unreachable: the last attempt returns or raises")
+            return bool(self._send(conn, cas_then_pending, write=True, transaction=True))
 
     def delete(self, session_id: str) -> None:
         """Forget ``session_id`` and its records (one transaction); a missing one is no error."""
