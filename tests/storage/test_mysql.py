@@ -210,6 +210,7 @@ def test_a_write_killed_in_flight_is_outcome_unknown(
         _wait_until_blocked(admin, thread)
         _query(admin, f"KILL {thread}")
         t.join(timeout=30)
+        assert not t.is_alive()
         _query(holder, "ROLLBACK")
         assert isinstance(box.get("error"), OutcomeUnknown), box
         assert isinstance(box["error"].__cause__, pymysql.err.Error)
@@ -219,6 +220,60 @@ def test_a_write_killed_in_flight_is_outcome_unknown(
     finally:
         holder.close()
         c.close()
+
+
+def test_a_save_chosen_as_a_deadlock_victim_is_resent_and_commits(
+    mysql_url: str, table: str, admin: Any
+) -> None:
+    """A real deadlock: the holder locks the session's pending rows, the save locks the envelope
+    and waits for them, then the holder asks for the envelope. InnoDB rolls back the lighter
+    transaction (the save: one row changed, the holder 50), and the save re-sends it whole."""
+    from akchat_fsm import ConfirmationBinding, ConfirmationStatus, SessionSnapshot
+
+    def with_bindings(cursor: int, *statuses: str) -> SessionSnapshot:
+        bindings = tuple(
+            ConfirmationBinding(
+                token=f"tok-{n}",
+                action="pay",
+                input={},
+                tool_call_id=f"call-{n}",
+                expires_at=9,
+                status=ConfirmationStatus(status),
+            )
+            for n, status in enumerate(statuses, 1)
+        )
+        return SessionSnapshot(
+            session_id="s",
+            definition_id="def",
+            definition_revision=1,
+            updated_at="2026-11-29T00:00:00.000Z",
+            cursor=cursor,
+            confirmations=bindings,
+        )
+
+    with MySQLStorage(**_args(mysql_url), table=table) as st:
+        assert st.save(with_bindings(1, "pending"), None)
+        thread = int(st._conn.thread_id())
+        holder = mysql_admin(mysql_url)
+        try:
+            _query(holder, "BEGIN")
+            rows = ", ".join(f"('other', 'w-{n}', 'c-{n}', 'pay', 1, 1)" for n in range(50))
+            _query(holder, f"INSERT INTO {table}__pending VALUES {rows}")  # its weight
+            _query(holder, f"SELECT 1 FROM {table}__pending WHERE session_id = 's' FOR UPDATE")
+            new = with_bindings(2, "approving", "pending")
+            t, box = _in_thread(lambda: st.save(new, 1))
+            _wait_until_blocked(admin, thread, "SELECT token")  # holds the envelope's row
+            # Closes the cycle; the save is the victim, so this one gets the row.
+            _query(holder, f"UPDATE {table} SET body = body WHERE session_id = 's'")
+            _wait_until_blocked(admin, thread, "UPDATE")  # the re-sent transaction waits
+            _query(holder, "ROLLBACK")
+            t.join(timeout=30)
+            assert not t.is_alive()
+        finally:
+            holder.close()
+        assert box.get("result") is True, box
+        assert json.loads(st.load("s") or "")["cursor"] == 2
+        assert [i.token for i in st.list_pending().items] == ["tok-2"]
 
 
 def test_a_read_killed_in_flight_is_storage_unavailable(
@@ -242,6 +297,7 @@ def test_a_read_killed_in_flight_is_storage_unavailable(
                 _query(admin, "SELECT SLEEP(0.005)")
             _query(admin, f"KILL {thread}")
             t.join(timeout=30)
+            assert not t.is_alive()
         finally:
             holder.close()  # releases the table lock
         assert isinstance(box.get("error"), StorageUnavailable), box

@@ -384,6 +384,7 @@ def my_table(mysql_url: str) -> Iterator[str]:
     table = f"t_{uuid.uuid4().hex[:12]}"
     yield table
     drop_mysql_tables(mysql_url, table)
+    _my(mysql_url, f"DROP TABLE IF EXISTS {table}__pending_build")  # a build cut short
 
 
 def _my(mysql_url: str, sql: str, params: tuple[object, ...] | None = None) -> list[Any]:
@@ -505,6 +506,63 @@ def test_mysql_a_store_without_the_index_is_backfilled_once(mysql_url: str, my_t
 
 
 @pytest.mark.mysql
+def test_mysql_a_backfill_cut_short_runs_again_at_the_next_open(
+    mysql_url: str, my_table: str
+) -> None:
+    """The process dies mid-backfill (here: its connection is killed while the backfill waits
+    for a session row another transaction holds). DDL autocommits on MySQL, so only a marker
+    written after the rows tells a later writer the index is whole; it backfills again."""
+    import threading
+
+    from storage_harness import mysql_admin
+
+    from akchat_fsm.errors import StorageUnavailable
+
+    _my_before_the_index(mysql_url, my_table)
+    holder = mysql_admin(mysql_url)
+    box: dict[str, BaseException] = {}
+
+    def first_writer() -> None:
+        try:
+            with _my_storage(mysql_url, my_table) as storage:
+                storage.load("s-1")  # connects: creates the index and backfills it
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=first_writer)
+    try:
+        with holder.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT 1 FROM {my_table} WHERE session_id = 's-1' FOR UPDATE")
+        thread.start()
+        probe = (
+            "SELECT id FROM information_schema.processlist WHERE command = 'Query' AND info LIKE %s"
+        )
+        for _ in range(2000):
+            backfill = _my(mysql_url, probe, (f"INSERT IGNORE INTO {my_table}__pending%",))
+            if backfill:
+                break
+            _my(mysql_url, "SELECT SLEEP(0.005)")
+        else:
+            pytest.fail("the backfill never waited for the held session row")
+        _my(mysql_url, f"KILL {int(backfill[0][0])}")
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    finally:
+        holder.rollback()
+        holder.close()
+    assert isinstance(box.get("error"), StorageUnavailable), box
+    tables = "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"
+    assert _my(mysql_url, f"{tables} AND table_name = %s", (f"{my_table}__pending",)) == []
+    with _my_storage(mysql_url, my_table) as storage:
+        assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
+        assert storage.find_token("tok-4") == "s-2"
+    assert _my(mysql_url, f"{tables} AND table_name LIKE %s", (f"{my_table}__pending_%",)) == []
+    with _my_storage(mysql_url, my_table, read_only=True) as storage:
+        assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
+
+
+@pytest.mark.mysql
 def test_mysql_read_only_neither_upgrades_nor_lists_an_old_store(
     mysql_url: str, my_table: str
 ) -> None:
@@ -571,6 +629,7 @@ def test_postgres_a_delete_racing_a_save_leaves_no_pending_row(
             writer.commit()
             writer.close()
             thread.join(timeout=60)
+        assert not thread.is_alive()
         assert "error" not in box, box
         assert storage.load("s-1") is None
         assert tokens(storage) == []

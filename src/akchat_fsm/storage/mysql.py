@@ -26,7 +26,9 @@ hold the text) is ``ConfigError``: it fails the same way again.
 written by the same statement as the state they describe (ADR-0085), with an index on
 ``processing``. The pending index is ``<table>__pending``: a ``save`` is ``BEGIN``, the
 conditional statement, then (if it matched, under the envelope's row lock) the session's
-pending rows replaced, ``COMMIT``; a deadlock re-sends the whole transaction.
+pending rows replaced, ``COMMIT``; a deadlock re-sends the whole transaction. A store written
+before it gets the table from its first writer, filled under another name and renamed only
+when whole (DDL autocommits here, so the table's existence is the backfill's marker).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import select
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pymysql  # type: ignore[import-untyped]
@@ -78,6 +81,9 @@ CONFLICT_CODES = frozenset({1062})
 RESEND_CODES = frozenset({1213, 1020})
 #: How many times one call sends its statement before giving up with ``StorageUnavailable``.
 WRITE_ATTEMPTS = 8
+#: How long a writer connecting to a store without the pending index waits for another
+#: connection that is building it (a backfill reads every envelope once).
+BUILD_LOCK_WAIT_S = 60
 #: The connection is gone: server gone away, lost during the query, killed, shut down,
 #: disconnected for inactivity (MySQL 8), a packet out of order.
 LOST_CODES = frozenset({2006, 2013, 2055, 1927, 1053, 4031, 2014})
@@ -237,15 +243,29 @@ class _Plan(SqlStatements):
             f", KEY pending{suffix} ({columns})" for suffix, columns in PENDING_INDEXES.items()
         )
         id128 = ids.format(n=128)
-        self.create_pending = (
-            f"CREATE TABLE IF NOT EXISTS {p} (session_id {id128}, token {id128},"
+        # The pending table is built under another name, filled, then renamed (ADR-0029): DDL
+        # autocommits here, so only RENAME (atomic) may make it appear, and its existence is
+        # then the marker that the backfill committed. A build cut short (the process died,
+        # the backfill failed) leaves only the build table, which the next writer starts over.
+        # Builders queue on a named lock, so none drops a build another is filling.
+        self.build = b = derived_identifier(t, "__pending_build")
+        self.lock_build = (
+            "SELECT GET_LOCK(CONCAT('akchat-fsm:', MD5(CONCAT(DATABASE(), '.', %s))), %s)"
+        )
+        self.unlock_build = (
+            "SELECT RELEASE_LOCK(CONCAT('akchat-fsm:', MD5(CONCAT(DATABASE(), '.', %s))))"
+        )
+        self.drop_build = f"DROP TABLE IF EXISTS {b}"
+        self.create_build = (
+            f"CREATE TABLE {b} (session_id {id128}, token {id128},"
             f" tool_call_id {id128}, action {id128}, expires_at_ms BIGINT NOT NULL,"
             f" pending_since_ms BIGINT NOT NULL, PRIMARY KEY (session_id, token){keys})" + tail
         )
-        # Once, when this connection created the table (ADR-0029): the pending bindings of the
-        # envelopes already stored, `since` their last write. INSERT IGNORE: a writer racing
-        # this one's backfill inserts the same rows; its locking reads see the latest state.
-        # A body that is not JSON, or a binding that is not well-formed, is skipped.
+        self.publish_build = f"RENAME TABLE {b} TO {p}"
+        # The pending bindings of the envelopes already stored, `since` their last write; its
+        # locking reads (REPEATABLE READ) see the latest envelopes. IGNORE: a body listing one
+        # token twice keeps its first binding. A body that is not JSON, or a binding that is
+        # not well-formed, is skipped.
         field = "{name} {kind} PATH '$.{path}' NULL ON EMPTY NULL ON ERROR"
         columns = ", ".join(
             field.format(name=name, kind=kind, path=path)
@@ -258,7 +278,7 @@ class _Plan(SqlStatements):
             )
         )
         self.backfill_pending = (
-            f"INSERT IGNORE INTO {p} ({PENDING_COLUMNS}) SELECT s.session_id, c.token,"
+            f"INSERT IGNORE INTO {b} ({PENDING_COLUMNS}) SELECT s.session_id, c.token,"
             " c.tool_call_id, c.action, c.expires_at_ms,"
             " IF(s.written_ms > 0, s.written_ms, %s)"
             f" FROM {t} s, JSON_TABLE(IF(JSON_VALID(s.body), s.body, '{{}}'),"
@@ -474,8 +494,7 @@ class MySQLStorage(Closing):
                         cur.execute(statement)
                     records = True
                     if not pending:
-                        cur.execute(self._plan.create_pending)
-                        cur.execute(self._plan.backfill_pending, (now_ms(),))
+                        _add_pending_index(cur, self._plan)
                         pending = True
         except pymysql.err.Error as exc:
             _close_quietly(conn)
@@ -519,32 +538,48 @@ class MySQLStorage(Closing):
                 if records:
                     return [] if every else None
                 sql = without_records or sql
-            for attempt in range(WRITE_ATTEMPTS):
-                try:
-                    with conn.cursor() as cur:
-                        count = cur.execute(sql, params)
-                        if write:
-                            return count
-                        rows = cur.fetchall()
-                        return list(rows) if every else (rows[0] if rows else None)
-                except pymysql.err.Error as exc:
-                    if must_resend(exc, write=write, attempt=attempt):
-                        continue
-                    broken = not conn.open
-                    if broken:
-                        self._drop()
-                    error = map_mysql_error(exc, sent=True, write=write, broken=broken)
-                    if error is None:
-                        return None
-                    raise error from exc
-                except UnicodeError as exc:
-                    raise ConfigError(
-                        f"MySQL cannot carry the text: {exc}", hint=SCHEMA_HINT
-                    ) from exc
-                except BaseException:
-                    self._drop()  # interrupted mid-protocol: never reuse
-                    raise
-            raise AssertionError("unreachable: the last attempt returns or raises")
+
+            def statement(cur: Any) -> Any:
+                count = cur.execute(sql, params)
+                if write:
+                    return count
+                rows = cur.fetchall()
+                return list(rows) if every else (rows[0] if rows else None)
+
+            return self._send(conn, statement, write=write, transaction=False)
+
+    def _send(
+        self, conn: Any, body: Callable[[Any], Any], *, write: bool, transaction: bool
+    ) -> Any:
+        """``body(cursor)``'s answer, sent again while a deadlock rolls it back (nothing
+        applied) and attempts remain; ``None`` for a definite conflict reported as an error.
+
+        ``transaction``: ``body`` opens one, which a failed statement may leave open, so it
+        is rolled back, and the connection dropped if even that fails (the server rolls a
+        dropped one back) or if the text could not be encoded part-way through.
+        """
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                with conn.cursor() as cur:
+                    return body(cur)
+            except pymysql.err.Error as exc:
+                broken = not conn.open or (transaction and _rollback_failed(conn))
+                if must_resend(exc, write=write, attempt=attempt) and not broken:
+                    continue
+                if broken:
+                    self._drop()
+                error = map_mysql_error(exc, sent=True, write=write, broken=broken)
+                if error is None:
+                    return None
+                raise error from exc
+            except UnicodeError as exc:
+                if transaction:
+                    self._drop()
+                raise ConfigError(f"MySQL cannot carry the text: {exc}", hint=SCHEMA_HINT) from exc
+            except BaseException:
+                self._drop()  # interrupted mid-protocol (or mid-transaction): never reuse
+                raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
@@ -557,38 +592,20 @@ class MySQLStorage(Closing):
         p = prepare_save(snapshot, expected_cursor)
         sql, params = self._plan.prepared_statement(p)
         self._plan.refuse_if_read_only("a write")
+
+        def cas_then_pending(cur: Any) -> bool:
+            # One transaction: the envelope's CAS, then its pending rows (ADR-0029).
+            cur.execute("BEGIN")
+            if not cur.execute(sql, params):
+                cur.execute("ROLLBACK")
+                return False
+            self._plan.replace_pending(cur, p)
+            cur.execute("COMMIT")
+            return True
+
         with self._lock:
             conn = self._connection()
-            for attempt in range(WRITE_ATTEMPTS):
-                try:
-                    # One transaction: the envelope's CAS, then its pending rows (ADR-0029).
-                    with conn.cursor() as cur:
-                        cur.execute("BEGIN")
-                        if not cur.execute(sql, params):
-                            cur.execute("ROLLBACK")
-                            return False
-                        self._plan.replace_pending(cur, p)
-                        cur.execute("COMMIT")
-                    return True
-                except pymysql.err.Error as exc:
-                    broken = not conn.open or _rollback_failed(conn)
-                    if must_resend(exc, write=True, attempt=attempt) and not broken:
-                        continue
-                    if broken:
-                        self._drop()
-                    error = map_mysql_error(exc, sent=True, write=True, broken=broken)
-                    if error is None:
-                        return False
-                    raise error from exc
-                except UnicodeError as exc:
-                    self._drop()
-                    raise ConfigError(
-                        f"MySQL cannot carry the text: {exc}", hint=SCHEMA_HINT
-                    ) from exc
-                except BaseException:
-                    self._drop()  # interrupted mid-transaction: the server rolls it back
-                    raise
-            raise AssertionError("unreachable: the last attempt returns or raises")
+            return bool(self._send(conn, cas_then_pending, write=True, transaction=True))
 
     def delete(self, session_id: str) -> None:
         """Forget ``session_id`` and its records (one transaction); a missing one is no error."""
@@ -683,6 +700,28 @@ class MySQLStorage(Closing):
         with self._lock:
             self._closed = True
             self._drop()
+
+
+def _add_pending_index(cur: Any, plan: _Plan) -> None:
+    """Build, fill and publish the pending table of a store written before it (ADR-0029).
+
+    Under the build lock, re-checked: a writer that queued behind another's build finds the
+    table there. Any failure leaves no pending table; the caller closes the connection, which
+    releases the lock, and the next writer to connect builds it again from the start.
+    """
+    cur.execute(plan.lock_build, (plan.pending, BUILD_LOCK_WAIT_S))
+    if cur.fetchone()[0] != 1:
+        raise StorageUnavailable(
+            f"MySQL: another connection is still adding the pending index of {plan.table!r}"
+            f" (waited {BUILD_LOCK_WAIT_S} s); try again."
+        )
+    cur.execute(plan.has_pending, (plan.pending,))
+    if not cur.fetchone()[0]:
+        cur.execute(plan.drop_build)  # what a build cut short left, if anything
+        cur.execute(plan.create_build)
+        cur.execute(plan.backfill_pending, (now_ms(),))
+        cur.execute(plan.publish_build)
+    cur.execute(plan.unlock_build, (plan.pending,))
 
 
 def _rollback_failed(conn: Any) -> bool:
