@@ -23,6 +23,7 @@ from akchat_fsm.session import (
     resume_chat_session_async,
 )
 from akchat_fsm.session.audit import audit_key
+from akchat_fsm.session.session import keeps_records
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
 from akchat_fsm.testing.doubles import (
     AsyncRecordingUpstream,
@@ -240,8 +241,23 @@ class AuditWriteFails:
     def __init__(self, inner: MemoryStorage, applies: bool) -> None:
         self.inner, self.applies, self.armed = inner, applies, True
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
+    # Spelled out, not forwarded by __getattr__: from Python 3.12 a runtime-checkable
+    # protocol's isinstance looks methods up statically, so forwarding would hide the records
+    # capability and no entry would be written at all.
+    def load(self, session_id: str) -> Any:
+        return self.inner.load(session_id)
+
+    def save(self, snapshot: Any, expected_cursor: int | None) -> bool:
+        return self.inner.save(snapshot, expected_cursor)
+
+    def load_record(self, session_id: str, key: str) -> Any:
+        return self.inner.load_record(session_id, key)
+
+    def list_records(self, session_id: str, prefix: str = "") -> list[str]:
+        return self.inner.list_records(session_id, prefix)
+
+    def delete_record(self, session_id: str, key: str) -> None:
+        self.inner.delete_record(session_id, key)
 
     def save_record(self, session_id: str, key: str, text: str, *args: Any, **kw: Any) -> bool:
         if self.armed and key.startswith("audit:"):
@@ -255,6 +271,7 @@ class AuditWriteFails:
 def test_an_audit_write_that_applied_with_no_reply_is_settled_by_reading_it_back() -> None:
     inner, upstream = MemoryStorage(), RecordingUpstream()
     storage = AuditWriteFails(inner, applies=True)
+    assert keeps_records(storage)
     coordinator = _open(storage, Clock(), upstream)
     token = coordinator.propose("email.send", ARGS).token  # type: ignore[attr-defined]
     assert coordinator.approve(token, decided_by="ana").status == "approved"  # type: ignore[attr-defined]
