@@ -290,3 +290,16 @@ def test_an_audit_write_that_did_not_apply_sends_no_claim_and_a_retry_decides() 
     assert inner.load("s") == before and upstream.calls == []
     assert coordinator.approve(token, decided_by="ana").status == "approved"  # type: ignore[attr-defined]
     assert [(e.principal, e.decided) for e in audit_trail(inner, "s")] == [("ana", True)]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"principal": 7}, {"reason": ["no"]}, {"argsDigest": None}, {"cursor": "3"}, {"v": 2}],
+)
+def test_an_unreadable_entry_is_skipped_never_raised(bad: dict[str, object]) -> None:
+    storage, _, _, coordinator, token = _proposed()
+    coordinator.approve(token, decided_by="ana")  # type: ignore[attr-defined]
+    (good,) = audit_trail(storage, "s")
+    forged = {**good.to_json(), "v": 1, "nonce": 1, "at": 1, **bad}
+    assert storage.save_record("s", audit_key(token, good.cursor + 10), json.dumps(forged), None)
+    assert audit_trail(storage, "s") == (good,)

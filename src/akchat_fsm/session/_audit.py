@@ -176,7 +176,11 @@ def _parse(session_id: str, text: object) -> AuditEntry | None:
     except (ValueError, KeyError, TypeError):
         return None
     texts = (entry.token, entry.tool_call_id, entry.action, entry.intent, entry.claims, entry.via)
-    if not all(isinstance(t, str) for t in texts) or not all(
+    optional = (entry.principal, entry.reason)
+    if (
+        not all(isinstance(t, str) for t in (*texts, entry.args_digest))
+        or not all(t is None or isinstance(t, str) for t in optional)
+    ) or not all(
         isinstance(n, int) and not isinstance(n, bool) for n in (entry.cursor, entry.at_ms)
     ):
         return None
