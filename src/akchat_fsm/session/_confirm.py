@@ -171,14 +171,7 @@ def _propose_and_bind(
         yield from _deny_unbound(proposal.effect.tool_call_id, invalid)
         raise
     try:
-        # Rebase on every concurrent save: reload, re-check on the fresh envelope, save again.
-        step = yield from apply(
-            holder,
-            lambda state, now, nonce: core.record_proposal(
-                state, proposal, call, now, keep_terminal=keep_terminal, nonce=nonce
-            ),
-            PROPOSE_ATTEMPTS,
-        )
+        step = yield from _save_binding(holder, proposal, call, keep_terminal)
     except OutcomeUnknown:
         raise  # the binding may be stored: never deny a call that may be bound
     except StorageUnavailable as refused:
@@ -216,6 +209,22 @@ FENCE_GAVE_UP = (
     "the binding's save outcome stays unknown: it had not applied when read and a fence "
     "could not be saved; the call is left for reconcile (docs/reconciliation.md)"
 )
+
+
+def _save_binding(
+    holder: SessionHolder, proposal: core.Proposal, call: core.UpstreamCall, keep_terminal: int
+) -> Plan[core.Step]:
+    """Bind ``call`` with one CAS save, rebasing on every concurrent save: reload, re-check
+    on the fresh envelope, save again (a propose and reconcile's binding of an intent)."""
+    return (
+        yield from apply(
+            holder,
+            lambda state, now, nonce: core.record_proposal(
+                state, proposal, call, now, keep_terminal=keep_terminal, nonce=nonce
+            ),
+            PROPOSE_ATTEMPTS,
+        )
+    )
 
 
 def _fence_lost_binding(
@@ -342,13 +351,7 @@ def _settle_intent(
             id=call_id, name=proposal.name, args=thaw(proposal.args), status=status
         )
         try:
-            step = yield from apply(
-                holder,
-                lambda state, now, nonce: core.record_proposal(
-                    state, proposal, call, now, keep_terminal=keep_terminal, nonce=nonce
-                ),
-                PROPOSE_ATTEMPTS,
-            )
+            step = yield from _save_binding(holder, proposal, call, keep_terminal)
         except LimitExceeded as refused:
             # Refused before any save, and refused again until a record is decided: this
             # intent's outcome, not the pass's (the records after it still settle). The

@@ -14,48 +14,46 @@ writes each value —
 
 Written here rather than taken from a package (measured with ``jcs`` 0.2.1 and
 ``canonicaljson`` 2.0.0): both raise on a lone surrogate, which a stored confirmation input
-may hold (ADR-0080), and ``canonicaljson`` sorts by code point and prints ``1.0``; the
-envelope's own JavaScript number printer is this module's neighbour.
+may hold (ADR-0080), and ``canonicaljson`` sorts by code point and prints ``1.0``; the envelope's
+own JavaScript-exact encoder prints the sorted value.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from .js import escape_surrogates, js_form, js_number_to_string
+from .js import escape_surrogates, js_form
+from .session import encode_js_json
 
 __all__ = ["DIGEST_PREFIX", "arguments_digest", "canonical_json"]
 
 #: The algorithm a digest names; a digest without it is not one of ours.
 DIGEST_PREFIX = "sha256:"
 
-_encode_str = json.encoder.encode_basestring
-
 
 def _utf16_order(key: str) -> bytes:
     # Big-endian UTF-16 bytes compare exactly as the code-unit sequences do.
-    return js_form(key).encode("utf-16-be", "surrogatepass")
+    return key.encode("utf-16-be", "surrogatepass")
 
 
-def _canonical(value: Any) -> str:
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
+def _sorted(value: Any) -> Any:
+    """``value`` as plain dicts and lists, members in RFC 8785 order, strings in their one
+    JavaScript form; the envelope's own JavaScript-exact encoder then prints it."""
     if isinstance(value, str):
-        return str(_encode_str(js_form(value)))
-    if isinstance(value, int | float):
-        return js_number_to_string(value)
+        return js_form(value)
     if isinstance(value, Mapping):
-        members = sorted(value.items(), key=lambda item: _utf16_order(item[0]))
-        return "{" + ",".join(_canonical(k) + ":" + _canonical(v) for k, v in members) + "}"
+        if not all(isinstance(key, str) for key in value):
+            raise TypeError("a JSON object's keys are strings")
+        members = sorted(
+            ((js_form(k), v) for k, v in value.items()), key=lambda m: _utf16_order(m[0])
+        )
+        return {k: _sorted(v) for k, v in members}
     if isinstance(value, list | tuple):
-        return "[" + ",".join(_canonical(item) for item in value) + "]"
+        return [_sorted(item) for item in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
     raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 
@@ -66,7 +64,7 @@ def canonical_json(value: Any) -> str:
     number JSON cannot hold (NaN, an infinity). Depth is the caller's bound: a confirmation
     input is at most 20 deep.
     """
-    return escape_surrogates(_canonical(value))
+    return escape_surrogates(encode_js_json(_sorted(value)))
 
 
 def arguments_digest(value: Any) -> str:

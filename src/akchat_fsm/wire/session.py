@@ -496,6 +496,12 @@ def binding_text(binding: ConfirmationBinding) -> str:
     return text
 
 
+def encode_js_json(value: Any) -> str:
+    """``JSON.stringify`` of a plain JSON value (members in the order given), before
+    surrogate escaping; the arguments digest prints its sorted value with it."""
+    return _encode(value)
+
+
 def _encode(value: Any) -> str:
     # `json.dumps` cannot print floats the JavaScript way, so this tiny encoder does. Depth is
     # bounded by the model (confirmation inputs are at most 20 deep).
