@@ -39,6 +39,8 @@ class Counts:
     #: A file every body appends a line to (bodies counted across processes).
     file: Path | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Called inside every body once it is counted (a long body, a sweep meanwhile).
+    inside: Callable[[str], None] | None = None
 
     def body(self, text: str) -> None:
         with self.lock:
@@ -46,6 +48,8 @@ class Counts:
             if self.file is not None:
                 with self.file.open("a", encoding="utf-8") as out:
                     out.write(text + "\n")
+        if self.inside is not None:
+            self.inside(text)
         if text.partition(":")[0] in self.failing_tools:
             raise RuntimeError(f"{text} failed")
 

@@ -8,6 +8,7 @@ step the crash comes before, so the stored state is exactly the one a SIGKILL th
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -15,7 +16,14 @@ import pytest
 from bridge_harness import RecordsBackend, crash_inside_body
 from pai_agents import Call, Counts, build_agent
 
-from akchat_fsm import ChatDefinition, ConfigError, reconcile_all, resume_chat_session
+from akchat_fsm import (
+    ChatDefinition,
+    ConfigError,
+    StorageUnavailable,
+    reconcile_all,
+    resume_chat_session,
+    resume_chat_session_async,
+)
 from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
 from akchat_fsm.session.sweep import SweepPorts
 
@@ -284,16 +292,18 @@ class SlowAfterTheClaim:
         return getattr(self.inner, name)
 
 
-def _leased(storage: Any, agent: Any, sid: str, clock: Clock) -> PydanticAIBridge:
+def _leased(
+    storage: Any, agent: Any, sid: str, clock: Clock, lease_ms: int = LEASE
+) -> PydanticAIBridge:
     session = resume_chat_session(DEFINITION, session_id=sid, storage=storage, clock=clock)
-    return PydanticAIBridge(agent, session, storage, clock=clock, lease_ms=LEASE)
+    return PydanticAIBridge(agent, session, storage, clock=clock, lease_ms=lease_ms)
 
 
-def _leased_sweep(storage: Any, agent: Any, clock: Clock) -> Any:
+def _leased_sweep(storage: Any, agent: Any, clock: Clock, lease_ms: int = LEASE) -> Any:
     def ports_for(session_id: str) -> SweepPorts:
         return SweepPorts(
             DEFINITION,
-            bridge=lambda s: PydanticAIBridge(agent, s, storage, clock=clock, lease_ms=LEASE),
+            bridge=lambda s: PydanticAIBridge(agent, s, storage, clock=clock, lease_ms=lease_ms),
         )
 
     # a start-up sweep that looks at everything, however recent (older_than_ms=0)
@@ -344,15 +354,109 @@ def test_a_sweep_overlapping_a_live_continuation_leaves_it_alone(
     assert run_id == "r1" and "another process holds" in next_step
 
 
-def test_a_body_that_outlasts_the_lease_is_taken_over_mid_body_and_still_runs_once(
-    records_backend: RecordsBackend,
+#: A lease short enough that its keeper (every third of it, in real milliseconds) ticks while
+#: a test's body waits; the bridges' clock is the test's, so the lease's length on it is exact.
+SHORT_LEASE = 30
+
+
+def _renewed_past(storage: Any, sid: str, clock: Clock, run: str = "run:r1") -> bool:
+    """Wait (bounded) until the run's lease reaches past ``clock.now``: a renewal mid-body."""
+    import json
+
+    for _ in range(2000):
+        found = storage.load_record(sid, run)
+        if found is not None and json.loads(found[1])["leaseUntilMs"] > clock.now:
+            return True
+        time.sleep(0.005)
+    return False
+
+
+@pytest.mark.parametrize("flaky", [False, True], ids=["steady", "one-renewal-fails"])
+def test_a_body_that_outlasts_the_lease_keeps_its_run_while_it_runs(
+    records_backend: RecordsBackend, flaky: bool
 ) -> None:
-    """The documented limit (ADR-0106 §7): the lease is renewed between bodies, not during
-    one. A body longer than ``lease_ms`` is taken over while it runs: the sweep reports its
-    call as an unknown execution and runs nothing; the owner records the body's outcome and
-    stops with ``RunClaimLost``; the next sweep replays the outcome. The body ran once."""
+    """Issue 22: "a long tool body keeps it". While the body runs, the lease is renewed every
+    third of it (a renewal that fails is tried again at the next tick); a start-up sweep after
+    the original lease passed finds a live owner and takes nothing over; the owner finishes
+    the run, and the body ran once."""
     import threading
 
+    sid, storage, clock = _sid(), records_backend.sync(), Clock()
+    ran: list[str] = []
+    swept: list[Any] = []
+    renewed: list[bool] = []
+    agent = _one_call_agent()
+
+    @agent.tool_plain(requires_approval=True)
+    def slow_email(to: str) -> str:
+        ran.append(to)
+        clock.now += 10 * SHORT_LEASE  # far longer than the lease
+        renewed.append(_renewed_past(records_backend.sync(), sid, clock))
+        sweep = records_backend.sync(), agent, clock, SHORT_LEASE
+        thread = threading.Thread(target=lambda: swept.append(_leased_sweep(*sweep)))
+        thread.start()
+        thread.join()
+        return f"sent to {to}"
+
+    paused = _leased(storage, agent, sid, clock, SHORT_LEASE).run("do it", run_id="r1")
+    owner_storage = RenewalsFail(storage, fails=1) if flaky else storage
+    done = _leased(owner_storage, agent, sid, clock, SHORT_LEASE).approve(paused.pending[0].token)
+    assert renewed == [True]  # the keeper renewed the lease while the body ran
+    assert done.run is not None and done.run.status == "completed", done
+    [report] = swept
+    [session] = report.sessions
+    assert session.status == "waiting" and session.execution_unknown == (), session
+    [(run_id, next_step)] = session.waiting
+    assert run_id == "r1" and "another process holds" in next_step
+    run = _leased(storage, agent, sid, clock).run_record("r1")
+    assert run is not None and run.state == "completed" and run.lease_until_ms is None
+    assert ran == ["a@example.com"]
+
+
+class RenewalsFail:
+    """A storage on which the lease keeper's renewals fail (its thread cannot reach the
+    store): what a stalled or cut-off owner looks like to everyone else."""
+
+    def __init__(self, inner: Any, fails: int | None = None) -> None:
+        self.inner, self.fails = inner, fails  # how many renewals fail (None: every one)
+        self.owner = threading.get_ident()
+
+    def save_record(self, session_id: str, key: str, text: str, *args: Any, **kw: Any) -> bool:
+        keeper = threading.get_ident() != self.owner and key.startswith("run:")
+        if keeper and (self.fails is None or self.fails > 0):
+            self.fails = None if self.fails is None else self.fails - 1
+            raise StorageUnavailable("the owner cannot reach the store")
+        return bool(self.inner.save_record(session_id, key, text, *args, **kw))
+
+    def load(self, session_id: str) -> Any:
+        return self.inner.load(session_id)
+
+    def save(self, snapshot: Any, expected_cursor: int | None) -> bool:
+        return bool(self.inner.save(snapshot, expected_cursor))
+
+    def delete(self, session_id: str) -> None:
+        self.inner.delete(session_id)
+
+    def load_record(self, session_id: str, key: str) -> Any:
+        return self.inner.load_record(session_id, key)
+
+    def list_records(self, session_id: str, prefix: str = "") -> Any:
+        return self.inner.list_records(session_id, prefix)
+
+    def delete_record(self, session_id: str, key: str) -> None:
+        self.inner.delete_record(session_id, key)
+
+    def list_processing(self, **kw: Any) -> Any:
+        return self.inner.list_processing(**kw)
+
+
+def test_a_stalled_owners_body_is_taken_over_mid_body_and_still_runs_once(
+    records_backend: RecordsBackend,
+) -> None:
+    """ADR-0106 §7: an owner whose renewals do not reach the store (stalled, cut off) loses
+    its run once the lease passes. The sweep meets the body's ledger entry ``executing`` and
+    runs nothing (an unknown execution); the owner records the body's outcome on its own
+    ledger claim and stops with ``RunClaimLost``; the next sweep replays it. Ran once."""
     from akchat_fsm.integrations import RunClaimLost
 
     sid, storage, clock = _sid(), records_backend.sync(), Clock()
@@ -363,21 +467,21 @@ def test_a_body_that_outlasts_the_lease_is_taken_over_mid_body_and_still_runs_on
     @agent.tool_plain(requires_approval=True)
     def slow_email(to: str) -> str:
         ran.append(to)
-        clock.now += LEASE + 1  # longer than the lease: nothing renews it meanwhile
-        thread = threading.Thread(
-            target=lambda: swept.append(_leased_sweep(records_backend.sync(), agent, clock))
-        )
+        clock.now += 10 * SHORT_LEASE  # the lease passes: no renewal reaches the store
+        sweep = records_backend.sync(), agent, clock, SHORT_LEASE
+        thread = threading.Thread(target=lambda: swept.append(_leased_sweep(*sweep)))
         thread.start()
         thread.join()
         return f"sent to {to}"
 
-    paused = _leased(storage, agent, sid, clock).run("do it", run_id="r1")
+    paused = _leased(storage, agent, sid, clock, SHORT_LEASE).run("do it", run_id="r1")
+    stalled = _leased(RenewalsFail(storage), agent, sid, clock, SHORT_LEASE)
     with pytest.raises(RunClaimLost):
-        _leased(storage, agent, sid, clock).approve(paused.pending[0].token)
+        stalled.approve(paused.pending[0].token)
     [report] = swept
     [session] = report.sessions
     assert session.status == "execution_unknown" and session.execution_unknown == ("c1",)
-    [swept_again] = _leased_sweep(storage, agent, clock).sessions  # the owner's outcome replays
+    [swept_again] = _leased_sweep(storage, agent, clock, SHORT_LEASE).sessions
     assert swept_again.status == "settled", swept_again
     run = _leased(storage, agent, sid, clock).run_record("r1")
     assert run is not None and run.state == "completed" and run.output == "done"
@@ -504,3 +608,94 @@ def test_the_openai_sweep_records_a_cancelled_plain_def_sibling(
         threading.Event().wait(0.01)
     entries = {e.tool: e.state for e in ToolLedger(host.storage, host.session_id).entries()}
     assert ran == ["mail"] and entries == {"wipe": "executing", "mail": "executed"}
+
+
+# ----------------------------------------------------------------- lease keeper, LangGraph
+
+
+def _graph_bridge(flavour: str, storage: Any, graph: Any, clock: Clock) -> Any:
+    from akchat_fsm.integrations.langgraph import AsyncLangGraphBridge, LangGraphBridge
+
+    options = {"clock": clock, "lease_ms": SHORT_LEASE}
+    if flavour == "sync":
+        session = resume_chat_session(DEFINITION, session_id="lg-1", storage=storage, clock=clock)
+        return LangGraphBridge(graph, session, storage, **options)
+
+    async def build() -> Any:
+        session = await resume_chat_session_async(
+            DEFINITION, session_id="lg-1", storage=storage, clock=clock
+        )
+        return AsyncLangGraphBridge(graph, session, storage, **options)
+
+    return build()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_long_langgraph_body_keeps_its_run_on_either_flavour(
+    records_backend: RecordsBackend, flavour: str
+) -> None:
+    """The keeper is a thread, not a task: a sync graph calls each body on a private event
+    loop that the body blocks, and an asyncio storage's renewals are handed to the bridge's
+    loop. Either way the sweep that runs mid-body finds the run held, and the body ran once."""
+    import asyncio
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from lg_agents import Call, build_graph
+    from lg_agents import Counts as GraphCounts
+
+    clock = Clock()
+    sync_storage = records_backend.sync()
+    storage = sync_storage if flavour == "sync" else records_backend.async_()
+    seen: list[Any] = []
+
+    def inside(body: str) -> None:  # the body is long: the lease passes many times over
+        clock.now += 10 * SHORT_LEASE
+        seen.append(_renewed_past(sync_storage, "lg-1", clock, run="run:r1"))
+
+        def sweep() -> None:
+            def ports_for(session_id: str) -> SweepPorts:
+                def bridge(s: Any) -> Any:
+                    return _swept_graph_bridge(graph, s, sync_storage, clock)
+
+                return SweepPorts(DEFINITION, bridge=bridge)
+
+            cutoff = max(clock.now, time.time_ns() // 1_000_000) + 1
+            seen.append(
+                reconcile_all(sync_storage, ports_for, older_than_ms=0, clock=lambda: cutoff)
+            )
+
+        thread = threading.Thread(target=sweep)
+        thread.start()
+        thread.join()
+
+    counts = GraphCounts(inside=inside)
+    graph = build_graph(
+        [Call("send_email", {"to": "a@example.com"}, "c1")], counts, InMemorySaver()
+    )
+    user = {"messages": [{"role": "user", "content": "do it"}]}
+    if flavour == "sync":
+        paused = _graph_bridge(flavour, storage, graph, clock).run(
+            user, thread_id="t1", run_id="r1"
+        )
+        done = _graph_bridge(flavour, storage, graph, clock).approve(paused.pending[0].token)
+    else:
+
+        async def scenario() -> Any:
+            first = await _graph_bridge(flavour, storage, graph, clock)
+            paused = await first.run(user, thread_id="t1", run_id="r1")
+            second = await _graph_bridge(flavour, storage, graph, clock)
+            return await second.approve(paused.pending[0].token)
+
+        done = asyncio.run(scenario())
+    assert done.run is not None and done.run.status == "completed", done
+    renewed, report = seen
+    assert renewed is True  # renewed while the body blocked
+    [session] = report.sessions
+    assert session.status == "waiting" and session.execution_unknown == (), session
+    assert counts.bodies == ["send_email:a@example.com"]
+
+
+def _swept_graph_bridge(graph: Any, session: Any, storage: Any, clock: Clock) -> Any:
+    from akchat_fsm.integrations.langgraph import LangGraphBridge
+
+    return LangGraphBridge(graph, session, storage, clock=clock, lease_ms=SHORT_LEASE)

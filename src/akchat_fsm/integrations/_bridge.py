@@ -30,7 +30,7 @@ import hashlib
 import inspect
 import json
 import secrets
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
@@ -84,6 +84,7 @@ from ._bridge_runs import (
     run_key,
     start_key,
 )
+from ._lease import BodyLease
 from .ledger import (
     AsyncToolLedger,
     LedgerEntry,
@@ -240,24 +241,19 @@ class BridgeContext:
     def guard(self, approved: frozenset[str], run: RunRecord | None = None) -> ExecutionGuard:
         """The guard for tool bodies; inside our continuation of ``run`` (with a lease), each
         body first renews the claim's lease, and does not start if the claim was lost."""
-        renew = None
+        lease = None
         if run is not None and self.lease_ms is not None and run.claim is not None:
-            renew = _lease_renewer(self, run.run_id, run.claim, self.lease_ms)
-        return ExecutionGuard(self.ledger, approved, self.idempotent_tools, renew)
-
-
-def _lease_renewer(
-    ctx: BridgeContext, run_id: str, claim: str, lease_ms: int
-) -> Callable[[], Awaitable[None]]:
-    async def renew() -> None:
-        await run_async(plan_renew(ctx, run_id, claim, lease_ms), Ports(ctx.ledger._io))
-
-    return renew
+            run_id, claim, lease_ms = run.run_id, run.claim, self.lease_ms
+            lease = BodyLease(
+                lambda: plan_renew(self, run_id, claim, lease_ms), self.ledger._io, lease_ms
+            )
+        return ExecutionGuard(self.ledger, approved, self.idempotent_tools, lease)
 
 
 def plan_renew(ctx: BridgeContext, run_id: str, claim: str, lease_ms: int) -> Plan[None]:
-    """Renew our continuation's lease before a tool body (a lost save re-reads and retries;
-    :class:`RunClaimLost` if the claim is no longer ours: the body then never starts)."""
+    """Renew our continuation's lease, before a tool body and while one runs (a lost save
+    re-reads and retries; :class:`RunClaimLost` if the claim is no longer ours: a body not
+    started then never starts)."""
     for _ in range(SAVE_ATTEMPTS):
         run = yield from _load_run(ctx, run_id)
         renewed = decide_renew_run(run, claim, now_ms=ctx.clock(), lease_ms=lease_ms)
@@ -745,7 +741,8 @@ def _check_lease(lease_ms: object) -> int | None:
     if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms < 1:
         raise ConfigError(
             f"lease_ms must be an int >= 1 or None, got {lease_ms!r}.",
-            hint="Make it longer than the longest tool body: the lease is renewed between bodies.",
+            hint="The lease is renewed every third of it while a body runs: make it longer "
+            "than the longest pause the process may take (a store outage, a stalled host).",
         )
     return lease_ms
 

@@ -45,6 +45,7 @@ __all__ = [
     "asyncio_records",
     "require_records",
     "stored_json",
+    "sync_records",
 ]
 
 
@@ -179,3 +180,9 @@ def asyncio_records(storage: Any) -> Any:
     method = getattr(storage, "load_record", None)
     plain = inspect.ismethod(method) or inspect.isfunction(method)
     return _AsyncRecords(storage) if plain and not inspect.iscoroutinefunction(method) else storage
+
+
+def sync_records(storage: Any) -> Any | None:
+    """The sync storage :func:`asyncio_records` adapted into ``storage`` (``None``: ``storage``
+    is an asyncio one), for work that must run off the event loop (the lease keeper)."""
+    return storage.inner if isinstance(storage, _AsyncRecords) else None

@@ -36,6 +36,7 @@ from ..wire.bounded import thaw
 from ..wire.session import ConfirmationBinding
 from ._bridge_io import ListRecords, LoadRecord, Plan, SaveRecord, require_records
 from ._bridge_runs import RUN_PREFIX, PendingCall, RunRecord, denial_key
+from ._lease import BodyLease
 from .ledger import (
     AsyncToolLedger,
     Execution,
@@ -84,13 +85,14 @@ class ExecutionGuard:
         ledger: AsyncToolLedger,
         approved: frozenset[str],
         idempotent_tools: frozenset[str] = frozenset(),
-        renew: Callable[[], Awaitable[None]] | None = None,
+        lease: BodyLease | None = None,
     ) -> None:
         self.ledger = ledger
         self.approved = approved
         self.idempotent_tools = idempotent_tools
-        #: Inside a leased continuation: renews the lease before each body (ADR-0106).
-        self.renew = renew
+        #: Inside a leased continuation: the lease, renewed before each body and kept alive
+        #: while one runs (ADR-0106).
+        self.lease = lease
         self._in_flight: set[asyncio.Future[Execution]] = set()
 
     async def drain(self) -> None:
@@ -134,18 +136,17 @@ class ExecutionGuard:
         its body too runs at most once per call id when a continuation is replayed.
         ``declined``: the runtime's deferral exceptions (the body asked for approval instead of
         acting), which release the claim rather than record an outcome."""
-        if self.renew is not None:  # before the claim: a lost continuation starts nothing
-            await self.renew()
-        claimed = asyncio.ensure_future(
-            self.ledger.execute(
-                tool_call_id,
-                tool,
-                args,
-                body,
-                idempotent=tool in self.idempotent_tools,
-                declined=declined,
-            )
+        if self.lease is not None:  # before the claim: a lost continuation starts nothing
+            await self.lease.renew()
+        execution = self.ledger.execute(
+            tool_call_id,
+            tool,
+            args,
+            body,
+            idempotent=tool in self.idempotent_tools,
+            declined=declined,
         )
+        claimed = asyncio.ensure_future(self._kept(execution))
         self._in_flight.add(claimed)
         claimed.add_done_callback(self._in_flight.discard)
         try:
@@ -157,6 +158,13 @@ class ExecutionGuard:
             with contextlib.suppress(Exception):
                 await claimed
             raise
+
+    async def _kept(self, execution: Awaitable[Execution]) -> Execution:
+        """``execution`` with our lease kept alive while it runs (a long body keeps the run)."""
+        if self.lease is None:
+            return await execution
+        async with self.lease.kept():
+            return await execution
 
 
 # --------------------------------------------------------------------------- upstream + memory
