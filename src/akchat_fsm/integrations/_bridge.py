@@ -37,7 +37,7 @@ from typing import Any, Protocol, TypeVar
 from ..core.confirmations import check_arguments_digest
 from ..errors import ConfigError, OutcomeUnknown, StorageError
 from ..machines.confirmation import ConfirmationEvent
-from ..session.audit import check_decider
+from ..session.audit import check_decider, plan_deciding_entry
 from ..session.drivers import Ports, run_async, run_sync
 from ..session.effects import ResumeRuntime, StartRuntime
 from ..session.session import ReconcileOutcome
@@ -364,12 +364,26 @@ def _denials(
     bindings: Sequence[ConfirmationBinding],
     recorded: Mapping[str, ConfirmationStatus],
 ) -> Plan[dict[str, str]]:
-    """The reviewers' reasons of the run's rejected calls (read only for those)."""
-    rejected = {b.tool_call_id for b in bindings if b.status is ConfirmationStatus.REJECTED}
-    rejected |= {c for c, s in recorded.items() if s is ConfirmationStatus.REJECTED}
+    """The reviewers' reasons of the run's rejected calls (read only for those).
+
+    The deciding claim's audit entry holds its rejecter's own reason (or none: the model then
+    reads the generic sentence). The reason record written before the claim (ADR-0106 item 6)
+    is the fallback, for a call retention pruned from the envelope (its token is gone with
+    it): the first reason written stands there, which may be a rival's whose claim lost.
+    """
+    by_id = {b.tool_call_id: b for b in bindings if b.status is ConfirmationStatus.REJECTED}
+    rejected = set(by_id) | {c for c, s in recorded.items() if s is ConfirmationStatus.REJECTED}
     reasons: dict[str, str] = {}
     for call in run.approvals:
         if call.tool_call_id not in rejected:
+            continue
+        binding = by_id.get(call.tool_call_id)
+        entry = (
+            None if binding is None else (yield from plan_deciding_entry(ctx.session_id, binding))
+        )
+        if entry is not None:
+            if entry.reason:
+                reasons[call.tool_call_id] = entry.reason
             continue
         stored = yield LoadRecord(ctx.session_id, denial_key(call.tool_call_id))
         if stored is not None:

@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..storage.checks import check_session_id
 from ..wire.decode import decode_session_snapshot
+from ..wire.session import ConfirmationBinding
 from ._audit import AUDIT_PREFIX, AuditEntry, audit_key, check_decider, decided, read_entries
 from .drivers import Ports, run_async, run_sync
 from .effects import ListRecords, Load, LoadRecord, Plan
@@ -25,6 +26,7 @@ __all__ = [
     "audit_trail",
     "audit_trail_async",
     "check_decider",
+    "plan_deciding_entry",
 ]
 
 NO_RECORDS = (
@@ -46,6 +48,21 @@ def _plan(session_id: str, token: str | None, since_ms: int | None) -> Plan[tupl
     bindings = () if snapshot is None else snapshot.confirmations
     entries = decided(read_entries(session_id, stored), bindings)
     return tuple(e for e in entries if since_ms is None or e.at_ms >= since_ms)
+
+
+def plan_deciding_entry(session_id: str, binding: ConfirmationBinding) -> Plan[AuditEntry | None]:
+    """The entry of the claim that decided ``binding`` (``None``: the call is still pending,
+    or its deciding entry is missing or unreadable). Keys order by cursor (16 digits), and the
+    claim that applied is at the highest one (:func:`~._audit.decided`), so only that entry is
+    read. A bridge reads a rejection's reason here: the decider's own, never a rival's."""
+    keys = yield ListRecords(session_id, f"{AUDIT_PREFIX}{binding.token}:")
+    if not keys:
+        return None
+    record = yield LoadRecord(session_id, max(keys))
+    if record is None:
+        return None
+    entries = decided(read_entries(session_id, [(max(keys), record[1])]), (binding,))
+    return entries[0] if entries and entries[0].decided else None
 
 
 def _audit_plan(
