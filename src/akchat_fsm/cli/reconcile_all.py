@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import click
 from rich import box
@@ -35,6 +35,7 @@ from ..errors import AkchatError, ConfigError
 from ..integrations.records import BridgeRecords, read_bridge_records
 from ..session.session import default_clock
 from ..session.sweep import NO_INDEX, SweepPorts, SweptSession, reconcile_all
+from ..storage.capabilities import has_processing_index
 from ..storage.port import ProcessingIndex, ProcessingSession
 from ..wire.decode import decode_session_snapshot
 from ..wire.session import SessionSnapshot
@@ -482,7 +483,7 @@ def reconcile_all_command(
     """
     factory = None if cli.bridge is None else load_callable(cli.bridge, "--bridge")
     with opened_storage(cli.url, create=False, read_only=not apply_) as storage:
-        if not isinstance(storage, ProcessingIndex):
+        if not has_processing_index(storage):
             fail(NO_INDEX.format(kind=type(storage).__name__), EXIT_USAGE)
         with _progress_bar() as tick:
             if apply_:
@@ -490,7 +491,8 @@ def reconcile_all_command(
             else:
                 cutoff = default_clock() - cli.older_than_ms
                 try:
-                    listed = storage.list_processing(written_before_ms=cutoff, limit=limit)
+                    index = cast(ProcessingIndex, storage)  # checked above; sync adapters
+                    listed = index.list_processing(written_before_ms=cutoff, limit=limit)
                 except ConfigError as exc:  # a 0.1.0 table a dry run must not upgrade
                     fail(f"cannot read storage {cli.url!r}: {describe(exc)}", EXIT_USAGE)
                 entries = _dry_run(storage, listed, cli, factory, tick)
