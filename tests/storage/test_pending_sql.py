@@ -568,6 +568,71 @@ def test_mysql_a_backfill_cut_short_runs_again_at_the_next_open(
 
 
 @pytest.mark.mysql
+def test_mysql_the_backfill_is_not_bounded_by_the_statement_timeout(
+    mysql_url: str, my_table: str
+) -> None:
+    """The backfill reads every envelope in one statement, so on a large store it outlasts a
+    timeout sized for one call, and failed at every open: the store never got its index. Here
+    it is made to outlast the timeout for sure (it waits for a session row another transaction
+    holds, until it has run ten timeouts long); it still completes. Every call after the build
+    is bounded again (a save waiting for the same row is cut off)."""
+    import threading
+
+    from storage_harness import mysql_admin
+
+    from akchat_fsm.errors import StorageUnavailable
+
+    timeout_ms = 50
+    _my_before_the_index(mysql_url, my_table)
+    url = f"{mysql_url}?table={my_table}&statement_timeout={timeout_ms}"
+    holder = mysql_admin(mysql_url)
+    box: dict[str, Any] = {}
+
+    def first_writer() -> None:
+        try:
+            storage = open_storage(url)
+            box["storage"] = storage
+            storage.load("s-1")  # connects: creates the index and backfills it
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=first_writer)
+    probe = (
+        "SELECT time_ms FROM information_schema.processlist"
+        " WHERE command = 'Query' AND info LIKE %s"
+    )
+    try:
+        with holder.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT 1 FROM {my_table} WHERE session_id = 's-1' FOR UPDATE")
+        thread.start()
+        for _ in range(4000):  # until the backfill has waited ten timeouts, or has failed
+            running = _my(mysql_url, probe, (f"INSERT IGNORE INTO {my_table}__pending%",))
+            if (running and running[0][0] >= 10 * timeout_ms) or not thread.is_alive():
+                break
+            _my(mysql_url, "SELECT SLEEP(0.005)")
+        else:
+            pytest.fail("the backfill neither outlasted the timeout nor failed")
+        holder.rollback()  # the row is free: the backfill goes on
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        assert "error" not in box, box
+        storage = box["storage"]
+        assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
+        with holder.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT 1 FROM {my_table} WHERE session_id = 's-1' FOR UPDATE")
+        with pytest.raises(StorageUnavailable) as cut:
+            storage.delete("s-1")
+        assert cut.value.__cause__ is not None and cut.value.__cause__.args[0] == 1969
+    finally:
+        holder.rollback()
+        holder.close()
+        if "storage" in box:
+            box["storage"].close()
+
+
+@pytest.mark.mysql
 def test_the_harness_drops_what_a_build_cut_short_left(mysql_url: str) -> None:
     """A build cut short leaves ``<table>__pending_build``; a suite that only dropped the
     tables of a whole store left it behind on the shared server after every such test."""
