@@ -56,10 +56,13 @@ from ._common import (
 from ._envelope import _when
 from ._reconcile_plan import (
     LEFT,
+    intent_plans,
+    is_refused,
     load_memory,
     outcome_row,
     plan_for,
     plan_row,
+    refused_steps,
     session_ports,
     tool_statuses,
 )
@@ -215,7 +218,7 @@ def _claim_steps(cli: Cli, session_id: str, planned: list[dict[str, str]]) -> li
             cli.sweep(memory=True),
         ]
     steps: list[str] = []
-    if any(r["action"] == "complete" or r["action"] == "release" for r in planned):
+    if any(r["action"] in ("complete", "release", "bind") for r in planned):
         steps.append(cli.sweep(*_release(cli), memory=True))
     if any(r["action"].startswith(LEFT) for r in planned):
         untouched = ", ".join(r["toolCallId"] for r in planned if r["action"].startswith(LEFT))
@@ -225,6 +228,8 @@ def _claim_steps(cli: Cli, session_id: str, planned: list[dict[str, str]]) -> li
             "resolving them, release them to pending:"
         )
         steps.append(cli.sweep("--release-untouched", memory=True))
+    if any(map(is_refused, planned)):
+        steps += refused_steps(cli.url, session_id, planned, cli.sweep(*_release(cli), memory=True))
     return steps
 
 
@@ -267,8 +272,9 @@ def _plan_one(storage: Any, row: ProcessingSession, cli: Cli, factory: Any) -> E
         elif not os.path.isfile(_memory_path(cli.memory_dir, sid)):
             entry.status, entry.records = NO_MEMORY_FILE, claim_rows
         else:
-            statuses = tool_statuses(load_memory(_memory_path(cli.memory_dir, sid)))
-            plans = plan_for(snapshot, statuses, cli.release_untouched)
+            memory = load_memory(_memory_path(cli.memory_dir, sid))
+            plans = plan_for(snapshot, tool_statuses(memory), cli.release_untouched)
+            plans += intent_plans(storage, snapshot, memory, cli.release_untouched)
             entry.records = [plan_row(p) for p in plans]
             entry.next = _claim_steps(cli, sid, entry.records)
             return entry
@@ -393,8 +399,7 @@ def _applied_entry(storage: Any, swept: SweptSession, skipped: dict[str, str], c
         else:
             entry.next = [*waiting, *_bridged_steps(cli, sid, records)]
         return entry
-    planned = [r for r in entry.records if r.get("action") == LEFT]
-    left = [{**r, "action": r["action"]} for r in planned]
+    left = [r for r in entry.records if r.get("action") == LEFT or is_refused(r)]
     entry.next = _claim_steps(cli, sid, left if not swept.skipped else [])
     return entry
 
