@@ -173,10 +173,14 @@ def mysql_server_args(mysql_url: str) -> dict[str, Any]:
 
 
 def drop_mysql_tables(mysql_url: str, table: str) -> None:
-    """Drop ``table`` and its records table, if they exist."""
+    """Drop ``table`` and every table the adapter derives from it, if they exist: records,
+    pending index, and the pending index's build table (left by a build cut short)."""
     conn = mysql_admin(mysql_url)
     try:
         with conn.cursor() as cur:
-            cur.execute(f"DROP TABLE IF EXISTS {table}, {table}__records, {table}__pending")
+            cur.execute(
+                f"DROP TABLE IF EXISTS {table}, {table}__records, {table}__pending,"
+                f" {table}__pending_build"
+            )
     finally:
         conn.close()

@@ -384,7 +384,6 @@ def my_table(mysql_url: str) -> Iterator[str]:
     table = f"t_{uuid.uuid4().hex[:12]}"
     yield table
     drop_mysql_tables(mysql_url, table)
-    _my(mysql_url, f"DROP TABLE IF EXISTS {table}__pending_build")  # a build cut short
 
 
 def _my(mysql_url: str, sql: str, params: tuple[object, ...] | None = None) -> list[Any]:
@@ -505,26 +504,22 @@ def test_mysql_a_store_without_the_index_is_backfilled_once(mysql_url: str, my_t
         assert tokens(storage) == ["tok-3", "tok-4"]
 
 
-@pytest.mark.mysql
-def test_mysql_a_backfill_cut_short_runs_again_at_the_next_open(
-    mysql_url: str, my_table: str
-) -> None:
-    """The process dies mid-backfill (here: its connection is killed while the backfill waits
-    for a session row another transaction holds). DDL autocommits on MySQL, so only a marker
-    written after the rows tells a later writer the index is whole; it backfills again."""
+def _cut_a_build_short(mysql_url: str, table: str) -> None:
+    """A first writer dies mid-backfill: its connection is killed while the backfill waits for
+    a session row another transaction holds. Leaves ``<table>__pending_build``, no index."""
     import threading
 
     from storage_harness import mysql_admin
 
     from akchat_fsm.errors import StorageUnavailable
 
-    _my_before_the_index(mysql_url, my_table)
+    _my_before_the_index(mysql_url, table)
     holder = mysql_admin(mysql_url)
     box: dict[str, BaseException] = {}
 
     def first_writer() -> None:
         try:
-            with _my_storage(mysql_url, my_table) as storage:
+            with _my_storage(mysql_url, table) as storage:
                 storage.load("s-1")  # connects: creates the index and backfills it
         except BaseException as exc:
             box["error"] = exc
@@ -533,13 +528,13 @@ def test_mysql_a_backfill_cut_short_runs_again_at_the_next_open(
     try:
         with holder.cursor() as cur:
             cur.execute("BEGIN")
-            cur.execute(f"SELECT 1 FROM {my_table} WHERE session_id = 's-1' FOR UPDATE")
+            cur.execute(f"SELECT 1 FROM {table} WHERE session_id = 's-1' FOR UPDATE")
         thread.start()
         probe = (
             "SELECT id FROM information_schema.processlist WHERE command = 'Query' AND info LIKE %s"
         )
         for _ in range(2000):
-            backfill = _my(mysql_url, probe, (f"INSERT IGNORE INTO {my_table}__pending%",))
+            backfill = _my(mysql_url, probe, (f"INSERT IGNORE INTO {table}__pending%",))
             if backfill:
                 break
             _my(mysql_url, "SELECT SLEEP(0.005)")
@@ -552,6 +547,16 @@ def test_mysql_a_backfill_cut_short_runs_again_at_the_next_open(
         holder.rollback()
         holder.close()
     assert isinstance(box.get("error"), StorageUnavailable), box
+
+
+@pytest.mark.mysql
+def test_mysql_a_backfill_cut_short_runs_again_at_the_next_open(
+    mysql_url: str, my_table: str
+) -> None:
+    """The process dies mid-backfill (here: its connection is killed while the backfill waits
+    for a session row another transaction holds). DDL autocommits on MySQL, so only a marker
+    written after the rows tells a later writer the index is whole; it backfills again."""
+    _cut_a_build_short(mysql_url, my_table)
     tables = "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"
     assert _my(mysql_url, f"{tables} AND table_name = %s", (f"{my_table}__pending",)) == []
     with _my_storage(mysql_url, my_table) as storage:
@@ -560,6 +565,90 @@ def test_mysql_a_backfill_cut_short_runs_again_at_the_next_open(
     assert _my(mysql_url, f"{tables} AND table_name LIKE %s", (f"{my_table}__pending_%",)) == []
     with _my_storage(mysql_url, my_table, read_only=True) as storage:
         assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
+
+
+@pytest.mark.mysql
+def test_mysql_the_backfill_is_not_bounded_by_the_statement_timeout(
+    mysql_url: str, my_table: str
+) -> None:
+    """The backfill reads every envelope in one statement, so on a large store it outlasts a
+    timeout sized for one call, and failed at every open: the store never got its index. Here
+    it is made to outlast the timeout for sure (it waits for a session row another transaction
+    holds, until it has run ten timeouts long); it still completes. Every call after the build
+    is bounded again (a save waiting for the same row is cut off)."""
+    import threading
+
+    from storage_harness import mysql_admin
+
+    from akchat_fsm.errors import StorageUnavailable
+
+    timeout_ms = 50
+    _my_before_the_index(mysql_url, my_table)
+    url = f"{mysql_url}?table={my_table}&statement_timeout={timeout_ms}"
+    holder = mysql_admin(mysql_url)
+    box: dict[str, Any] = {}
+
+    def first_writer() -> None:
+        try:
+            storage = open_storage(url)
+            box["storage"] = storage
+            storage.load("s-1")  # connects: creates the index and backfills it
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=first_writer)
+    probe = (
+        "SELECT time_ms FROM information_schema.processlist"
+        " WHERE command = 'Query' AND info LIKE %s"
+    )
+    try:
+        with holder.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT 1 FROM {my_table} WHERE session_id = 's-1' FOR UPDATE")
+        thread.start()
+        for _ in range(4000):  # until the backfill has waited ten timeouts, or has failed
+            running = _my(mysql_url, probe, (f"INSERT IGNORE INTO {my_table}__pending%",))
+            if (running and running[0][0] >= 10 * timeout_ms) or not thread.is_alive():
+                break
+            _my(mysql_url, "SELECT SLEEP(0.005)")
+        else:
+            pytest.fail("the backfill neither outlasted the timeout nor failed")
+        holder.rollback()  # the row is free: the backfill goes on
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        assert "error" not in box, box
+        storage = box["storage"]
+        assert tokens(storage) == ["tok-1", "tok-3", "tok-4"]
+        with holder.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT 1 FROM {my_table} WHERE session_id = 's-1' FOR UPDATE")
+        with pytest.raises(StorageUnavailable) as cut:
+            storage.delete("s-1")
+        assert cut.value.__cause__ is not None and cut.value.__cause__.args[0] == 1969
+    finally:
+        holder.rollback()
+        holder.close()
+        if "storage" in box:
+            box["storage"].close()
+
+
+@pytest.mark.mysql
+def test_the_harness_drops_what_a_build_cut_short_left(mysql_url: str) -> None:
+    """A build cut short leaves ``<table>__pending_build``; a suite that only dropped the
+    tables of a whole store left it behind on the shared server after every such test."""
+    from storage_harness import drop_mysql_tables
+
+    table = f"t_{uuid.uuid4().hex[:12]}"
+    try:
+        _cut_a_build_short(mysql_url, table)
+        names = (
+            "SELECT table_name FROM information_schema.tables"
+            " WHERE table_schema = DATABASE() AND LEFT(table_name, %s) = %s"
+        )
+        assert (f"{table}__pending_build",) in _my(mysql_url, names, (len(table), table))
+    finally:
+        drop_mysql_tables(mysql_url, table)
+    assert _my(mysql_url, names, (len(table), table)) == []
 
 
 @pytest.mark.mysql

@@ -17,7 +17,8 @@ from rich.text import Text
 
 from ..errors import ConfigError, StorageError
 from ..session.audit import AuditEntry, audit_trail
-from ..session.session import default_clock, keeps_records
+from ..session.session import default_clock
+from ..storage.capabilities import keeps_records
 from ._common import (
     EXIT_USAGE,
     describe,

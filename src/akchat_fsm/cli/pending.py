@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+from typing import Any, cast
 
 import click
 from rich import box
@@ -21,6 +21,7 @@ from rich.text import Text
 
 from ..errors import ConfigError, StorageError
 from ..session.session import default_clock
+from ..storage.capabilities import has_pending_index
 from ..storage.port import PendingApproval, PendingIndex, PendingPage
 from ._common import (
     EXIT_USAGE,
@@ -184,10 +185,11 @@ def pending(
     """
     now = default_clock() if now_ms is None else now_ms
     with opened_storage(url, read_only=True) as storage:
-        if not isinstance(storage, PendingIndex):
+        if not has_pending_index(storage):
             fail(NO_PENDING_INDEX.format(kind=type(storage).__name__), EXIT_USAGE)
+        index = cast(PendingIndex, storage)  # checked just above; the CLI's adapters are sync
         try:
-            page = storage.list_pending(
+            page = index.list_pending(
                 action=action,
                 session_id=session_id,
                 expiring_before_ms=None if expiring_within is None else now + expiring_within,

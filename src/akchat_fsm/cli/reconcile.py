@@ -24,9 +24,12 @@ Read-only unless ``--apply``; even then a store that does not exist is reported,
 from __future__ import annotations
 
 import json
+import shlex
+from typing import Any
 
 import click
 from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 
 from ..errors import AkchatError, SessionConflict
@@ -35,22 +38,28 @@ from ..session import resume_chat_session
 from ._common import (
     DEFAULT_WIDTH,
     EXIT_INVALID,
+    EXIT_NEEDS_PERSON,
     EXIT_USAGE,
     describe,
     fail,
+    inert,
     inert_json,
     opened_storage,
+    pinned_rows,
     print_renderable,
     read_source,
 )
 from ._envelope import load_or_fail
 from ._reconcile_plan import (
     applied_table,
+    intent_plans,
+    is_refused,
     memory_from_bytes,
     outcome_row,
     plan_for,
     plan_row,
     plan_table,
+    refused_steps,
     session_ports,
     tool_statuses,
 )
@@ -73,20 +82,28 @@ def _one(
         memory = memory_from_bytes(data)
     except AkchatError as exc:
         fail(f"{memory_file}: {describe(exc)}", EXIT_INVALID)
+    # What binds an intent the session refused, once one of its records is decided.
+    rerun = shlex.join(["akchat-fsm", "reconcile", url, session_id, "--memory", memory_file])
+    rerun += " --apply" + (" --release-untouched" if release_untouched else "")
     with opened_storage(url, create=False, read_only=not apply_) as storage:
         snapshot = load_or_fail(storage, session_id, url).snapshot
         plans = plan_for(snapshot, tool_statuses(memory), release_untouched)
+        plans += intent_plans(storage, snapshot, memory, release_untouched)
         if not apply_ or not plans:
+            rows = [plan_row(p) for p in plans]
+            steps = _refused_next(url, session_id, rows, rerun)
             if as_json:
-                rows = [plan_row(p) for p in plans]
-                _echo_json(session_id, snapshot.cursor, applied=False, records=rows)
-                return
-            if not plans:
+                _echo_json(session_id, snapshot.cursor, applied=False, records=rows, next=steps)
+            elif not plans:
                 print_renderable(Text("No processing records: nothing to reconcile."), width)
-                return
-            table = plan_table(plans, f"Dry run at cursor {snapshot.cursor} (nothing written)")
-            hint = Text("Run again with --apply to write it.")
-            print_renderable(table if apply_ else Group(table, hint), width)
+            else:
+                title = f"Dry run at cursor {snapshot.cursor} (nothing written)"
+                parts: list[Any] = [plan_table(plans, title), *_step_lines(steps)]
+                if not apply_:
+                    parts.append(Text("Run again with --apply to write it."))
+                print_renderable(Group(*parts), width)
+            if steps:  # --apply would leave an intent waiting: a person decides first
+                raise SystemExit(EXIT_NEEDS_PERSON)
             return
         try:
             ports = session_ports(snapshot, memory, release_untouched)
@@ -98,19 +115,45 @@ def _one(
             outcomes = reconcile_session(session, ports.memory, release_untouched=release_untouched)
         except SessionConflict as exc:
             fail(f"another client kept writing; nothing more was applied ({describe(exc)})")
+        rows = [outcome_row(o) for o in outcomes]
+        steps = _refused_next(url, session_id, rows, rerun)
         if as_json:
-            rows = [outcome_row(o) for o in outcomes]
-            _echo_json(session_id, session.cursor, applied=True, records=rows)
-            return
-        print_renderable(
-            Group(applied_table(outcomes), Text(f"cursor now {session.cursor}")), width
-        )
+            _echo_json(session_id, session.cursor, applied=True, records=rows, next=steps)
+        else:
+            cursor = Text(f"cursor now {session.cursor}")
+            print_renderable(Group(applied_table(outcomes), cursor, *_step_lines(steps)), width)
+    if steps:  # an intent is still waiting: work for a person, then one more command
+        raise SystemExit(EXIT_NEEDS_PERSON)
+
+
+def _refused_next(url: str, session_id: str, rows: list[dict[str, str]], rerun: str) -> list[str]:
+    return refused_steps(url, session_id, rows, rerun) if any(map(is_refused, rows)) else []
+
+
+def _step_lines(steps: list[str]) -> list[Table]:
+    """The next steps, one whole line each: never wrapped or cut (an operator copies them)."""
+    if not steps:
+        return []
+    table = Table(box=None, show_header=False, pad_edge=False, expand=False)
+    table.add_column("next", no_wrap=True, overflow="ignore")
+    return [pinned_rows(table, ((inert(step),) for step in steps))]
 
 
 def _echo_json(
-    session_id: str, cursor: int, *, applied: bool, records: list[dict[str, str]]
+    session_id: str,
+    cursor: int,
+    *,
+    applied: bool,
+    records: list[dict[str, str]],
+    next: list[str],
 ) -> None:
-    document = {"sessionId": session_id, "cursor": cursor, "applied": applied, "records": records}
+    document = {
+        "sessionId": session_id,
+        "cursor": cursor,
+        "applied": applied,
+        "records": records,
+        "next": next,
+    }
     click.echo(inert_json(json.dumps(document, ensure_ascii=False)))
 
 

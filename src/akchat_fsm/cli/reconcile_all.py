@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import click
 from rich import box
@@ -35,6 +35,7 @@ from ..errors import AkchatError, ConfigError
 from ..integrations.records import BridgeRecords, read_bridge_records
 from ..session.session import default_clock
 from ..session.sweep import NO_INDEX, SweepPorts, SweptSession, reconcile_all
+from ..storage.capabilities import has_processing_index
 from ..storage.port import ProcessingIndex, ProcessingSession
 from ..wire.decode import decode_session_snapshot
 from ..wire.session import SessionSnapshot
@@ -55,10 +56,13 @@ from ._common import (
 from ._envelope import _when
 from ._reconcile_plan import (
     LEFT,
+    intent_plans,
+    is_refused,
     load_memory,
     outcome_row,
     plan_for,
     plan_row,
+    refused_steps,
     session_ports,
     tool_statuses,
 )
@@ -214,7 +218,7 @@ def _claim_steps(cli: Cli, session_id: str, planned: list[dict[str, str]]) -> li
             cli.sweep(memory=True),
         ]
     steps: list[str] = []
-    if any(r["action"] == "complete" or r["action"] == "release" for r in planned):
+    if any(r["action"] in ("complete", "release", "bind") for r in planned):
         steps.append(cli.sweep(*_release(cli), memory=True))
     if any(r["action"].startswith(LEFT) for r in planned):
         untouched = ", ".join(r["toolCallId"] for r in planned if r["action"].startswith(LEFT))
@@ -224,6 +228,8 @@ def _claim_steps(cli: Cli, session_id: str, planned: list[dict[str, str]]) -> li
             "resolving them, release them to pending:"
         )
         steps.append(cli.sweep("--release-untouched", memory=True))
+    if any(map(is_refused, planned)):
+        steps += refused_steps(cli.url, session_id, planned, cli.sweep(*_release(cli), memory=True))
     return steps
 
 
@@ -266,8 +272,9 @@ def _plan_one(storage: Any, row: ProcessingSession, cli: Cli, factory: Any) -> E
         elif not os.path.isfile(_memory_path(cli.memory_dir, sid)):
             entry.status, entry.records = NO_MEMORY_FILE, claim_rows
         else:
-            statuses = tool_statuses(load_memory(_memory_path(cli.memory_dir, sid)))
-            plans = plan_for(snapshot, statuses, cli.release_untouched)
+            memory = load_memory(_memory_path(cli.memory_dir, sid))
+            plans = plan_for(snapshot, tool_statuses(memory), cli.release_untouched)
+            plans += intent_plans(storage, snapshot, memory, cli.release_untouched)
             entry.records = [plan_row(p) for p in plans]
             entry.next = _claim_steps(cli, sid, entry.records)
             return entry
@@ -392,8 +399,7 @@ def _applied_entry(storage: Any, swept: SweptSession, skipped: dict[str, str], c
         else:
             entry.next = [*waiting, *_bridged_steps(cli, sid, records)]
         return entry
-    planned = [r for r in entry.records if r.get("action") == LEFT]
-    left = [{**r, "action": r["action"]} for r in planned]
+    left = [r for r in entry.records if r.get("action") == LEFT or is_refused(r)]
     entry.next = _claim_steps(cli, sid, left if not swept.skipped else [])
     return entry
 
@@ -482,7 +488,7 @@ def reconcile_all_command(
     """
     factory = None if cli.bridge is None else load_callable(cli.bridge, "--bridge")
     with opened_storage(cli.url, create=False, read_only=not apply_) as storage:
-        if not isinstance(storage, ProcessingIndex):
+        if not has_processing_index(storage):
             fail(NO_INDEX.format(kind=type(storage).__name__), EXIT_USAGE)
         with _progress_bar() as tick:
             if apply_:
@@ -490,7 +496,8 @@ def reconcile_all_command(
             else:
                 cutoff = default_clock() - cli.older_than_ms
                 try:
-                    listed = storage.list_processing(written_before_ms=cutoff, limit=limit)
+                    index = cast(ProcessingIndex, storage)  # checked above; sync adapters
+                    listed = index.list_processing(written_before_ms=cutoff, limit=limit)
                 except ConfigError as exc:  # a 0.1.0 table a dry run must not upgrade
                     fail(f"cannot read storage {cli.url!r}: {describe(exc)}", EXIT_USAGE)
                 entries = _dry_run(storage, listed, cli, factory, tick)

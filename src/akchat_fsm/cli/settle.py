@@ -21,7 +21,7 @@ import click
 
 from ..errors import ConfigError, StorageError
 from ..integrations.ledger import SettleRefused, ToolLedger, default_owner, result_from_json
-from ..integrations.records import has_records
+from ..storage.capabilities import keeps_records
 from ._common import EXIT_INVALID, EXIT_USAGE, describe, fail, inert, inert_json, opened_storage
 
 __all__ = ["settle"]
@@ -91,7 +91,7 @@ def settle(
     result = _result(result_text, ran)
     who = operator if operator is not None else f"cli:{default_owner()}"
     with opened_storage(url, create=False) as storage:
-        if not has_records(storage):
+        if not keeps_records(storage):
             fail(
                 f"{url} cannot hold tool-execution ledger entries (no RecordStorage capability)",
                 EXIT_USAGE,

@@ -57,7 +57,7 @@ from ..session import (
     resume_chat_session,
     resume_chat_session_async,
 )
-from ..session.session import keeps_records
+from ..storage.capabilities import has_pending_index, keeps_records
 from ..storage.port import (
     AsyncPendingIndex,
     AsyncSessionStorage,
@@ -713,7 +713,7 @@ def create_inbox(
         inspect.iscoroutinefunction(getattr(storage, name, None))
         for name in ("list_pending", "find_token")
     }
-    if not isinstance(storage, PendingIndex | AsyncPendingIndex) or len(flavours) != 1:
+    if not has_pending_index(storage) or len(flavours) != 1:
         raise ConfigError(
             "The inbox needs a storage with the pending index (list_pending, find_token).",
             hint="Pass a MemoryStorage, SQLiteStorage, AsyncSQLiteStorage or another adapter.",

@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
+from ..storage.capabilities import keeps_records
 from ..storage.checks import check_session_id
 from ..wire.decode import decode_session_snapshot
 from ..wire.session import ConfirmationBinding
 from ._audit import AUDIT_PREFIX, AuditEntry, audit_key, check_decider, decided, read_entries
 from .drivers import Ports, run_async, run_sync
 from .effects import ListRecords, Load, LoadRecord, Plan
-from .session import keeps_records
 
 __all__ = [
     "AUDIT_PREFIX",

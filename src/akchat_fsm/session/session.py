@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 from .. import core
 from ..errors import ConfigError
 from ..machines.confirmation import ConfirmationEvent
-from ..storage.port import AsyncRecordStorage, RecordStorage
+from ..storage.capabilities import keeps_records
 from ..wire.enums import DecisionKind, TurnOutcome
 from ..wire.session import ConfirmationBinding, RouteDecision, SessionSnapshot
 from . import _confirm, _ops
@@ -71,11 +71,6 @@ def default_clock() -> int:
 def default_confirmation_id() -> str:
     """A random, unguessable id suffix (the core's 128 bits); a correlation handle, not a secret."""
     return core.random_suffix()
-
-
-def keeps_records(storage: object) -> bool:
-    """Whether ``storage`` has the records capability (either flavour: same method names)."""
-    return isinstance(storage, RecordStorage | AsyncRecordStorage)
 
 
 class _SessionBase:

@@ -358,13 +358,27 @@ class _Plan(SqlStatements):
         if self.read_only:
             # Belt and braces: the server refuses any write (and DDL) this session might send.
             statements.append("SET SESSION TRANSACTION READ ONLY")
-        ms = self.statement_timeout_ms
-        if ms is not None:
-            if "mariadb" in server_info.lower():
-                statements.append(f"SET SESSION max_statement_time = {ms / 1000:.3f}")
-            else:  # MySQL bounds SELECTs only; writes are bounded by innodb_lock_wait_timeout
-                statements.append(f"SET SESSION max_execution_time = {ms}")
-        return statements
+        return statements + self.timeout(server_info, self.statement_timeout_ms)
+
+    def timeout(self, server_info: str, ms: int | None) -> list[str]:
+        """The statement that bounds each statement of the session to ``ms`` (0: unbounded;
+        ``None``: none, the server's own setting stays)."""
+        if ms is None:
+            return []
+        if "mariadb" in server_info.lower():
+            return [f"SET SESSION max_statement_time = {ms / 1000:.3f}"]
+        # MySQL bounds SELECTs only; writes are bounded by innodb_lock_wait_timeout.
+        return [f"SET SESSION max_execution_time = {ms}"]
+
+    def build_timeouts(self, server_info: str) -> tuple[list[str], list[str]]:
+        """What lifts the statement timeout for the pending index's build, and what puts it
+        back. The backfill reads every envelope in one statement, which grows with the store:
+        a timeout sized for one call would fail it at every open of a large store, and the
+        store would never get its index. The build is bounded instead by its lock wait
+        (``BUILD_LOCK_WAIT_S``) and runs once per store."""
+        if self.statement_timeout_ms is None:
+            return [], []
+        return self.timeout(server_info, 0), self.timeout(server_info, self.statement_timeout_ms)
 
     def columns_params(self) -> tuple[str, str, str]:
         return self.table, self.table, self.records
@@ -494,7 +508,7 @@ class MySQLStorage(Closing):
                         cur.execute(statement)
                     records = True
                     if not pending:
-                        _add_pending_index(cur, self._plan)
+                        _add_pending_index(cur, self._plan, conn.get_server_info())
                         pending = True
         except pymysql.err.Error as exc:
             _close_quietly(conn)
@@ -702,13 +716,24 @@ class MySQLStorage(Closing):
             self._drop()
 
 
-def _add_pending_index(cur: Any, plan: _Plan) -> None:
+def _add_pending_index(cur: Any, plan: _Plan, server_info: str) -> None:
     """Build, fill and publish the pending table of a store written before it (ADR-0029).
 
     Under the build lock, re-checked: a writer that queued behind another's build finds the
     table there. Any failure leaves no pending table; the caller closes the connection, which
-    releases the lock, and the next writer to connect builds it again from the start.
+    releases the lock, and the next writer to connect builds it again from the start. The
+    build runs without ``statement_timeout_ms`` (:meth:`_Plan.build_timeouts` says why),
+    which is set again before the connection serves its first call.
     """
+    unbounded, bounded = plan.build_timeouts(server_info)
+    for statement in unbounded:
+        cur.execute(statement)
+    _build_pending_index(cur, plan)
+    for statement in bounded:
+        cur.execute(statement)
+
+
+def _build_pending_index(cur: Any, plan: _Plan) -> None:
     cur.execute(plan.lock_build, (plan.pending, BUILD_LOCK_WAIT_S))
     if cur.fetchone()[0] != 1:
         raise StorageUnavailable(
