@@ -29,6 +29,7 @@ from typing import Any, TypeAlias, TypeVar
 from ..errors import AkchatError, ConfigError
 from ..session.drivers import ASYNC_BODY
 from ..session.effects import BodyOutcome, Effect, ListRecords, LoadRecord, RunBody, SaveRecord
+from ..storage.capabilities import keeps_records
 from ..storage.checks import MAX_RECORD_CHARS
 
 __all__ = [
@@ -70,7 +71,6 @@ RECORDS_NEEDED = (
     "delete_record) that the tool-execution ledger and agent bridges need."
 )
 RECORDS_HINT = "Use a shipped adapter (memory, SQLite, PostgreSQL, Redis) or add the capability."
-_RECORD_METHODS = ("load_record", "save_record", "list_records", "delete_record")
 
 
 #: The deepest nesting a stored record may hold. Far above any record the bridges write, and
@@ -132,7 +132,7 @@ def _too_deep(what: str) -> ConfigError:
 
 def require_records(storage: Any) -> Any:
     """Return ``storage`` if it has the ``RecordStorage`` capability, else ``ConfigError``."""
-    if not all(callable(getattr(storage, name, None)) for name in _RECORD_METHODS):
+    if not keeps_records(storage):
         raise ConfigError(RECORDS_NEEDED, hint=RECORDS_HINT)
     return storage
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..session.drivers import Ports, run_async, run_sync
+from ..storage.capabilities import provides
 from ._bridge_io import ListRecords, LoadRecord, Plan, asyncio_records
 from ._bridge_runs import RUN_PREFIX, RunRecord, RunState
 from .ledger import LedgerEntry, plan_entries
@@ -32,7 +33,8 @@ SETTLE_HINT = (
     "--did-not-run if it did not (API: bridge.settle_execution(TOOL_CALL_ID, ran=..., "
     "result=...), or ToolLedger(storage, SESSION_ID).settle(...) without a bridge)"
 )
-_RECORD_METHODS = ("load_record", "list_records")
+#: An operator's read needs only these of the records capability.
+_READ_METHODS = ("load_record", "list_records")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +87,7 @@ def _entry_json(entry: LedgerEntry) -> dict[str, Any]:
 
 def has_records(storage: Any) -> bool:
     """Whether ``storage`` has the ``RecordStorage`` capability (reads are enough here)."""
-    return all(callable(getattr(storage, name, None)) for name in _RECORD_METHODS)
+    return provides(storage, _READ_METHODS)
 
 
 def plan_bridge_records(session_id: str) -> Plan[BridgeRecords]:

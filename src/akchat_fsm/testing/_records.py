@@ -14,19 +14,19 @@ import threading
 import time
 from typing import Any
 
+from ..storage.capabilities import RECORD_METHODS
 from ._concurrent import run_threads
 from ._envelopes import fresh_session_id, make_snapshot
 from ._kit import CheckSkipped, KitContext, expect_save, has_delete, raise_if_workers_raised
 
 __all__ = ["processing_index", "record_cas_race", "records_cas", "records_isolation"]
 
-_RECORD_METHODS = ("load_record", "save_record", "list_records", "delete_record")
 TEXT = '{"note":"é 👩\u200d💻 \\u0000 \\"q\\"","n":1}'
 
 
 def _require_records(storage: Any) -> None:
-    missing = [m for m in _RECORD_METHODS if not callable(getattr(storage, m, None))]
-    if len(missing) == len(_RECORD_METHODS):
+    missing = [m for m in RECORD_METHODS if not callable(getattr(storage, m, None))]
+    if len(missing) == len(RECORD_METHODS):
         raise CheckSkipped("the adapter has no records (optional RecordStorage capability)")
     if missing:
         raise AssertionError(
@@ -207,7 +207,7 @@ def processing_index(ctx: KitContext) -> str:
     a, b = ctx.instances(2)
     if not callable(getattr(a, "list_processing", None)):
         raise CheckSkipped("the adapter has no list_processing() (optional ProcessingIndex)")
-    records = all(callable(getattr(a, m, None)) for m in _RECORD_METHODS)
+    records = all(callable(getattr(a, m, None)) for m in RECORD_METHODS)
     claimed = _session(a, processing=True)  # an approving confirmation in the envelope
     ours = {claimed}
     _pause()
