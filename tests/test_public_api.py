@@ -86,3 +86,24 @@ def test_errors_docstring_draws_every_exception_class() -> None:
     }
     doc = akchat_fsm.errors.__doc__ or ""
     assert {c.__name__ for c in public if c.__name__ not in doc} == set()
+
+
+# The public modules that re-export a private one's names for adapter and runtime authors: a
+# change here is a change to the public API too (same rule as EXPECTED).
+SUBMODULES = {
+    "akchat_fsm.integrations.guard": ["ExecutionGuard"],
+    "akchat_fsm.storage.cas": [
+        "PendingRow", "PreparedRecordSave", "PreparedSave", "cas_allows", "check_stored_cursor",
+        "holds_processing", "loaded_text", "prepare_record_save", "prepare_save",
+    ],
+}  # fmt: skip
+
+
+def test_the_re_exporting_modules_are_pinned_and_documented() -> None:
+    import importlib
+
+    for name, expected in SUBMODULES.items():
+        module = importlib.import_module(name)
+        assert module.__all__ == expected, name
+        for attr in expected:
+            assert (getattr(module, attr).__doc__ or "").strip(), f"{name}.{attr}"

@@ -4,6 +4,7 @@ bounded, and read-only verbs never create a store."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
 import sqlite3
@@ -14,15 +15,17 @@ from urllib.parse import urlsplit
 
 import pytest
 from cli_helpers import run, stuck_session
+from click.testing import CliRunner, Result
 
-from akchat_fsm.cli import _common
-from akchat_fsm.cli._common import MAX_INPUT_BYTES, inert_json
+from akchat_fsm.cli import main
 from akchat_fsm.wire.decode import decode_session_snapshot
 
 DATA = Path(__file__).resolve().parent / "data"
 # Every character a terminal may act on: C0 (json.dumps escapes those), DEL, C1 (U+009B is
 # CSI), and the line/paragraph separators.
 RAW_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: The most a verb reads from a file or stdin, as docs/cli.md states it (64 MiB).
+MAX_INPUT_BYTES = 64 * 1024 * 1024
 
 
 def _long_ids(tmp_path: Path) -> tuple[str, list[str]]:
@@ -84,10 +87,15 @@ def test_inspect_json_escapes_every_control_character(tmp_path: Path) -> None:
     assert RAW_CONTROL.search(shown.stdout.replace("\n", "")) is None
 
 
-def test_inert_json_escapes_lone_surrogates_like_json_stringify() -> None:
-    text = json.dumps({"k": "a\ud800b\x9bc"}, ensure_ascii=False)
-    assert inert_json(text) == '{"k": "a\\ud800b\\u009bc"}'
-    assert json.loads(inert_json(text)) == json.loads(text)
+def test_json_output_escapes_lone_surrogates_like_json_stringify(tmp_path: Path) -> None:
+    envelope = json.loads((DATA / "v1.json").read_text("utf-8"))
+    envelope["confirmations"][0]["input"] = {"note": "a\ud800b\x9bc"}
+    path = tmp_path / "surrogate.json"
+    path.write_text(json.dumps(envelope), encoding="utf-8")  # "\ud800" as JSON.stringify writes it
+    result = run("inspect", str(path), "--json")
+    assert result.exit_code == 0, result.stderr
+    assert '"note":"a\\ud800b\\u009bc"' in result.stdout
+    assert json.loads(result.stdout)["confirmations"][0]["input"] == {"note": "a\ud800b\x9bc"}
 
 
 def test_reconcile_json_is_the_plan_and_then_the_outcome(tmp_path: Path) -> None:
@@ -137,15 +145,19 @@ def test_an_endless_file_ends_with_one_line_at_the_limit(argv: list[str]) -> Non
     assert f"larger than {MAX_INPUT_BYTES} bytes; stopped reading there" in line
 
 
-def test_stdin_is_bounded_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_common, "MAX_INPUT_BYTES", 64)
-    line = _one_line(run("inspect", "-", input="[" * 65), 1)
-    assert "-: input larger than 64 bytes" in line
+def _from_stdin(*args: str, data: bytes) -> Result:
+    """``akchat-fsm ARGS -`` with ``data`` on stdin, streamed (never held as text)."""
+    return CliRunner().invoke(main, [*args, "-"], input=io.BytesIO(data), catch_exceptions=False)
+
+
+def test_stdin_is_bounded_too() -> None:
+    line = _one_line(_from_stdin("inspect", data=b" " * (MAX_INPUT_BYTES + 1)), 1)
+    assert f"-: input larger than {MAX_INPUT_BYTES} bytes" in line
     # at the limit it is read whole and decoded (and refused for what it is, not its size)
-    line = _one_line(run("inspect", "-", input="[" * 64), 1)
+    line = _one_line(_from_stdin("inspect", data=b" " * (MAX_INPUT_BYTES - 2) + b"[]"), 1)
     assert "SESSION_INVALID_SNAPSHOT" in line
-    line = _one_line(run("show", "-", input=" " * 65), 1)
-    assert "larger than 64 bytes" in line
+    line = _one_line(_from_stdin("show", data=b" " * (MAX_INPUT_BYTES + 1)), 1)
+    assert f"larger than {MAX_INPUT_BYTES} bytes" in line
 
 
 # --------------------------------------------------------------------------- read-only

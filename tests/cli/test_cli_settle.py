@@ -17,7 +17,6 @@ import pytest
 from cli_helpers import bridged_session, postgres_url, run, sqlite_url
 
 import akchat_fsm
-import akchat_fsm.cli._common as cli_common
 from akchat_fsm.integrations.ledger import ExecutionState, LedgerEntry, ToolLedger
 from akchat_fsm.integrations.records import SETTLE_HINT
 from akchat_fsm.storage import open_storage
@@ -140,23 +139,27 @@ def test_a_missing_store_is_reported_and_not_created(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- races
-class _SettlesInBetween:
-    """The adapter, except that right after the command reads the entry, another operator's
-    whole ``settle`` runs (the interleaving a real race may or may not produce)."""
+def _settle_in_between(
+    monkeypatch: pytest.MonkeyPatch, url: str, competitor: tuple[str, ...]
+) -> list[Any]:
+    """Make the store's adapter class run another operator's whole ``settle`` right after the
+    command first reads the entry (the interleaving a real race may or may not produce); the
+    competitor's own reads pass straight through. Returns the competitor's result, once run."""
+    probe = open_storage(url)
+    adapter = type(probe)
+    probe.close()
+    real_load = adapter.load_record
+    competitor_result: list[Any] = []
 
-    def __init__(self, inner: Any, url: str, competitor: tuple[str, ...]) -> None:
-        self._inner, self._url, self._competitor = inner, url, competitor
-        self.competitor_result: Any = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def load_record(self, session_id: str, key: str) -> Any:
-        stored = self._inner.load_record(session_id, key)
-        if self.competitor_result is None and key == "call:c9":
-            self.competitor_result = "running"
-            self.competitor_result = run("settle", self._url, "s1", "c9", *self._competitor)
+    def load_record(self: Any, session_id: str, key: str) -> Any:
+        stored = real_load(self, session_id, key)
+        if not competitor_result and key == "call:c9":
+            competitor_result.append("running")
+            competitor_result[0] = run("settle", url, "s1", "c9", *competitor)
         return stored
+
+    monkeypatch.setattr(adapter, "load_record", load_record)
+    return competitor_result
 
 
 @pytest.mark.parametrize(
@@ -175,18 +178,9 @@ def test_a_settle_that_loses_the_race_writes_nothing_and_says_so(
     theirs: tuple[str, ...],
     now: str,
 ) -> None:
-    wrappers: list[_SettlesInBetween] = []
-    real_open = cli_common.open_storage
-
-    def open_with_competitor(target: str, **options: Any) -> Any:
-        if wrappers:  # the competitor's own command: a plain adapter
-            return real_open(target, **options)
-        wrappers.append(_SettlesInBetween(real_open(target, **options), url, theirs))
-        return wrappers[0]
-
-    monkeypatch.setattr(cli_common, "open_storage", open_with_competitor)
+    competitor = _settle_in_between(monkeypatch, url, theirs)
     lost = run("settle", url, "s1", "c9", *ours)
-    won = wrappers[0].competitor_result
+    won = competitor[0]
     assert won.exit_code == 0, won.stderr
     assert lost.exit_code == 1 and lost.stdout == ""
     assert lost.stderr.startswith(f"error: tool call 'c9' changed while settling: it is now {now}")

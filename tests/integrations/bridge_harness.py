@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from akchat_fsm.integrations._bridge_io import LoadRecord, RunBody, SaveRecord
 from akchat_fsm.integrations.ledger import ClaimRequest, args_digest, plan_execute
+from akchat_fsm.session.effects import LoadRecord, RunBody, SaveRecord
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
 
 

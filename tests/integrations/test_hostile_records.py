@@ -20,14 +20,15 @@ from click.testing import CliRunner, Result
 
 from akchat_fsm.cli import main
 from akchat_fsm.errors import ConfigError
-from akchat_fsm.integrations._bridge_io import MAX_RECORD_DEPTH, stored_json
 from akchat_fsm.integrations.ledger import AsyncToolLedger, ToolLedger
 from akchat_fsm.integrations.records import read_bridge_records, read_bridge_records_async
-from akchat_fsm.storage._cas import MAX_RECORD_CHARS
+from akchat_fsm.storage.checks import MAX_RECORD_CHARS
 from akchat_fsm.wire.session import SessionSnapshot
 
 SID = "s-hostile"
 DEEP = "[" * 100_000 + "]" * 100_000
+#: The deepest nesting a stored record may hold (docs/integrations/ledger.md, ADR-0103).
+MAX_RECORD_DEPTH = 512
 
 
 def run(*args: str) -> Result:
@@ -174,6 +175,25 @@ def test_a_bridge_reading_its_own_deep_run_record_fails_typed(tmp_path: Path) ->
 
 
 # --------------------------------------------------------------------------- the one parse point
+class _OneStoredRecord:
+    """A record store whose driver hands back ``stored`` as the text of one ledger entry: what
+    a third-party adapter (or a row written by hand) may return, unchecked by any adapter."""
+
+    def __init__(self, stored: object) -> None:
+        self.stored = stored
+
+    def load_record(self, session_id: str, key: str) -> Any:
+        return (1, self.stored) if key == "call:c1" else None
+
+    def list_records(self, session_id: str, prefix: str = "") -> list[str]:
+        return ["call:c1"] if "call:c1".startswith(prefix) else []
+
+
+def _read(stored: object) -> Any:
+    """The operator's view of a session whose one ledger entry is stored as ``stored``."""
+    return read_bridge_records(_OneStoredRecord(stored), SID)
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -185,15 +205,23 @@ def test_a_bridge_reading_its_own_deep_run_record_fails_typed(tmp_path: Path) ->
 )
 def test_nesting_beyond_the_bound_is_refused_before_parsing(text: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        stored_json(text, "stored record")
+        _read(text)
     _typed(caught.value)
 
 
-def test_nesting_at_the_bound_and_brackets_in_strings_parse() -> None:
-    deep = "[" * MAX_RECORD_DEPTH + "]" * MAX_RECORD_DEPTH
-    assert stored_json(deep, "record") is not None
-    brackets = '{"s":"' + "[" * 5000 + '\\"' + "{" * 5000 + '"}'
-    assert stored_json(brackets, "record") == {"s": "[" * 5000 + '"' + "{" * 5000}
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * MAX_RECORD_DEPTH + "]" * MAX_RECORD_DEPTH,
+        '{"s":"' + "[" * 5000 + '\\"' + "{" * 5000 + '"}',  # brackets inside a string
+    ],
+    ids=["at-the-bound", "brackets-in-strings"],
+)
+def test_nesting_at_the_bound_and_brackets_in_strings_parse(text: str) -> None:
+    """Parsed, not refused for depth: the entry is then judged for what it is (not one)."""
+    with pytest.raises(ConfigError) as caught:
+        _read(text)
+    assert "nested deeper" not in str(caught.value) and caught.value.retryable is False
 
 
 @pytest.mark.parametrize(
@@ -208,5 +236,5 @@ def test_nesting_at_the_bound_and_brackets_in_strings_parse() -> None:
 )
 def test_other_corrupt_records_are_config_errors(text: Any, says: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        stored_json(text, "stored record")
+        _read(text)
     assert says in str(caught.value) and caught.value.retryable is False

@@ -14,7 +14,7 @@ from bridge_harness import RecordsBackend
 
 from akchat_fsm.errors import ConfirmationError
 from akchat_fsm.integrations import ledger, openai_agents, pydantic_ai
-from akchat_fsm.integrations._bridge_ports import ExecutionGuard
+from akchat_fsm.integrations.guard import ExecutionGuard
 from akchat_fsm.integrations.ledger import AsyncToolLedger, ExecutionState
 from akchat_fsm.integrations.openai_agents import OpenAIAgentsBridge
 from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge

@@ -1,6 +1,6 @@
 """The adapters' shared decisions on inputs the shipped snapshot type never produces.
 
-``storage._cas`` decides for every adapter: what a stored body must be, and whether a save
+``storage.cas`` decides for every adapter: what a stored body must be, and whether a save
 holds processing work (the processing index). A host may hand storage a *subclass* of the
 snapshot model, and a third-party driver may hand back a body of an unexpected type; both must
 be judged exactly as the common case is, never guessed.
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from akchat_fsm.errors import ConfigError
-from akchat_fsm.storage._cas import holds_processing, loaded_text
+from akchat_fsm.storage.cas import holds_processing, loaded_text
 from akchat_fsm.wire.enums import ConfirmationStatus
 from akchat_fsm.wire.session import SessionSnapshot
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import select
 import socket
 import threading
 import time
@@ -28,7 +29,6 @@ from akchat_fsm.storage.redis import (
     RECORD_SCRIPT,
     AsyncRedisStorage,
     RedisStorage,
-    _peer_hung_up,
     map_redis_error,
 )
 
@@ -422,7 +422,7 @@ def test_a_failed_reconnect_is_unavailable_and_strands_no_connection(
         assert c.save(snap(unique_id, 1), None)
         proxy.shut()
         for _ in range(2000):  # wait until the pooled socket has seen the hang-up
-            if _peer_hung_up(_pooled(c.adapter)):
+            if _readable(_pooled(c.adapter)):
                 break
             time.sleep(0.005)
         with pytest.raises(StorageUnavailable):
@@ -435,6 +435,16 @@ def test_a_failed_reconnect_is_unavailable_and_strands_no_connection(
 
 def _pooled(adapter: Any) -> Any:
     return next(iter(adapter.pool._available_connections))
+
+
+def _readable(conn: Any) -> bool:
+    """Has the pooled connection's socket seen the proxy hang up (sync or asyncio client)?"""
+    sock = getattr(conn, "_sock", None)
+    if sock is None:
+        sock = conn._writer.get_extra_info("socket")
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 @MODES

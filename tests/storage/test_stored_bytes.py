@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from akchat_fsm.errors import ConfigError, StorageError, StoredCursorMismatch
 from akchat_fsm.session import ChatDefinition, resume_chat_session, resume_chat_session_async
-from akchat_fsm.storage._cas import check_stored_cursor, loaded_text
+from akchat_fsm.storage.cas import check_stored_cursor, loaded_text
 from akchat_fsm.wire.session import SessionSnapshot
 
 SID = "s-1"

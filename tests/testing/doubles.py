@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from akchat_fsm.errors import OutcomeUnknown, StorageUnavailable
 from akchat_fsm.storage import MemoryStorage
-from akchat_fsm.storage._cas import prepare_record_save, prepare_save
+from akchat_fsm.storage.cas import prepare_record_save, prepare_save
 from akchat_fsm.wire.session import SessionSnapshot
 
 T = TypeVar("T")

@@ -9,8 +9,31 @@ import pytest
 from doubles import AsyncDictStorage, DictStorage
 
 from akchat_fsm.errors import ConfigError, OutcomeUnknown, StorageUnavailable
-from akchat_fsm.testing._envelopes import make_snapshot, observe
 from akchat_fsm.testing.faulty import AsyncFaultyStorage, FaultyStorage, roll_fault
+from akchat_fsm.wire.decode import decode_session_snapshot
+from akchat_fsm.wire.session import Conversation, SessionSnapshot
+
+
+def make_snapshot(session_id: str, cursor: int, marker: str) -> SessionSnapshot:
+    """A valid v1 envelope whose conversation state is ``marker`` (to tell writes apart)."""
+    return SessionSnapshot(
+        session_id=session_id,
+        definition_id="faulty",
+        definition_revision=1,
+        updated_at="2026-07-11T00:00:00.000Z",
+        cursor=cursor,
+        conversation=Conversation(state=marker, decisions=()),
+        confirmations=(),
+    )
+
+
+def observe(raw: object) -> tuple[int, str] | None:
+    """``(cursor, marker)`` of what ``load`` returned, or ``None`` when nothing is stored."""
+    if raw is None:
+        return None
+    snapshot = decode_session_snapshot(raw).snapshot
+    assert snapshot is not None and snapshot.conversation is not None
+    return (snapshot.cursor, snapshot.conversation.state)
 
 
 def test_unavailable_applies_nothing() -> None:
