@@ -315,4 +315,4 @@ def test_an_audit_entry_without_a_principal_says_so(world: World) -> None:
 
 def test_the_session_audit_page_refuses_a_long_session_id(world: World) -> None:
     response = client(world.app(authorize=by_header)).get("/session/" + "s" * 257 + "/audit")
-    assert response.status_code == 404
+    assert response.status_code == 404 and "No such session." in response.text
