@@ -67,7 +67,12 @@ class ClaimantDied(BaseException):
 
 
 def crash_inside(
-    storage: Any, session_id: str, tool_call_id: str, tool: str = "send", args: Any = None
+    storage: Any,
+    session_id: str,
+    tool_call_id: str,
+    tool: str = "send",
+    args: Any = None,
+    owner: str = "worker-7:4242",
 ) -> None:
     """Leave an execution whose outcome is unknown: the body was claimed, then its process died.
 
@@ -78,7 +83,7 @@ def crash_inside(
     def died() -> None:
         raise ClaimantDied
 
-    ledger = ToolLedger(storage, session_id, owner="worker-7:4242")
+    ledger = ToolLedger(storage, session_id, owner=owner)
     try:
         ledger.execute(tool_call_id, tool, args if args is not None else {"to": "a"}, died)
     except ClaimantDied:

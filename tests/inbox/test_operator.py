@@ -168,6 +168,43 @@ def test_an_already_settled_execution_is_a_409_naming_who_settled(
     assert snapshot(world) == before
 
 
+def test_a_settle_that_lands_between_the_read_and_the_write_wins_and_ours_writes_nothing(
+    world: World,
+) -> None:
+    """bob's verdict lands while ana's request is being checked (inside ``can_settle``, after
+    the inbox read the entry): her compare-and-set finds it changed and she is told who won."""
+    crash_inside(world.storage, "s-1", "c-1")
+    armed: list[bool] = []
+
+    def bob_settles_first(principal: Any, unknown: UnknownExecution) -> bool:
+        if armed:
+            armed.clear()
+            ToolLedger(world.storage, "s-1").settle_unknown("c-1", ran=False, operator="bob")
+        return True
+
+    ana = client(world.app(authorize=by_header, can_settle=bob_settles_first))
+    csrf = operator_csrf(ana)
+    armed.append(True)
+    response = settle(ana, csrf, "ran", result='"mine"')
+    assert response.status_code == 409 and 'data-kind="already"' in response.text
+    assert "released (settled as not run by bob)" in response.text
+    entry = ToolLedger(world.storage, "s-1").get("c-1")
+    assert entry is not None and entry.state is ExecutionState.RELEASED and entry.owner == "bob"
+
+
+HOSTILE_OWNER = '<img src=x onerror="alert(1)">\u202e' + "o" * 3_000
+
+
+def test_hostile_ledger_fields_are_inert_and_bounded(world: World) -> None:
+    crash_inside(world.storage, "s-1", "c-1", tool="<script>alert(2)</script>",
+                 owner=HOSTILE_OWNER)  # fmt: skip
+    page = client(world.app(authorize=by_header, can_settle=everyone)).get("/operator").text
+    assert "<img" not in page and "<script>alert" not in page
+    assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;\\u202e" in page
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in page
+    assert "… [1,031 more characters]" in page  # cut at bounds.max_string (2,000)
+
+
 def test_a_tool_call_with_no_execution_is_a_404(world: World) -> None:
     crash_inside(world.storage, "s-1", "c-1")
     ana = client(world.app(authorize=by_header, can_settle=everyone))

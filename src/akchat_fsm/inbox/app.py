@@ -280,6 +280,9 @@ class _Inbox:
             autoescape=True,  # every template, whatever its name: arguments are hostile
         )
         env.filters["visible"] = visible
+        # A value read back from a shared store (a ledger entry's tool, owner, a run's id):
+        # inert and cut, like a chat message.
+        env.filters["bounded"] = lambda text: bounded_text(str(text), self.bounds.max_string)
         env.filters["utc"] = utc_time
         self.templates = Jinja2Templates(env=env)
 
@@ -879,23 +882,12 @@ async def audit_page(request: Request) -> Response:
 
 
 def _audit_context(inbox: _Inbox, entries: tuple[AuditEntry, ...]) -> dict[str, Any]:
-    """The newest ``page_size`` entries, oldest first, each text field inert and bounded, and
-    how many more. The trail is read call by call; the session's cursor orders the calls'
-    claims as they were made (the clock may repeat)."""
+    """The newest ``page_size`` entries, oldest first, and how many more. The trail is read
+    call by call; the session's cursor orders the calls' claims as they were made (the clock
+    may repeat). The template shows each text field inert and bounded."""
     ordered = sorted(entries, key=lambda entry: (entry.cursor, entry.at_ms))
     shown = ordered[-inbox.page_size :]
-    limit = inbox.bounds.max_string
-    rows = [
-        {
-            "entry": entry,
-            "principal": bounded_text(entry.principal or "", limit),
-            "reason": bounded_text(entry.reason or "", limit),
-            "via": bounded_text(entry.via, limit),
-            "action": bounded_text(entry.action, limit),
-        }
-        for entry in shown
-    ]
-    return {"audit": rows, "audit_hidden": len(entries) - len(shown)}
+    return {"audit": shown, "audit_hidden": len(entries) - len(shown)}
 
 
 async def events(request: Request) -> Response:
