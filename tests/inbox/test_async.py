@@ -185,3 +185,51 @@ def test_the_operator_page_settles_over_asyncio_storage(world: AsyncWorld) -> No
         late = c.post("/operator/settle", data={**form, "verdict": "ran"}, headers=SAME)
         assert late.status_code == 409 and "settled as not run by ana" in late.text
         assert c.portal.call(entry) == settled
+
+
+def test_a_settle_continues_the_run_through_an_async_bridge() -> None:
+    storage = AsyncMemoryStorage()
+    agent = Agent(FunctionModel(scripted), output_type=[str, DeferredToolRequests])
+    sent: list[str] = []
+
+    @agent.tool_plain(requires_approval=True)
+    def send_email(to: str) -> str:
+        sent.append(to)
+        return f"email sent to {to}"
+
+    async def bridge_for(session_id: str) -> AsyncPydanticAIBridge:
+        session = await resume_chat_session_async(DEFINITION, session_id=session_id,
+                                                  storage=storage)  # fmt: skip
+        return AsyncPydanticAIBridge(agent, session, storage)
+
+    app = create_inbox(storage, definition=DEFINITION, authorize=by_header,
+                       can_settle=lambda principal, _: principal == "ana",
+                       bridge_for=bridge_for)  # fmt: skip
+    with TestClient(app, base_url=ORIGIN, headers={"x-user": "ana"}) as c:
+
+        async def paused_with_an_unknown_execution() -> str:
+            paused = await (await bridge_for("s-1")).run("Email Ana", run_id="run-1")
+            call = paused.pending[0]
+            await (await bridge_for("s-1")).approve(call.token, continue_run=False)
+
+            def died() -> None:
+                raise ClaimantDied
+
+            with pytest.raises(ClaimantDied):  # the claimant died inside the body
+                await AsyncToolLedger(storage, "s-1").execute(
+                    call.tool_call_id, "send_email", dict(call.input), died
+                )
+            return str(call.tool_call_id)
+
+        async def output() -> Any:
+            return (await (await bridge_for("s-1")).continue_run("run-1")).output
+
+        tool_call_id = c.portal.call(paused_with_an_unknown_execution)
+        page = c.get("/operator").text
+        match = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+        assert match and f'data-tool-call="{tool_call_id}"' in page
+        form = {"csrf": match.group(1), "session": "s-1", "tool_call": tool_call_id}
+        response = c.post("/operator/settle", headers=SAME,
+                          data={**form, "verdict": "ran", "result": '"sent by hand"'})  # fmt: skip
+        assert response.status_code == 200 and "run-1: completed" in response.text
+        assert c.portal.call(output) == "Done: sent by hand" and sent == []
