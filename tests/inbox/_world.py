@@ -9,6 +9,7 @@ from starlette.applications import Starlette
 
 from akchat_fsm import ChatDefinition, resume_chat_session
 from akchat_fsm.inbox import create_inbox
+from akchat_fsm.integrations.ledger import ToolLedger, ledger_key
 from akchat_fsm.storage import MemoryStorage
 from akchat_fsm.testing.doubles import RecordingUpstream
 
@@ -59,3 +60,41 @@ def by_header(request: Any) -> str | None:
 
 def only_ana(principal: Any, pending: Any) -> bool:
     return bool(principal == "ana")
+
+
+class ClaimantDied(BaseException):
+    """Raised inside a tool body: the claimant is gone before it records an outcome."""
+
+
+def crash_inside(
+    storage: Any,
+    session_id: str,
+    tool_call_id: str,
+    tool: str = "send",
+    args: Any = None,
+    owner: str = "worker-7:4242",
+) -> None:
+    """Leave an execution whose outcome is unknown: the body was claimed, then its process died.
+
+    The real ledger claims the call; the body raises a ``BaseException`` the ledger does not
+    record, as a killed process records nothing, so the entry stays ``executing``.
+    """
+
+    def died() -> None:
+        raise ClaimantDied
+
+    ledger = ToolLedger(storage, session_id, owner=owner)
+    try:
+        ledger.execute(tool_call_id, tool, args if args is not None else {"to": "a"}, died)
+    except ClaimantDied:
+        return
+    raise AssertionError("the body ran to its end")
+
+
+def ledger_bytes(storage: Any, session_id: str, tool_call_id: str) -> object:
+    """The stored ledger entry of one call, byte for byte (version and text)."""
+    return storage.load_record(session_id, ledger_key(tool_call_id))
+
+
+def everyone(principal: Any, subject: Any) -> bool:
+    return True

@@ -20,11 +20,12 @@ from starlette.testclient import TestClient
 
 from akchat_fsm import resume_chat_session_async
 from akchat_fsm.inbox import create_inbox
+from akchat_fsm.integrations.ledger import AsyncToolLedger
 from akchat_fsm.integrations.pydantic_ai import AsyncPydanticAIBridge
 from akchat_fsm.storage import AsyncMemoryStorage, AsyncSQLiteStorage
 from akchat_fsm.testing.doubles import AsyncRecordingUpstream
 
-from ._world import DEFINITION, Clock, by_header, only_ana
+from ._world import DEFINITION, ClaimantDied, Clock, by_header, only_ana
 from .test_bridge import scripted
 from .test_http import FORM_DIGESTS, SHOWN
 
@@ -152,3 +153,83 @@ def test_an_async_bridge_continues_the_run_once() -> None:
         assert sent == ["ana@example.com"]
         late = decide(c, token, "approve", form)
         assert late.status_code == 409 and sent == ["ana@example.com"]
+
+
+def test_the_operator_page_settles_over_asyncio_storage(world: AsyncWorld) -> None:
+    """The processing index, the ledger and the settle, awaited on the loop."""
+
+    async def crash() -> None:
+        def died() -> None:
+            raise ClaimantDied
+
+        with pytest.raises(ClaimantDied):
+            await AsyncToolLedger(world.storage, "s-1", owner="worker-7").execute(
+                "c-1", "send", {"to": "a"}, died
+            )
+
+    async def entry() -> Any:
+        return await AsyncToolLedger(world.storage, "s-1").get("c-1")
+
+    app = world.app(can_settle=lambda principal, unknown: principal == "ana")
+    with TestClient(app, base_url=ORIGIN, client=("127.0.0.1", 5), headers={"x-user": "ana"}) as c:
+        c.portal.call(crash)
+        page = c.get("/operator")
+        assert page.status_code == 200 and 'data-tool-call="c-1"' in page.text
+        match = re.search(r'name="csrf" value="([0-9a-f]+)"', page.text)
+        assert match
+        form = {"csrf": match.group(1), "session": "s-1", "tool_call": "c-1"}
+        done = c.post("/operator/settle", data={**form, "verdict": "did-not-run"}, headers=SAME)
+        assert done.status_code == 200 and 'data-kind="settled"' in done.text
+        settled = c.portal.call(entry)
+        assert settled.state.value == "released" and settled.owner == "ana"
+        late = c.post("/operator/settle", data={**form, "verdict": "ran"}, headers=SAME)
+        assert late.status_code == 409 and "settled as not run by ana" in late.text
+        assert c.portal.call(entry) == settled
+
+
+def test_a_settle_continues_the_run_through_an_async_bridge() -> None:
+    storage = AsyncMemoryStorage()
+    agent = Agent(FunctionModel(scripted), output_type=[str, DeferredToolRequests])
+    sent: list[str] = []
+
+    @agent.tool_plain(requires_approval=True)
+    def send_email(to: str) -> str:
+        sent.append(to)
+        return f"email sent to {to}"
+
+    async def bridge_for(session_id: str) -> AsyncPydanticAIBridge:
+        session = await resume_chat_session_async(DEFINITION, session_id=session_id,
+                                                  storage=storage)  # fmt: skip
+        return AsyncPydanticAIBridge(agent, session, storage)
+
+    app = create_inbox(storage, definition=DEFINITION, authorize=by_header,
+                       can_settle=lambda principal, _: principal == "ana",
+                       bridge_for=bridge_for)  # fmt: skip
+    with TestClient(app, base_url=ORIGIN, headers={"x-user": "ana"}) as c:
+
+        async def paused_with_an_unknown_execution() -> str:
+            paused = await (await bridge_for("s-1")).run("Email Ana", run_id="run-1")
+            call = paused.pending[0]
+            await (await bridge_for("s-1")).approve(call.token, continue_run=False)
+
+            def died() -> None:
+                raise ClaimantDied
+
+            with pytest.raises(ClaimantDied):  # the claimant died inside the body
+                await AsyncToolLedger(storage, "s-1").execute(
+                    call.tool_call_id, "send_email", dict(call.input), died
+                )
+            return str(call.tool_call_id)
+
+        async def output() -> Any:
+            return (await (await bridge_for("s-1")).continue_run("run-1")).output
+
+        tool_call_id = c.portal.call(paused_with_an_unknown_execution)
+        page = c.get("/operator").text
+        match = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+        assert match and f'data-tool-call="{tool_call_id}"' in page
+        form = {"csrf": match.group(1), "session": "s-1", "tool_call": tool_call_id}
+        response = c.post("/operator/settle", headers=SAME,
+                          data={**form, "verdict": "ran", "result": '"sent by hand"'})  # fmt: skip
+        assert response.status_code == 200 and "run-1: completed" in response.text
+        assert c.portal.call(output) == "Done: sent by hand" and sent == []

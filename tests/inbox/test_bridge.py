@@ -16,9 +16,10 @@ from pydantic_ai.models.function import FunctionModel
 from starlette.testclient import TestClient
 
 from akchat_fsm import resume_chat_session
+from akchat_fsm.integrations.ledger import ExecutionUnknown, ToolLedger
 from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
 
-from ._world import DEFINITION, World, by_header, only_ana
+from ._world import DEFINITION, World, by_header, crash_inside, only_ana
 from .test_http import FORM_DIGESTS, SHOWN
 
 
@@ -103,3 +104,47 @@ def test_a_reason_given_in_the_inbox_reaches_the_model(
     assert response.status_code == 200
     done = bridge(world, agent, "chat-1").continue_run("run-1")
     assert done.output == "Done: Ana has it" and sent == []
+
+
+def test_settle_in_the_operator_page_continues_the_run_through_the_bridge(
+    agent_world: tuple[World, Any, list[str]],
+) -> None:
+    world, agent, sent = agent_world
+    paused = bridge(world, agent, "chat-1").run("Email Ana", run_id="run-1")
+    call = paused.pending[0]
+    bridge(world, agent, "chat-1").approve(call.token, continue_run=False)
+    # The process that claimed the body died inside it: its outcome is unknown.
+    crash_inside(world.storage, "chat-1", call.tool_call_id, "send_email", dict(call.input))
+    with pytest.raises(ExecutionUnknown):
+        bridge(world, agent, "chat-1").continue_run("run-1")
+    app = world.app(
+        authorize=by_header,
+        can_settle=lambda principal, unknown: principal == "ana",
+        bridge_for=lambda sid: bridge(world, agent, sid),
+        upstream_for=None,
+    )
+    c = TestClient(app, base_url="http://127.0.0.1", headers={"x-user": "ana"})
+    page = c.get("/operator").text
+    assert f'data-tool-call="{call.tool_call_id}"' in page
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    assert match
+    response = c.post(
+        "/operator/settle",
+        data={
+            "csrf": match.group(1),
+            "session": "chat-1",
+            "tool_call": call.tool_call_id,
+            "verdict": "ran",
+            "result": '"sent by hand"',
+        },
+        headers={"origin": "http://127.0.0.1", "sec-fetch-site": "same-origin"},
+    )
+    assert response.status_code == 200 and 'data-kind="settled"' in response.text
+    assert "run-1: completed" in response.text  # the bridge continued the run
+    record = bridge(world, agent, "chat-1").run_record("run-1")
+    assert record is not None and record.state.value == "completed"
+    again = bridge(world, agent, "chat-1").continue_run("run-1")
+    assert again.output == "Done: sent by hand"  # the model read the settled result
+    assert sent == []  # the body never ran here: the operator said it had
+    entry = ToolLedger(world.storage, "chat-1").get(call.tool_call_id)
+    assert entry is not None and entry.owner == "ana"

@@ -28,8 +28,9 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from akchat_fsm import resume_chat_session
+from akchat_fsm.integrations.ledger import ExecutionState, ToolLedger
 
-from ._world import DEFINITION, World
+from ._world import DEFINITION, World, crash_inside
 
 WAIT_S = 20
 
@@ -291,3 +292,32 @@ def test_the_whole_decision_by_keyboard(browser: Any, inbox: Served, world: Worl
     ActionChains(browser).send_keys(Keys.ENTER).perform()
     assert outcome(browser) == "won"
     assert world.upstream.denied == [(record.tool_call_id, "not this one")]
+
+
+def test_an_operator_settles_an_unknown_execution(browser: Any, world: World) -> None:
+    """The operator's page, reached from the header: "it ran" with a JSON result settles the
+    execution as ana's, and the page no longer lists it."""
+    crash_inside(world.storage, "chat-1", "call-7", "payment.send", {"amount": 10})
+    app = world.app(authorize=by_cookie, can_settle=lambda user, _: user == "ana")
+    served = Served(app)
+    try:
+        browser.get(served.url + "/static/inbox.css")
+        browser.delete_all_cookies()
+        browser.add_cookie({"name": "user", "value": "ana", "sameSite": "Lax"})
+        browser.get(served.url + "/")
+        browser.find_element(By.LINK_TEXT, "Operator").send_keys(Keys.ENTER)
+        unknown = wait(browser).until(
+            ec.presence_of_element_located((By.CSS_SELECTOR, '[data-tool-call="call-7"]'))
+        )
+        assert "payment.send" in unknown.text and "worker-7:4242" in unknown.text
+        unknown.find_element(By.NAME, "result").send_keys('{"receipt": "r-1"}')
+        unknown.find_element(By.CSS_SELECTOR, ".settle-ran button").click()
+        assert outcome(browser) == "settled"
+        assert browser.find_element(By.CSS_SELECTOR, "#outcome .settler").text == "ana"
+        entry = ToolLedger(world.storage, "chat-1").get("call-7")
+        assert entry is not None and entry.state is ExecutionState.EXECUTED
+        assert (entry.result, entry.owner) == ({"receipt": "r-1"}, "ana")
+        browser.get(served.url + "/operator")
+        assert "No session holds processing work." in browser.find_element(By.ID, "main").text
+    finally:
+        served.stop()

@@ -17,6 +17,7 @@ from .app import (
     Bridge,
     InboxApp,
     InboxStorage,
+    UnknownExecution,
     create_inbox,
     pending_changes,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "Bridge",
     "InboxApp",
     "InboxStorage",
+    "UnknownExecution",
     "countdown",
     "create_inbox",
     "pending_changes",

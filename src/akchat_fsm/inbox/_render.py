@@ -13,6 +13,7 @@ import json
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 #: Unicode categories never shown raw: controls, format characters (bidi overrides and
@@ -39,6 +40,13 @@ def visible(text: str) -> str:
     if all(unicodedata.category(ch) not in _HIDDEN for ch in text):
         return text
     return "".join(_escape(ch) if unicodedata.category(ch) in _HIDDEN else ch for ch in text)
+
+
+def bounded_text(text: str, limit: int) -> str:
+    """``text`` shown inert (:func:`visible`) and cut at ``limit`` characters with a visible
+    marker: a chat message, a reason or a principal read back from a shared store."""
+    cut = len(text) - limit
+    return visible(text[:limit]) + (f" … [{cut:,} more characters]" if cut > 0 else "")
 
 
 def _escape(ch: str) -> str:
@@ -118,3 +126,8 @@ def countdown(remaining_ms: int) -> str:
         parts.append(f"{minutes}m")
     parts.append(f"{seconds}s")
     return "expires in " + " ".join(parts)
+
+
+def utc_time(epoch_ms: int) -> str:
+    """``"2026-12-03 14:25:57 UTC"``: an audit or ledger instant, to the second."""
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

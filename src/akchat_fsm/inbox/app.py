@@ -45,9 +45,18 @@ from ..errors import (
     StorageUnavailable,
 )
 from ..integrations import BridgeError
+from ..integrations.ledger import (
+    AsyncToolLedger,
+    LedgerEntry,
+    SettleRefused,
+    ToolLedger,
+    describe_entry,
+    result_from_json,
+)
 from ..session import (
     AsyncChatMemory,
     AsyncUpstreamChat,
+    AuditEntry,
     ChatDefinition,
     ChatMemory,
     UpstreamChat,
@@ -60,15 +69,25 @@ from ..session import (
 from ..storage.capabilities import has_pending_index, keeps_records
 from ..storage.port import (
     AsyncPendingIndex,
+    AsyncProcessingIndex,
     AsyncSessionStorage,
     PendingApproval,
     PendingIndex,
     PendingPage,
+    ProcessingIndex,
     SessionStorage,
 )
 from ..wire import ConfirmationBinding, ConfirmationStatus, MemoryRecord, validate_memory_record
 from ..wire.digest import arguments_digest
-from ._render import DEFAULT_BOUNDS, Bounds, countdown, pretty_arguments, visible
+from ._render import (
+    DEFAULT_BOUNDS,
+    Bounds,
+    bounded_text,
+    countdown,
+    pretty_arguments,
+    utc_time,
+    visible,
+)
 from ._security import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -84,6 +103,7 @@ Principal = Any
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 Authorize = Callable[[Request], "Principal | Awaitable[Principal | None] | None"]
 CanDecide = Callable[[Principal, PendingApproval], "bool | Awaitable[bool]"]
+CanSettle = Callable[[Principal, "UnknownExecution"], "bool | Awaitable[bool]"]
 
 #: The longest ``after`` cursor the inbox passes to storage. The shipped adapters' longest is 389
 #: characters ("p1." and the base64 of the JSON of the order, a safe integer and two
@@ -154,6 +174,30 @@ class AsyncBridge(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class UnknownExecution:
+    """What ``can_settle`` is asked about: one ledger entry whose outcome is unknown (an
+    ``executing`` claim nobody finished) and the session it belongs to."""
+
+    session_id: str
+    entry: LedgerEntry
+
+
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    """What a settle request showed: its HTTP status, a kind and the entry as stored after."""
+
+    status_code: int
+    #: settled | already | missing | forbidden | busy
+    kind: str
+    session_id: str
+    tool_call_id: str
+    entry: LedgerEntry | None = None
+    detail: str = ""
+    #: With a bridge: what continuing the session's runs said ("" when it was not tried).
+    continued: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class _Located:
     session_id: str
     binding: ConfirmationBinding
@@ -214,6 +258,7 @@ class _Inbox:
         self.definition_for: Callable[[str], ChatDefinition] = options["definition_for"]
         self.authorize: Authorize | None = options["authorize"]
         self.can_decide: CanDecide = options["can_decide"]
+        self.can_settle: CanSettle = options["can_settle"]
         self.local_only: bool = options["local_only"]
         self.bridge_for: BridgeFor | None = options["bridge_for"]
         self.upstream_for: UpstreamFor | None = options["upstream_for"]
@@ -227,6 +272,7 @@ class _Inbox:
         self.max_cursor: int = options["max_cursor"]
         self.max_reason: int = options["max_reason"]
         self.max_body: int = options["max_body"]
+        self.max_result: int = options["max_result"]
         self.poll_s: float = options["poll_interval_s"]
         self.changes = _Changes()
         env = Environment(
@@ -234,6 +280,10 @@ class _Inbox:
             autoescape=True,  # every template, whatever its name: arguments are hostile
         )
         env.filters["visible"] = visible
+        # A value read back from a shared store (a ledger entry's tool, owner, a run's id):
+        # inert and cut, like a chat message.
+        env.filters["bounded"] = lambda text: bounded_text(str(text), self.bounds.max_string)
+        env.filters["utc"] = utc_time
         self.templates = Jinja2Templates(env=env)
 
     # ------------------------------------------------------------------ the gate
@@ -499,13 +549,112 @@ class _Inbox:
         except InvalidMemoryRecord:
             return []
         limit = self.bounds.max_string
+        return [
+            (message.role.value, bounded_text(message.content, limit))
+            for message in record.messages[-self.recent :]
+        ]
+
+    # ------------------------------------------------------------------ the operator's view
+    def ledger(self, session_id: str) -> ToolLedger | AsyncToolLedger:
+        """The session's tool-execution ledger over the inbox's storage, of its flavour."""
+        return (AsyncToolLedger if self.asyncio else ToolLedger)(
+            self.storage, session_id, clock=self.clock
+        )
+
+    async def trail(self, session_id: str, token: str | None = None) -> tuple[AuditEntry, ...]:
+        """The session's audit entries (one call's with ``token``); none when the store keeps
+        no trail. A trail that cannot be read is a store failure (the 503 page)."""
+        if not keeps_records(self.storage):
+            return ()
+        read = audit_trail_async if self.asyncio else audit_trail
+        entries: tuple[AuditEntry, ...] = await self.call(
+            read, self.storage, session_id, token=token
+        )
+        return entries
+
+    async def processing(self, principal: Principal) -> list[dict[str, Any]] | None:
+        """Each session in the processing index (at most ``page_size``, oldest write first)
+        with its processing claims and its unknown executions, each with whether ``principal``
+        may settle it; ``None`` without the index."""
+        if not isinstance(self.storage, ProcessingIndex | AsyncProcessingIndex):
+            return None
+        listed = await self.call(self.storage.list_processing, limit=self.page_size)
         out = []
-        for message in record.messages[-self.recent :]:
-            text = message.content
-            cut = len(text) - limit
-            shown = visible(text[:limit]) + (f" … [{cut:,} more characters]" if cut > 0 else "")
-            out.append((message.role.value, shown))
+        for item in listed[: self.page_size]:  # an adapter ignoring the limit: still a page
+            try:
+                session = await self.resume(item.session_id)
+                claims = [b for b in session.confirmations if b.status.is_processing]
+            except ConfigError:  # a session this host cannot resume: its ledger still shows
+                claims = []
+            unknown: tuple[LedgerEntry, ...] = ()
+            if keeps_records(self.storage):
+                unknown = await self.call(self.ledger(item.session_id).unknown)
+            settles = [
+                (entry, await self.may_settle(principal, UnknownExecution(item.session_id, entry)))
+                for entry in unknown[: self.page_size]
+            ]
+            out.append(
+                {
+                    "session_id": item.session_id,
+                    "last_write_ms": item.last_write_ms,
+                    "claims": claims[: self.page_size],
+                    "unknown": settles,
+                    "hidden": max(0, len(claims) - self.page_size)
+                    + max(0, len(unknown) - self.page_size),
+                }
+            )
         return out
+
+    async def may_settle(self, principal: Principal, unknown: UnknownExecution) -> bool:
+        # Deny by default, apart from deciding: only an explicit ``True`` lets one settle.
+        return await self.hook(self.can_settle, principal, unknown) is True
+
+    async def settle(
+        self, principal: Principal, session_id: str, tool_call_id: str, ran: bool, result: Any
+    ) -> _Settled:
+        """Record ``principal``'s verdict on an unknown execution, then, through the host's
+        bridge for the session, continue its runs (the CLI's ``settle`` then ``reconcile``).
+
+        The verdict is the ledger's ``settle_unknown`` (ADR-0104), as ``akchat-fsm settle``
+        writes it: one compare-and-set over the entry read, which must still be unknown, with
+        the principal as its operator; anything that changed it writes nothing.
+        """
+        ledger = self.ledger(session_id)
+        entry: LedgerEntry | None = await self.call(ledger.get, tool_call_id)
+        if entry is None:
+            return _Settled(404, "missing", session_id, tool_call_id)
+        if not await self.may_settle(principal, UnknownExecution(session_id, entry)):
+            return _Settled(403, "forbidden", session_id, tool_call_id, entry)
+        if not entry.unknown:
+            return _Settled(409, "already", session_id, tool_call_id, entry, describe_entry(entry))
+        who = principal_identity(principal)
+        try:
+            entry = await self.call(
+                ledger.settle_unknown, tool_call_id, ran=ran, result=result, operator=who
+            )
+        except SettleRefused as exc:
+            now = exc.entry
+            return _Settled(409, "already", session_id, tool_call_id, now, describe_entry(now))
+        except (StorageUnavailable, OutcomeUnknown) as exc:
+            return _Settled(503, "busy", session_id, tool_call_id, entry, type(exc).__name__)
+        continued = await self._continue(session_id)
+        return _Settled(200, "settled", session_id, tool_call_id, entry, continued=continued)
+
+    async def _continue(self, session_id: str) -> str:
+        """Continue the session's runs through its bridge (its ``reconcile``: the sweep the
+        CLI's next steps name); "" without a bridge. The verdict stands whatever this says."""
+        bridge = None
+        if self.bridge_for is not None:
+            bridge = await self.call(self.bridge_for, session_id)
+        reconcile = getattr(bridge, "reconcile", None)  # a bridge with decisions only: not here
+        if reconcile is None:
+            return ""
+        try:
+            report = await self.call(reconcile)
+        except (UpstreamFailed, SessionConflict, StorageError, BridgeError) as exc:
+            return f"not continued ({type(exc).__name__}); the bridge's sweep continues it later"
+        runs = getattr(report, "runs", ())
+        return ", ".join(f"{run.run_id}: {run.status}" for run in runs) or "no run to continue"
 
     async def fingerprint(self) -> tuple[str, ...]:
         page = await self.call(self.storage.list_pending, order="newest", limit=100)
@@ -577,6 +726,9 @@ async def detail_page(request: Request) -> Response:
         return inbox.refuse(request, 404, "No such call.")
     context = await _call_context(inbox, principal, located)
     context["conversation"] = await inbox.conversation(located.session_id)
+    context["keeps_records"] = keeps_records(inbox.storage)
+    trail = await inbox.trail(located.session_id, token=located.binding.token)
+    context.update(_audit_context(inbox, trail))
     return inbox.page(request, "detail.html", context, for_=principal)
 
 
@@ -630,6 +782,114 @@ async def reject(request: Request) -> Response:
     return await _decision(request, approve=False)
 
 
+async def _gate(request: Request) -> tuple[_Inbox, Principal | None, Response | None]:
+    inbox = _inbox(request)
+    principal = await inbox.principal(request)
+    if principal is None:
+        status = 401 if not inbox.local_only else 403
+        return inbox, None, inbox.refuse(request, status, _NOT_AUTHORIZED)
+    return inbox, principal, None
+
+
+async def operator_page(request: Request) -> Response:
+    inbox, principal, refused = await _gate(request)
+    if refused is not None:
+        return refused
+    sessions = await inbox.processing(principal)
+    context = {
+        "sessions": sessions,
+        "keeps_records": keeps_records(inbox.storage),
+        "max_result": inbox.max_result,
+        "now_ms": inbox.clock(),
+    }
+    return inbox.page(request, "operator.html", context, for_=principal)
+
+
+def _settle_fields(inbox: _Inbox, fields: dict[str, str]) -> tuple[str, str, bool, Any] | str:
+    """The settle form's session, tool call, verdict and result, or why it is refused (400)."""
+    session_id, tool_call_id = fields.get("session") or "", fields.get("tool_call") or ""
+    if not session_id or not tool_call_id or len(session_id) > 256 or len(tool_call_id) > 256:
+        return "The form does not name a session and a tool call."
+    verdict = fields.get("verdict")
+    if verdict not in ("ran", "did-not-run"):
+        return "The form does not say whether the call ran."
+    text = fields.get("result") or ""
+    if verdict == "did-not-run":
+        if text.strip():
+            return "A result goes with \u201cit ran\u201d: a call that did not run has none."
+        return session_id, tool_call_id, False, None
+    if not text.strip():
+        return session_id, tool_call_id, True, None
+    try:
+        result = result_from_json(text, "result")
+    except ConfigError as exc:
+        return exc.message
+    if _depth(result) > inbox.bounds.max_depth:
+        return f"The result is nested deeper than {inbox.bounds.max_depth} levels."
+    return session_id, tool_call_id, True, result
+
+
+def _depth(value: Any) -> int:
+    """How many containers a parsed JSON value nests (a scalar: 0, ``[[]]``: 2), walked
+    without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+async def settle(request: Request) -> Response:
+    inbox, principal, refused = await _gate(request)
+    if refused is not None:
+        return refused
+    fields = await inbox.form(request, principal)
+    if isinstance(fields, Response):
+        return fields
+    if len(fields.get("result") or "") > inbox.max_result:
+        return inbox.refuse(request, 413, f"The result is longer than {inbox.max_result:,}.")
+    parsed = _settle_fields(inbox, fields)
+    if isinstance(parsed, str):
+        return inbox.refuse(request, 400, parsed)
+    if not keeps_records(inbox.storage):
+        return inbox.refuse(request, 501, "This store keeps no tool-execution ledger.")
+    session_id, tool_call_id, ran, result = parsed
+    outcome = await inbox.settle(principal, session_id, tool_call_id, ran, result)
+    if outcome.kind == "settled":
+        inbox.changes.notify()
+    context = {"outcome": outcome, "ran": ran}
+    return inbox.page(request, "settled.html", context, outcome.status_code, for_=principal)
+
+
+async def audit_page(request: Request) -> Response:
+    inbox, principal, refused = await _gate(request)
+    if refused is not None:
+        return refused
+    session_id = request.path_params["session_id"]
+    if len(session_id) > 256:
+        return inbox.refuse(request, 404, "No such session.")
+    if not keeps_records(inbox.storage):
+        return inbox.refuse(request, 501, "This store keeps no audit trail.")
+    try:
+        entries = await inbox.trail(session_id)
+    except ConfigError:
+        return inbox.refuse(request, 404, "No such session.")
+    context = {"session_id": session_id, **_audit_context(inbox, entries)}
+    return inbox.page(request, "audit.html", context, for_=principal)
+
+
+def _audit_context(inbox: _Inbox, entries: tuple[AuditEntry, ...]) -> dict[str, Any]:
+    """The newest ``page_size`` entries, oldest first, and how many more. The trail is read
+    call by call; the session's cursor orders the calls' claims as they were made (the clock
+    may repeat). The template shows each text field inert and bounded."""
+    ordered = sorted(entries, key=lambda entry: (entry.cursor, entry.at_ms))
+    shown = ordered[-inbox.page_size :]
+    return {"audit": shown, "audit_hidden": len(entries) - len(shown)}
+
+
 async def events(request: Request) -> Response:
     inbox = _inbox(request)
     if await inbox.principal(request) is None:
@@ -649,6 +909,14 @@ def _deny(principal: Principal, pending: PendingApproval) -> bool:
 
 
 def _allow(principal: Principal, pending: PendingApproval) -> bool:
+    return True
+
+
+def _deny_settle(principal: Principal, unknown: UnknownExecution) -> bool:
+    return False
+
+
+def _allow_settle(principal: Principal, unknown: UnknownExecution) -> bool:
     return True
 
 
@@ -676,6 +944,7 @@ def create_inbox(
     definition: ChatDefinition | Callable[[str], ChatDefinition],
     authorize: Authorize | None = None,
     can_decide: CanDecide | None = None,
+    can_settle: CanSettle | None = None,
     local_only: bool = False,
     bridge_for: BridgeFor | None = None,
     upstream_for: UpstreamFor | None = None,
@@ -689,6 +958,7 @@ def create_inbox(
     max_cursor: int = MAX_CURSOR,
     max_reason: int = 1_000,
     max_body: int = 16_384,
+    max_result: int = 8_000,
     poll_interval_s: float = 2.0,
 ) -> InboxApp:
     """The approver's inbox as a Starlette app; mount it anywhere (docs/inbox.md).
@@ -696,9 +966,12 @@ def create_inbox(
     ``authorize(request)`` returns the host's principal or ``None`` (refused); it may be async.
     ``can_decide(principal, pending)`` allows each decision; without it nobody may decide,
     except in ``local_only`` mode without ``authorize`` (the developer's own machine), which
-    serves loopback clients only. A decision goes to ``bridge_for(session_id)`` when it returns
-    a bridge, else to the session's coordinator over ``upstream_for(session_id)``. With
-    ``memory_for(session_id)`` a call's page shows the chat's last ``recent_messages``.
+    serves loopback clients only. ``can_settle(principal, unknown)`` allows each settle of an
+    unknown execution on the operator's page, with the same default. A decision goes to
+    ``bridge_for(session_id)`` when it returns a bridge, else to the session's coordinator
+    over ``upstream_for(session_id)``; a settle continues the session's runs through that
+    bridge's ``reconcile``. With ``memory_for(session_id)`` a call's page shows the chat's
+    last ``recent_messages``.
 
     ``storage`` is sync or asyncio; over asyncio storage the session, the bridge, the upstream
     and the memory are the asyncio ones (``AsyncPydanticAIBridge``, ``AsyncUpstreamChat``), and
@@ -728,17 +1001,21 @@ def create_inbox(
         and 16 <= max_cursor <= 4096
         and max_reason >= 1
         and max_body >= 1024
+        and 1 <= max_result <= max_body
         and recent_messages >= 1
     ):
         raise ConfigError("The inbox's bounds are invalid.", hint="See docs/inbox.md.")
     if can_decide is None:
         can_decide = _allow if authorize is None else _deny
+    if can_settle is None:  # the same default, asked separately: deciding is not settling
+        can_settle = _allow_settle if authorize is None else _deny_settle
     inbox = _Inbox(
         storage=storage,
         asyncio=flavours == {True},
         definition_for=definition if callable(definition) else (lambda _sid: definition),
         authorize=authorize,
         can_decide=can_decide,
+        can_settle=can_settle,
         local_only=local_only,
         bridge_for=bridge_for,
         upstream_for=upstream_for,
@@ -752,6 +1029,7 @@ def create_inbox(
         max_cursor=max_cursor,
         max_reason=max_reason,
         max_body=max_body,
+        max_result=max_result,
         poll_interval_s=poll_interval_s,
     )
     app = InboxApp(
@@ -761,6 +1039,9 @@ def create_inbox(
             Route("/call/{token}", detail_page, name="detail"),
             Route("/call/{token}/approve", approve, methods=["POST"], name="approve"),
             Route("/call/{token}/reject", reject, methods=["POST"], name="reject"),
+            Route("/operator", operator_page, name="operator"),
+            Route("/operator/settle", settle, methods=["POST"], name="settle"),
+            Route("/session/{session_id}/audit", audit_page, name="audit"),
             Route("/events", events, name="events"),
             Mount("/static", StaticFiles(packages=[("akchat_fsm.inbox", "static")]), name="static"),
         ],
