@@ -419,7 +419,7 @@ def _applied_entry(storage: Any, swept: SweptSession, skipped: dict[str, str], c
             entry.next = [*waiting, *_bridged_steps(cli, sid, records)]
         return entry
     if swept.last_write_ms is None:  # listed only for confirmations past their expiry
-        if swept.status == "unsettled":
+        if swept.still_due:  # left pending (no upstream here), whatever else was skipped
             entry.status = PAST_EXPIRY
         entry.next = _expiry_steps(cli, swept)
         return entry
