@@ -16,7 +16,12 @@ import pytest
 
 from akchat_fsm import reconcile_all, reconcile_all_async
 from akchat_fsm.errors import ConfigError, IncompatibleSession, StorageUnavailable
-from akchat_fsm.session import ChatDefinition, ToolCallProposal, resume_chat_session
+from akchat_fsm.session import (
+    ChatDefinition,
+    ToolCallProposal,
+    UpstreamFailed,
+    resume_chat_session,
+)
 from akchat_fsm.session.audit import audit_trail
 from akchat_fsm.session.sweep import AsyncSweepPorts, SweepPorts, SweptSession
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
@@ -709,3 +714,23 @@ def test_a_storage_without_the_pending_index_sweeps_as_before() -> None:
     report = reconcile_all(storage, _never, older_than_ms=0, clock=later(10))
     assert report.sessions == () and report.expiring_before_ms is None
     assert host.upstream.denied == [] and len(tool_calls(storage, "s-due", "pending")) == 1
+
+
+def test_a_deny_that_fails_is_that_sessions_error_and_the_next_sweep_finishes_it(
+    store: Store,
+) -> None:
+    host = waiting_on_expiry(store.sync, "s-due", due=1)
+    [due_call] = tool_calls(store.sync, "s-due", "pending")
+    host.upstream.fail_next = 1  # upstream is down for the sweep's deny
+    [swept] = reconcile_all(
+        store.sync, lambda sid: SweepPorts(DEFINITION, host, host), older_than_ms=0, clock=later(10)
+    ).sessions
+    assert swept.status == "failed" and isinstance(swept.error, UpstreamFailed)
+    assert tool_calls(store.sync, "s-due", "expiring") == [due_call]  # claimed, not lost
+    # Now a processing record: the next sweep's reconcile issues the deny, once, and records it.
+    [swept] = reconcile_all(
+        store.sync, lambda sid: SweepPorts(DEFINITION, host, host), older_than_ms=0, clock=later(10)
+    ).sessions
+    assert swept.status == "settled" and actions(swept) == ["resumed"]
+    assert tool_calls(store.sync, "s-due", "expired") == [due_call]
+    assert host.upstream.denied == [(due_call, "confirmation expired")]

@@ -518,7 +518,7 @@ def reconcile_all_command(
 ) -> None:
     """The ``--all`` form of ``reconcile`` (arguments already checked by the command).
 
-    Exit status: 0 when every listed session is settled (or none is listed), 1 when one
+    Exit status: 0 when every listed session is settled or expired (or none is listed), 1 when one
     failed, 3 (:data:`EXIT_NEEDS_PERSON`) when work is left, each session with its next steps.
     """
     factory = None if cli.bridge is None else load_callable(cli.bridge, "--bridge")

@@ -18,8 +18,16 @@ a session after its reconcile is found by listing the index once more at the end
 such a session is reported ``execution_unknown``, never ``settled`` (docs/reconciliation.md,
 ADR-0102).
 
-The sweep is written once, as a plan of effects (list the index, ask the host, reconcile one
-session, report progress: :mod:`akchat_fsm.session.effects`); :func:`reconcile_all` and
+A session whose only work is a confirmation past its expiry holds no processing record. On a
+storage that also has the :class:`~akchat_fsm.storage.port.PendingIndex` capability the sweep
+lists those too (``list_pending(expiring_before_ms=now)``, paged, at most ``limit`` sessions)
+and expires them through the host's bridge (``expire_due()``: the run continues with the
+expired answer) or upstream (the session's ``expire_due``); ``older_than_ms`` does not delay
+an expiry, which is its own time condition. Without that capability nothing is listed for
+expiry (docs/reconciliation.md).
+
+The sweep is written once, as a plan of effects (list the indexes, ask the host, reconcile or
+expire one session, report progress: :mod:`akchat_fsm.session.effects`); :func:`reconcile_all` and
 :func:`reconcile_all_async` run it on the drivers every plan runs on (ADR-0060, ADR-0094,
 ADR-0121), with the sweep's host side as a port of their flavour (``_Sweeper``). Reconciling
 one session is the public ``resume_chat_session`` + ``reconcile`` pair
@@ -601,7 +609,9 @@ def reconcile_all(
     progress: ProgressFn | None = None,
 ) -> SweepReport:
     """Reconcile every session whose processing records were last written ``older_than_ms``
-    ago or more (at most ``limit``, oldest first).
+    ago or more (at most ``limit``, oldest first), then expire the confirmations due before
+    ``clock()`` (at most ``limit`` more sessions, soonest first; a storage with the pending
+    index only).
 
     ``storage``: an adapter of this function's flavour with the ``ProcessingIndex``
     capability (``ConfigError`` naming it otherwise, before any I/O). ``ports_for(session_id)``:
@@ -637,7 +647,9 @@ async def reconcile_all_async(
     progress: ProgressFn | None = None,
 ) -> SweepReport:
     """Reconcile every session whose processing records were last written ``older_than_ms``
-    ago or more (at most ``limit``, oldest first).
+    ago or more (at most ``limit``, oldest first), then expire the confirmations due before
+    ``clock()`` (at most ``limit`` more sessions, soonest first; a storage with the pending
+    index only).
 
     ``storage``: an adapter of this function's flavour with the ``ProcessingIndex``
     capability (``ConfigError`` naming it otherwise, before any I/O). ``ports_for(session_id)``:
