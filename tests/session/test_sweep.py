@@ -486,6 +486,18 @@ def test_an_index_that_fails_to_answer_is_storage_unavailable() -> None:
         reconcile_all(Down(), _never, older_than_ms=0)
 
 
+def test_a_pending_index_that_fails_to_answer_is_storage_unavailable_before_any_visit() -> None:
+    class PendingDown(MemoryStorage):
+        def list_pending(self, **kwargs: Any) -> Any:
+            raise OSError("connection reset")
+
+    storage = PendingDown()
+    host = crashed(storage, "s-stuck", ("before",))
+    with pytest.raises(StorageUnavailable, match="list_pending failed"):
+        reconcile_all(storage, _never, older_than_ms=0, clock=later(10))
+    assert statuses(storage, "s-stuck") == ["approving", "pending"] and host.approve_calls == {}
+
+
 # --------------------------------------------------------------------------- records beside it
 
 

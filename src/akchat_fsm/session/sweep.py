@@ -620,7 +620,7 @@ def reconcile_all(
     skip it. ``clock``: epoch ms; it sets the cut-off against
     the adapter's wall-clock write stamps and is the resumed sessions' clock.
     ``progress(session, done, total)`` is called after each session. Never raises for one
-    session's failure (see :class:`SweptSession`); raises only if the index cannot be read.
+    session's failure (see :class:`SweptSession`); raises only if an index cannot be read.
     """
     return run_sync(
         *_sweep(
@@ -658,7 +658,7 @@ async def reconcile_all_async(
     skip it. ``clock``: epoch ms; it sets the cut-off against
     the adapter's wall-clock write stamps and is the resumed sessions' clock.
     ``progress(session, done, total)`` is called after each session. Never raises for one
-    session's failure (see :class:`SweptSession`); raises only if the index cannot be read.
+    session's failure (see :class:`SweptSession`); raises only if an index cannot be read.
     """
     return await run_async(
         *_sweep(
