@@ -83,7 +83,8 @@ def stuck_session(url: str, session_id: str) -> dict[str, Any]:
 
     ``approving``: the claimant died before calling upstream (tool call still
     ``requires_confirmation``); ``rejecting``: it died after upstream denied (tool call
-    ``error``). A third record stays ``pending``.
+    ``error``). A third record stays ``pending``, not due for a century (a sweep expires only
+    due ones).
     """
     readings = iter(range(1_783_728_000_250, 1_783_728_000_250 + 250 * 10_000, 250))
     upstream = RecordingUpstream()
@@ -98,7 +99,10 @@ def stuck_session(url: str, session_id: str) -> dict[str, Any]:
             binding = coordinator.propose(f"tool.{act}", {"n": 1})
             with pytest.raises(ClientCrashed):
                 getattr(coordinator, act)(binding.token)
-        session.confirmations_for(CrashingClient(upstream)).propose("tool.later", {})
+        century = 100 * 365 * 86_400_000
+        session.confirmations_for(CrashingClient(upstream), ttl_ms=century).propose(
+            "tool.later", {}
+        )
     finally:
         storage.close()
     return RecordingChatMemory(upstream).load()

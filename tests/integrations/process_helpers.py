@@ -102,20 +102,23 @@ def sweep_leaves_only_people(
 ) -> dict[str, str]:
     """``reconcile_all`` with the bridge hook (``ports_for``), at a clock past every claim;
     then every run record left in ``sessions`` (the test's) or in a session the index listed
-    that is not completed must be reported waiting for a person, with its next step: 0 runs
-    left that the sweep could finish (nor any it missed). Returns {run id: next step}."""
+    that is not completed must be reported waiting for a person, with its next step, and no
+    confirmation due at the sweep's clock is left pending: 0 runs or expiries left that the
+    sweep could finish (nor any it missed). Returns {run id: next step}."""
     import time
 
     from akchat_fsm import reconcile_all
     from akchat_fsm.integrations.records import read_bridge_records
     from akchat_fsm.integrations.runs import RunState
 
-    def later() -> int:  # every claim of the killed process is past any age threshold
-        return time.time_ns() // 1_000_000 + 10 * 60_000
-
+    # A minute on: every write of the killed process is past the age threshold (0), and no
+    # confirmation (5 minutes to live) is due, so the decisions the test repeats still apply.
+    at = time.time_ns() // 1_000_000 + 60_000
     listed = {p.session_id for p in storage.list_processing()}
-    report = reconcile_all(storage, ports_for, older_than_ms=0, clock=later)
+    report = reconcile_all(storage, ports_for, older_than_ms=0, clock=lambda: at)
     assert all(s.error is None for s in report.sessions), report.sessions
+    due = storage.list_pending(expiring_before_ms=at).items
+    assert due == (), due  # a due confirmation is the sweep's to expire
     waiting = {run_id: step for s in report.sessions for run_id, step in s.waiting}
     left: set[str] = set()
     for session_id in listed | set(sessions):

@@ -31,6 +31,7 @@ DEFINITION = ChatDefinition("support")
 EMAIL = Call("send_email", {"to": "a@example.com"}, "c1")
 REFUND = Call("refund", {"amount": 5}, "c2")
 FIVE_MINUTES = 5 * 60_000
+DAY = 24 * 60 * 60_000
 
 
 class Killed(BaseException):
@@ -47,9 +48,9 @@ def _sid() -> str:
     return f"chat-{uuid.uuid4().hex[:12]}"
 
 
-def _bridge(storage: Any, agent: Any, sid: str) -> PydanticAIBridge:
+def _bridge(storage: Any, agent: Any, sid: str, **options: Any) -> PydanticAIBridge:
     session = resume_chat_session(DEFINITION, session_id=sid, storage=storage)
-    return PydanticAIBridge(agent, session, storage)
+    return PydanticAIBridge(agent, session, storage, **options)
 
 
 def _sweep(storage: Any, agent: Any) -> Any:
@@ -125,7 +126,8 @@ def test_a_run_waiting_for_a_person_is_listed_and_left_alone(
     counts, sid = Counts(), _sid()
     storage = records_backend.sync()
     agent = build_agent([EMAIL, REFUND], counts)
-    paused = _bridge(storage, agent, sid).run("do it", run_id="r1")
+    # a day to decide: at the sweep's clock (ten minutes on) nothing is due, so no expiry
+    paused = _bridge(storage, agent, sid, ttl_ms=DAY).run("do it", run_id="r1")
     _bridge(storage, agent, sid).approve(paused.pending[0].token)
     before = (
         {key: storage.load_record(sid, key) for key in storage.list_records(sid)},

@@ -16,7 +16,13 @@ import pytest
 
 from akchat_fsm import reconcile_all, reconcile_all_async
 from akchat_fsm.errors import ConfigError, IncompatibleSession, StorageUnavailable
-from akchat_fsm.session import ChatDefinition, ToolCallProposal, resume_chat_session
+from akchat_fsm.session import (
+    ChatDefinition,
+    ToolCallProposal,
+    UpstreamFailed,
+    resume_chat_session,
+)
+from akchat_fsm.session.audit import audit_trail
 from akchat_fsm.session.sweep import AsyncSweepPorts, SweepPorts, SweptSession
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
 from akchat_fsm.testing.doubles import RecordingChatMemory, RecordingUpstream
@@ -24,6 +30,7 @@ from akchat_fsm.wire.session import SessionSnapshot
 
 DEFINITION = ChatDefinition("sweep-test")
 FIVE_MINUTES = 5 * 60_000
+DAY = 24 * 60 * 60_000
 
 
 def later(minutes: int) -> Callable[[], int]:
@@ -118,7 +125,9 @@ class Host:
     def __init__(self) -> None:
         self.upstream = RecordingUpstream()
         self.memory = RecordingChatMemory(self.upstream)
-        self.now_ms = 1_783_728_000_000
+        # The wall clock the adapters stamp writes with: the sweep's clock (ten minutes on)
+        # is past every claim's threshold; the pending record ``crashed`` adds is not due then.
+        self.now_ms = time.time_ns() // 1_000_000
 
     def clock(self) -> int:
         self.now_ms += 250
@@ -188,7 +197,7 @@ def crashed(storage: Any, session_id: str, crashes: tuple[str, ...]) -> Host:
     session = resume_chat_session(
         DEFINITION, session_id=session_id, storage=storage, clock=upstream.clock
     )
-    session.confirmations_for(Client(upstream)).propose("tool.later", {})
+    session.confirmations_for(Client(upstream), ttl_ms=DAY).propose("tool.later", {})
     return upstream
 
 
@@ -477,6 +486,18 @@ def test_an_index_that_fails_to_answer_is_storage_unavailable() -> None:
         reconcile_all(Down(), _never, older_than_ms=0)
 
 
+def test_a_pending_index_that_fails_to_answer_is_storage_unavailable_before_any_visit() -> None:
+    class PendingDown(MemoryStorage):
+        def list_pending(self, **kwargs: Any) -> Any:
+            raise OSError("connection reset")
+
+    storage = PendingDown()
+    host = crashed(storage, "s-stuck", ("before",))
+    with pytest.raises(StorageUnavailable, match="list_pending failed"):
+        reconcile_all(storage, _never, older_than_ms=0, clock=later(10))
+    assert statuses(storage, "s-stuck") == ["approving", "pending"] and host.approve_calls == {}
+
+
 # --------------------------------------------------------------------------- records beside it
 
 
@@ -550,3 +571,178 @@ def test_ports_with_neither_memory_nor_bridge_fail_that_session() -> None:
     [swept] = report.sessions
     assert swept.status == "failed" and "neither a memory nor a bridge" in str(swept.error)
     assert statuses(storage, "s1") == ["approving", "pending"]
+
+
+# --------------------------------------------------------------------------- due confirmations
+# A session whose only work is a confirmation past its expiry is in no processing index; the
+# sweep finds it through the pending index and expires it through the host's upstream.
+
+
+def waiting_on_expiry(storage: Any, session_id: str, due: int, fresh: int = 0) -> Host:
+    """Store ``session_id`` with ``due`` pending records already past their expiry (a minute to
+    live, at the wall clock) and ``fresh`` that expire in a day; nothing processing."""
+    host = Host()
+    session = resume_chat_session(
+        DEFINITION, session_id=session_id, storage=storage, clock=host.clock
+    )
+    for n in range(due):
+        session.confirmations_for(host, ttl_ms=60_000).propose(f"tool.due{n}", {"n": n})
+    for n in range(fresh):
+        session.confirmations_for(host, ttl_ms=DAY).propose(f"tool.fresh{n}", {"n": n})
+    return host
+
+
+def tool_calls(storage: Any, session_id: str, status: str) -> list[str]:
+    snapshot = SessionSnapshot.model_validate_json(storage.load(session_id))
+    return [b.tool_call_id for b in snapshot.confirmations if b.status.value == status]
+
+
+def test_a_session_waiting_only_on_expiry_is_expired_by_the_sweep(store: Store) -> None:
+    host = waiting_on_expiry(store.sync, "s-due", due=2, fresh=1)
+    fresh = waiting_on_expiry(store.sync, "s-fresh", due=0, fresh=1)
+    due_calls = tool_calls(store.sync, "s-due", "pending")[:2]
+    assert store.sync.list_processing() == []  # nothing a crash left: only expiry is due
+    asked: list[str] = []
+
+    def ports_for(sid: str) -> SweepPorts:
+        asked.append(sid)
+        return SweepPorts(DEFINITION, upstream=host)  # no memory: an expiry needs none
+
+    # older_than_ms does not delay an expiry: it is a time condition of its own.
+    report = reconcile_all(store.sync, ports_for, older_than_ms=DAY, clock=later(10))
+    [swept] = report.sessions
+    assert asked == ["s-due"]  # the not-yet-due session is not visited
+    assert (swept.session_id, swept.status, swept.last_write_ms) == ("s-due", "expired", None)
+    assert swept.expired == tuple(due_calls) and swept.still_due == ()
+    assert report.counts == {"expired": 1} and report.ok and not report.truncated
+    assert report.expiring_before_ms is not None
+    assert sorted(call for call, _ in host.upstream.denied) == sorted(due_calls)  # once each
+    assert tool_calls(store.sync, "s-due", "expired") == due_calls
+    assert len(tool_calls(store.sync, "s-due", "pending")) == 1  # the fresh one is left alone
+    assert tool_calls(store.sync, "s-fresh", "expired") == [] and fresh.upstream.denied == []
+    trail = audit_trail(store.sync, "s-due")
+    assert {(e.tool_call_id, e.intent, e.via) for e in trail if e.decided} == {
+        (call, "expire", "sweep") for call in due_calls
+    }
+    # Nothing is left that the sweep could finish: the next one visits nobody, denies nothing.
+    assert reconcile_all(store.sync, ports_for, older_than_ms=0, clock=later(10)).sessions == ()
+    assert len(host.upstream.denied) == 2 and asked == ["s-due"]
+
+
+def test_the_async_sweep_expires_the_same_way(store: Store) -> None:
+    host = waiting_on_expiry(store.sync, "s-due", due=1, fresh=1)
+    [due_call] = tool_calls(store.sync, "s-due", "pending")[:1]
+
+    async def ports_for(sid: str) -> AsyncSweepPorts:
+        return AsyncSweepPorts(DEFINITION, upstream=AsyncHost(host))
+
+    async def sweep() -> Any:
+        storage = store.make_async()
+        try:
+            return await reconcile_all_async(storage, ports_for, older_than_ms=0, clock=later(10))
+        finally:
+            await storage.aclose()
+
+    [swept] = asyncio.run(sweep()).sessions
+    assert (swept.status, swept.expired) == ("expired", (due_call,))
+    assert host.upstream.denied == [(due_call, "confirmation expired")]
+    assert tool_calls(store.sync, "s-due", "expired") == [due_call]
+    assert asyncio.run(sweep()).sessions == ()
+
+
+def test_due_sessions_beyond_the_limit_wait_for_the_next_sweep(store: Store) -> None:
+    hosts = {sid: waiting_on_expiry(store.sync, sid, due=2) for sid in ("d-1", "d-2", "d-3")}
+
+    def ports_for(sid: str) -> SweepPorts:
+        return SweepPorts(DEFINITION, upstream=hosts[sid])
+
+    # Pages of two rows: each session's two due rows are listed, de-duplicated, once.
+    first = reconcile_all(store.sync, ports_for, older_than_ms=0, limit=2, clock=later(10))
+    assert [s.session_id for s in first.sessions] == ["d-1", "d-2"]  # soonest expiry first
+    assert all(len(s.expired) == 2 for s in first.sessions)
+    assert first.truncated and first.more_due
+    second = reconcile_all(store.sync, ports_for, older_than_ms=0, limit=2, clock=later(10))
+    assert [s.session_id for s in second.sessions] == ["d-3"] and not second.truncated
+    assert all(len(host.upstream.denied) == 2 for host in hosts.values())
+
+
+def test_a_stuck_session_with_a_due_record_is_reconciled_and_expired_in_one_visit(
+    store: Store,
+) -> None:
+    host = crashed(store.sync, "s-both", ("before",))
+    session = resume_chat_session(
+        DEFINITION, session_id="s-both", storage=store.sync, clock=host.clock
+    )
+    due = session.confirmations_for(host, ttl_ms=60_000).propose("tool.due", {})
+    asked: list[str] = []
+
+    def ports_for(sid: str) -> SweepPorts:
+        asked.append(sid)
+        return SweepPorts(DEFINITION, host, host)
+
+    [swept] = reconcile_all(store.sync, ports_for, older_than_ms=0, clock=later(10)).sessions
+    assert asked == ["s-both"] and swept.last_write_ms is not None
+    assert actions(swept) == ["resumed"] and swept.expired == (due.tool_call_id,)
+    assert swept.status == "expired"
+    assert statuses(store.sync, "s-both") == ["approved", "pending", "expired"]
+
+
+def test_ports_with_nothing_to_deny_through_leave_a_due_record_pending(store: Store) -> None:
+    host = waiting_on_expiry(store.sync, "s-due", due=1)
+    [due_call] = tool_calls(store.sync, "s-due", "pending")
+    report = reconcile_all(
+        store.sync,
+        lambda sid: SweepPorts(DEFINITION, memory=host),  # a memory, but no upstream
+        older_than_ms=0,
+        clock=later(10),
+    )
+    [swept] = report.sessions
+    assert (swept.status, swept.still_due, swept.expired) == ("unsettled", (due_call,), ())
+    skipped = reconcile_all(store.sync, lambda sid: None, older_than_ms=0, clock=later(10))
+    assert [(s.status, s.still_due) for s in skipped.sessions] == [("skipped", (due_call,))]
+    assert host.upstream.denied == [] and tool_calls(store.sync, "s-due", "pending") == [due_call]
+
+
+class ProcessingOnly:
+    """A third-party adapter with the processing index and no pending index (it spells out
+    every method it forwards: a runtime-checkable protocol ignores ``__getattr__``)."""
+
+    def __init__(self, inner: MemoryStorage) -> None:
+        self.inner = inner
+
+    def load(self, session_id: str) -> Any:
+        return self.inner.load(session_id)
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        return self.inner.save(snapshot, expected_cursor)
+
+    def list_processing(self, **kwargs: Any) -> Any:
+        return self.inner.list_processing(**kwargs)
+
+
+def test_a_storage_without_the_pending_index_sweeps_as_before() -> None:
+    storage = ProcessingOnly(MemoryStorage())
+    host = waiting_on_expiry(storage, "s-due", due=1)
+    report = reconcile_all(storage, _never, older_than_ms=0, clock=later(10))
+    assert report.sessions == () and report.expiring_before_ms is None
+    assert host.upstream.denied == [] and len(tool_calls(storage, "s-due", "pending")) == 1
+
+
+def test_a_deny_that_fails_is_that_sessions_error_and_the_next_sweep_finishes_it(
+    store: Store,
+) -> None:
+    host = waiting_on_expiry(store.sync, "s-due", due=1)
+    [due_call] = tool_calls(store.sync, "s-due", "pending")
+    host.upstream.fail_next = 1  # upstream is down for the sweep's deny
+    [swept] = reconcile_all(
+        store.sync, lambda sid: SweepPorts(DEFINITION, host, host), older_than_ms=0, clock=later(10)
+    ).sessions
+    assert swept.status == "failed" and isinstance(swept.error, UpstreamFailed)
+    assert tool_calls(store.sync, "s-due", "expiring") == [due_call]  # claimed, not lost
+    # Now a processing record: the next sweep's reconcile issues the deny, once, and records it.
+    [swept] = reconcile_all(
+        store.sync, lambda sid: SweepPorts(DEFINITION, host, host), older_than_ms=0, clock=later(10)
+    ).sessions
+    assert swept.status == "settled" and actions(swept) == ["resumed"]
+    assert tool_calls(store.sync, "s-due", "expired") == [due_call]
+    assert host.upstream.denied == [(due_call, "confirmation expired")]

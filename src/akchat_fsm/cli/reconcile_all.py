@@ -10,6 +10,9 @@ longer decodes) is reported and the others go on; the exit status is 1 if any fa
 A session held by a tool-execution ledger entry whose outcome is unknown (an agent-runtime
 bridge's claimant died mid-body, ADR-0100) is reported ``execution outcome unknown`` with the
 tool calls to settle, never ``settled``: nothing here re-runs or releases it.
+On a store with the pending index, ``--apply`` also takes the sessions holding confirmations
+past their expiry: the host's bridge expires them (its run continues with the expired answer);
+without a bridge nothing can deny them upstream, so they are reported with the next step.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from rich.text import Text
 from ..errors import AkchatError, ConfigError
 from ..integrations.records import BridgeRecords, read_bridge_records
 from ..session.session import default_clock
-from ..session.sweep import NO_INDEX, SweepPorts, SweptSession, reconcile_all
+from ..session.sweep import NO_INDEX, SweepPorts, SweepReport, SweptSession, reconcile_all
 from ..storage.capabilities import has_processing_index
 from ..storage.port import ProcessingIndex, ProcessingSession
 from ..wire.decode import decode_session_snapshot
@@ -96,6 +99,8 @@ EXECUTION_UNKNOWN = "execution outcome unknown"
 #: propose, a run to continue) or a person's (calls to decide).
 RUN_LEFT = "agent run not finished"
 NO_MEMORY_FILE = "no memory file"
+#: The status of a session whose confirmations are past their expiry and were not expired.
+PAST_EXPIRY = "past expiry, not expired"
 #: What stands for the host's bridge factory in a printed command when none was given.
 BRIDGE_PLACEHOLDER = "MODULE:CALLABLE"
 MEMORY_DIR_PLACEHOLDER = "MEMORY_DIR"
@@ -161,7 +166,8 @@ class Entry:
     copy-pasteable line each (empty: nothing is left for anyone)."""
 
     session_id: str
-    last_write_ms: int
+    #: ``None``: listed only for confirmations past their expiry (not by the processing index).
+    last_write_ms: int | None
     status: str
     records: list[dict[str, str]] = field(default_factory=list)
     error: str | None = None
@@ -231,6 +237,25 @@ def _claim_steps(cli: Cli, session_id: str, planned: list[dict[str, str]]) -> li
     if any(map(is_refused, planned)):
         steps += refused_steps(cli.url, session_id, planned, cli.sweep(*_release(cli), memory=True))
     return steps
+
+
+def _expiry_rows(swept: SweptSession) -> list[dict[str, str]]:
+    """One row per confirmation past its expiry: expired by this sweep, or left pending."""
+    return [
+        *({"toolCallId": c, "status": "expired", "action": "expired"} for c in swept.expired),
+        *({"toolCallId": c, "status": "pending", "action": PAST_EXPIRY} for c in swept.still_due),
+    ]
+
+
+def _expiry_steps(cli: Cli, swept: SweptSession) -> list[str]:
+    """What expires confirmations the sweep could not: only an upstream can deny them."""
+    if not swept.still_due:
+        return []
+    return [
+        f"# {', '.join(swept.still_due)}: past their expiry; the host's bridge (or its "
+        "upstream, akchat_fsm.reconcile_all with SweepPorts(upstream=...)) expires them:",
+        cli.sweep(bridge=True),
+    ]
 
 
 def _release(cli: Cli) -> tuple[str, ...]:
@@ -325,7 +350,7 @@ def _apply(
     factory: Any,
     limit: int,
     tick: Callable[[int, int], None],
-) -> tuple[int, list[Entry]]:
+) -> tuple[SweepReport, list[Entry]]:
     """One ``reconcile_all`` sweep: a session the host's bridge factory claims goes through its
     bridge; any other through ``--memory-dir`` (no upstream); a session neither can take is
     skipped, with the reason and what would finish it."""
@@ -362,16 +387,17 @@ def _apply(
         progress=progress,
     )
     entries = [_applied_entry(storage, swept, skipped, cli) for swept in report.sessions]
-    return report.written_before_ms, entries
+    return report, entries
 
 
 def _applied_entry(storage: Any, swept: SweptSession, skipped: dict[str, str], cli: Cli) -> Entry:
     sid = swept.session_id
     entry = Entry(sid, swept.last_write_ms, swept.status, [outcome_row(o) for o in swept.outcomes])
+    entry.records += _expiry_rows(swept)
     if swept.error is not None:
         entry.error = describe(swept.error)
         return entry
-    if swept.status == "settled":
+    if swept.status in ("settled", "expired"):
         return entry
     try:
         records = read_bridge_records(storage, sid)
@@ -387,7 +413,7 @@ def _applied_entry(storage: Any, swept: SweptSession, skipped: dict[str, str], c
         entry.records = [
             {"token": b.token, "toolCallId": b.tool_call_id, "status": b.status.value}
             for b in claims
-        ]
+        ] + _expiry_rows(swept)
     unknown, runs = _unknown_rows(records), _run_rows(records)
     if records:
         entry.records += unknown + runs
@@ -399,8 +425,15 @@ def _applied_entry(storage: Any, swept: SweptSession, skipped: dict[str, str], c
         else:
             entry.next = [*waiting, *_bridged_steps(cli, sid, records)]
         return entry
+    if swept.last_write_ms is None:  # listed only for confirmations past their expiry
+        if swept.still_due:  # left pending (no upstream here), whatever else was skipped
+            entry.status = PAST_EXPIRY
+        entry.next = _expiry_steps(cli, swept)
+        return entry
     left = [r for r in entry.records if r.get("action") == LEFT or is_refused(r)]
-    entry.next = _claim_steps(cli, sid, left if not swept.skipped else [])
+    entry.next = _claim_steps(cli, sid, left if not swept.skipped else []) + _expiry_steps(
+        cli, swept
+    )
     return entry
 
 
@@ -434,29 +467,37 @@ def _detail(entry: Entry) -> str:
     return ", ".join(f"{name} {count}" for name, count in actions.items()) or "-"
 
 
+def _written(entry: Entry) -> str:
+    # A session listed only for its due confirmations has no processing-index stamp.
+    return "-" if entry.last_write_ms is None else _when(entry.last_write_ms)
+
+
 def _who(record: dict[str, str]) -> str:
     return record.get("toolCallId") or record.get("runId") or "-"
 
 
-def _summary(entries: Iterable[Entry], cutoff_ms: int, limit: int, applied: bool) -> Group:
+def _summary(
+    entries: Iterable[Entry], cutoff_ms: int, limit: int, applied: bool, truncated: bool
+) -> Group:
     """The sessions table, then each session's next steps, one whole line each: nothing an
     operator copies (an id, a status, a command) is ever wrapped; a line wider than the
     terminal is printed whole and the terminal folds it."""
     entries = list(entries)
+    due = sum(1 for e in entries if e.last_write_ms is None)
     table = Table(box=box.SIMPLE_HEAD, title="Sessions", title_justify="left")
     for name in ("session", "last write (UTC)", "status", "records"):
         table.add_column(name, no_wrap=True, overflow="ignore")
     pinned_rows(
         table,
-        (
-            (inert(e.session_id), _when(e.last_write_ms), e.status, inert(_detail(e)))
-            for e in entries
-        ),
+        ((inert(e.session_id), _written(e), e.status, inert(_detail(e))) for e in entries),
     )
     counts = Counter(e.status for e in entries)
     tally = ", ".join(f"{count} {status}" for status, count in counts.items())
-    lines = [f"{len(entries)} session(s) last written before {_when(cutoff_ms)}: {tally or '-'}"]
-    if len(entries) >= limit:
+    listed = f"{len(entries) - due} session(s) last written before {_when(cutoff_ms)}"
+    if due:
+        listed += f" and {due} with confirmations past their expiry"
+    lines = [f"{listed}: {tally or '-'}"]
+    if truncated:
         lines.append(f"limit {limit} reached: more may be waiting; run again or raise --limit")
     lines.append("applied" if applied else "dry run: nothing written")
     left = [e for e in entries if e.next]
@@ -483,7 +524,7 @@ def reconcile_all_command(
 ) -> None:
     """The ``--all`` form of ``reconcile`` (arguments already checked by the command).
 
-    Exit status: 0 when every listed session is settled (or none is listed), 1 when one
+    Exit status: 0 when every listed session is settled or expired (or none is listed), 1 when one
     failed, 3 (:data:`EXIT_NEEDS_PERSON`) when work is left, each session with its next steps.
     """
     factory = None if cli.bridge is None else load_callable(cli.bridge, "--bridge")
@@ -491,8 +532,14 @@ def reconcile_all_command(
         if not has_processing_index(storage):
             fail(NO_INDEX.format(kind=type(storage).__name__), EXIT_USAGE)
         with _progress_bar() as tick:
+            expiring: int | None = None
             if apply_:
-                cutoff, entries = _apply(storage, cli, factory, limit, tick)
+                report, entries = _apply(storage, cli, factory, limit, tick)
+                cutoff, expiring, truncated = (
+                    report.written_before_ms,
+                    report.expiring_before_ms,
+                    report.truncated,
+                )
             else:
                 cutoff = default_clock() - cli.older_than_ms
                 try:
@@ -501,11 +548,13 @@ def reconcile_all_command(
                 except ConfigError as exc:  # a 0.1.0 table a dry run must not upgrade
                     fail(f"cannot read storage {cli.url!r}: {describe(exc)}", EXIT_USAGE)
                 entries = _dry_run(storage, listed, cli, factory, tick)
+                truncated = len(entries) >= limit
     if as_json:
         document = {
             "writtenBeforeMs": cutoff,
+            "expiringBeforeMs": expiring,
             "limit": limit,
-            "truncated": len(entries) >= limit,
+            "truncated": truncated,
             "applied": apply_,
             "counts": dict(Counter(e.status for e in entries)),
             "needsPerson": sum(1 for e in entries if e.next),
@@ -513,7 +562,7 @@ def reconcile_all_command(
         }
         click.echo(inert_json(json.dumps(document, ensure_ascii=False)))
     else:
-        print_renderable(_summary(entries, cutoff, limit, apply_), width)
+        print_renderable(_summary(entries, cutoff, limit, apply_, truncated), width)
     if any(e.status == "failed" or e.error is not None for e in entries):
         raise SystemExit(EXIT_INVALID)
     if any(e.next for e in entries):

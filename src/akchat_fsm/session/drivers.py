@@ -38,6 +38,8 @@ from .effects import (
     DeleteRecord,
     Effect,
     Emit,
+    ExpireListed,
+    ListPending,
     ListProcessing,
     ListRecords,
     Load,
@@ -76,7 +78,7 @@ RIGHT_BRIDGE_API = {
 }
 RIGHT_SWEEP_API = {"async": "reconcile_all_async", "sync": "reconcile_all"}
 #: Which effects read storage (a failure changed nothing); every other storage effect writes.
-_READS = (Load, LoadRecord, ListRecords, ListProcessing)
+_READS = (Load, LoadRecord, ListRecords, ListProcessing, ListPending)
 
 
 @dataclass
@@ -183,6 +185,7 @@ def _start(effect: PortEffect, ports: Ports) -> _Started:
             | DeleteRecord()
             | ListRecords()
             | ListProcessing()
+            | ListPending()
         ):
             return _store(effect, ports.storage)
         case ProposeUpstream(tool_call_id=tool_call_id, name=name, args=args):
@@ -215,6 +218,8 @@ def _start(effect: PortEffect, ports: Ports) -> _Started:
             return _Started(
                 _port(ports, "sweeper", NO_SWEEPER).reconcile(effect), "sweeper.reconcile"
             )
+        case ExpireListed():
+            return _Started(_port(ports, "sweeper", NO_SWEEPER).expire(effect), "sweeper.expire")
         case Progress():
             return _Started(
                 _port(ports, "sweeper", NO_SWEEPER).progress(effect), "sweeper.progress"
@@ -246,10 +251,13 @@ def _store(effect: StorageEffect, storage: Any) -> _Started:
         case ListProcessing(written_before_ms=written_before_ms, limit=limit):
             method, args = "list_processing", ()
             kwargs = {"written_before_ms": written_before_ms, "limit": limit}
+        case ListPending(expiring_before_ms=expiring_before_ms, after=after, limit=limit):
+            method, args = "list_pending", ()
+            kwargs = {"expiring_before_ms": expiring_before_ms, "after": after, "limit": limit}
         case _:
             assert_never(effect)
     records = isinstance(effect, LoadRecord | SaveRecord | DeleteRecord | ListRecords)
-    sweep = isinstance(effect, ListProcessing)
+    sweep = isinstance(effect, ListProcessing | ListPending)
     try:
         returned = getattr(storage, method)(*args, **kwargs)
     except Exception as exc:

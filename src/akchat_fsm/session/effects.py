@@ -32,6 +32,9 @@ __all__ = [
     "DeleteRecord",
     "Effect",
     "Emit",
+    "ExpireListed",
+    "Expired",
+    "ListPending",
     "ListProcessing",
     "ListRecords",
     "Load",
@@ -170,7 +173,8 @@ class ResumeRuntime:
 
 
 # --------------------------------------------------------------------------- the sweep
-# ``reconcile_all``'s steps (:mod:`akchat_fsm.session.sweep`): the processing index read, and
+# ``reconcile_all``'s steps (:mod:`akchat_fsm.session.sweep`): the processing and pending index
+# reads, and
 # the host's side of each listed session, performed by the sweep's own port of its flavour.
 
 
@@ -179,6 +183,16 @@ class ListProcessing:
     """``storage.list_processing(written_before_ms=..., limit=...)`` → the listed sessions."""
 
     written_before_ms: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListPending:
+    """``storage.list_pending(expiring_before_ms=..., after=..., limit=...)`` (expiry order)
+    → one :class:`~akchat_fsm.storage.port.PendingPage` of confirmations past their expiry."""
+
+    expiring_before_ms: int
+    after: str | None
     limit: int
 
 
@@ -202,6 +216,27 @@ class ReconcileListed:
 
 
 @dataclass(frozen=True, slots=True)
+class ExpireListed:
+    """Resume a session the pending index listed with confirmations past their expiry, then
+    expire them with the host's bridge (``expire_due()``: a bridged run continues with the
+    expired answer) or its upstream (the session's ``expire_due``, audited ``via="sweep"``):
+    the public calls. → :class:`Expired`."""
+
+    session_id: str
+    ports: Any
+    clock: Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """What :class:`ExpireListed` did: the records it expired, and, through a bridge, the
+    runs it continued (each with ``run_id`` and ``next_step``)."""
+
+    records: tuple[Any, ...]
+    runs: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Progress:
     """``progress(session, done, total)``: tell the caller (a progress bar) one is done."""
 
@@ -213,10 +248,17 @@ class Progress:
 #: What a driver performs through ``storage``; its failures are mapped once (reads changed
 #: nothing, writes may have applied).
 StorageEffect: TypeAlias = (
-    Load | SaveSnapshot | LoadRecord | SaveRecord | DeleteRecord | ListRecords | ListProcessing
+    Load
+    | SaveSnapshot
+    | LoadRecord
+    | SaveRecord
+    | DeleteRecord
+    | ListRecords
+    | ListProcessing
+    | ListPending
 )
 BridgeEffect: TypeAlias = StartRuntime | ResumeRuntime
-SweepEffect: TypeAlias = AskHost | ReconcileListed | Progress
+SweepEffect: TypeAlias = AskHost | ReconcileListed | ExpireListed | Progress
 #: What a driver performs through a port: everything but ``Emit`` and ``RunBody``.
 PortEffect: TypeAlias = (
     StorageEffect
