@@ -391,6 +391,24 @@ def test_both_bridges_stamp_an_operators_verdict_with_the_injected_clock() -> No
     assert asyncio.run(twin.settle_execution("c9", ran=True, result=1)).finished_ms == 4343
 
 
+def test_both_bridges_record_the_operator_who_gave_a_verdict() -> None:
+    """``settle_execution(..., operator=)`` names the person (the inbox's principal, the CLI's
+    ``--operator``) as the entry's owner; without it, the bridge's own owner is recorded."""
+    from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
+
+    storage = MemoryStorage()
+    crash_inside_body(storage, "c9", session_id=SID)
+    crash_inside_body(storage, "c8", session_id=SID)
+    bridge = _pai_bridge(storage)
+    assert bridge.settle_execution("c9", ran=True, result=1, operator="alice").owner == "alice"
+    assert bridge.settle_execution("c8", ran=False).owner == bridge.owner
+    shared = MemoryStorage()
+    crash_inside_body(shared, "c9", session_id=SID)
+    twin = _async_pai_bridge(AsyncMemoryStorage(shared))
+    settled = asyncio.run(twin.settle_execution("c9", ran=False, operator="bob"))
+    assert settled.owner == "bob"
+
+
 def test_a_bridge_refuses_a_storage_other_than_its_sessions() -> None:
     from pai_agents import Call, Counts, build_agent
 

@@ -931,9 +931,12 @@ class Bridge(_BridgeBase):
         """Executions whose outcome is unknown (never re-run: settle them)."""
         return self.ledger.unknown()
 
-    def settle_execution(self, tool_call_id: str, *, ran: bool, result: Any = None) -> LedgerEntry:
-        """An operator's verdict on an unknown execution (see :meth:`ToolLedger.settle`)."""
-        return self.ledger.settle(tool_call_id, ran=ran, result=result)
+    def settle_execution(
+        self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
+    ) -> LedgerEntry:
+        """An operator's verdict on an unknown execution (see :meth:`ToolLedger.settle`);
+        ``operator`` names who gave it (the entry's owner; default: this bridge's owner)."""
+        return self.ledger.settle(tool_call_id, ran=ran, result=result, operator=operator)
 
 
 class AsyncBridge(_BridgeBase):
@@ -1053,7 +1056,8 @@ class AsyncBridge(_BridgeBase):
         return await self.ledger.unknown()
 
     async def settle_execution(
-        self, tool_call_id: str, *, ran: bool, result: Any = None
+        self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
     ) -> LedgerEntry:
-        """An operator's verdict on an unknown execution (see :meth:`ToolLedger.settle`)."""
-        return await self.ledger.settle(tool_call_id, ran=ran, result=result)
+        """An operator's verdict on an unknown execution (see :meth:`ToolLedger.settle`);
+        ``operator`` names who gave it (the entry's owner; default: this bridge's owner)."""
+        return await self.ledger.settle(tool_call_id, ran=ran, result=result, operator=operator)
