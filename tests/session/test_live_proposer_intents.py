@@ -11,6 +11,7 @@ one point of the race; the kill is a ``BaseException`` (nothing after it runs, a
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -271,3 +272,25 @@ def test_a_reconcile_deletes_the_intent_of_a_call_already_bound_even_within_the_
     assert _reconcile(storage, upstream, clock) == ()
     assert _intents(storage) == set() and storage.list_processing() == []
     assert _bound(storage) == {call: ConfirmationStatus.PENDING}
+
+
+def test_an_intent_written_before_leases_is_stale_at_once(storage: Any) -> None:
+    # An intent a propose of an older release left carries no lease: it is settled as before.
+    clock, upstream = Clock(), Midway()
+    _fresh(storage, clock)
+    upstream.propose_tool_call("app-old", "email.send", {"to": "a"})  # it waits upstream
+    text = json.dumps(
+        {
+            "version": 1,
+            "token": "confirm-old",
+            "toolCallId": "app-old",
+            "name": "email.send",
+            "input": {"to": "a"},
+            "expiresAt": NOW + 600_000,
+        }
+    )
+    assert storage.save_record(SESSION, f"{INTENTS}app-old", text, None, processing=True)
+    (outcome,) = _reconcile(storage, upstream, clock)
+    assert (outcome.action, outcome.tool_call_id) == ("bound", "app-old")
+    assert _bound(storage) == {"app-old": ConfirmationStatus.PENDING}
+    assert _intents(storage) == set() and storage.list_processing() == []
