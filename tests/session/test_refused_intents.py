@@ -42,6 +42,9 @@ FULL, OTHER = "full-1", "other-1"
 INTENTS = "propose-intent:"
 LIVE_LIMIT = 1_000
 NOW = 1_000
+#: A reconcile's clock: an hour on, long after the dead proposers' intent leases (within one,
+#: an intent whose call is not bound is left as it is: its proposer may be alive, ADR-0133).
+LATER = NOW + 3_600_000
 
 
 class Killed(BaseException):
@@ -118,14 +121,14 @@ def _statuses(storage: MemoryStorage, session_id: str) -> dict[str, Confirmation
 
 
 def _reconcile_sync(storage: MemoryStorage, upstream: RecordingUpstream) -> Any:
-    session = resume_chat_session(DEFINITION, session_id=FULL, storage=storage, clock=lambda: NOW)
+    session = resume_chat_session(DEFINITION, session_id=FULL, storage=storage, clock=lambda: LATER)
     return session.reconcile(RecordingChatMemory(upstream), upstream=upstream)
 
 
 def _reconcile_async(storage: MemoryStorage, upstream: RecordingUpstream) -> Any:
     async def main() -> Any:
         session = await resume_chat_session_async(
-            DEFINITION, session_id=FULL, storage=AsyncMemoryStorage(storage), clock=lambda: NOW
+            DEFINITION, session_id=FULL, storage=AsyncMemoryStorage(storage), clock=lambda: LATER
         )
         async_upstream = AsyncRecordingUpstream(sync=upstream)
         return await session.reconcile(

@@ -10,6 +10,7 @@ and every step is checked against the model as it happens (``_history.py``: code
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ from akchat_fsm.session.effects import (
     Load,
     Plan,
     ProposeUpstream,
+    SaveRecord,
     SaveSnapshot,
 )
 from akchat_fsm.testing.doubles import RecordingChatMemory
@@ -75,6 +77,9 @@ def fault_for(effect: object, draw: int) -> str:
 
 
 TTL_MS = 150
+#: A proposer's intent lease in machine time (a few ticks), when proposals record intents.
+LEASE_MS = 100
+INTENT_PREFIX = "propose-intent:"
 DEFINITION = ChatDefinition("stateful")
 # Resolutions are weighted up: they are what the invariants are about.
 OPS = ("approve",) * 4 + ("reject",) * 2 + ("expire", "propose", "persist", "turn", "reload")
@@ -102,6 +107,7 @@ class _Client:
         self.run: Stepper | None = None
         self.op = ""
         self.created: str | None = None  # the tool call upstream created for this propose
+        self.lease_ends_at: int | None = None  # this propose's intent lease, once recorded
 
     @property
     def busy(self) -> bool:
@@ -117,6 +123,9 @@ class ResolutionProtocol(RuleBasedStateMachine):
     coverage: ClassVar[Counter[str]] = Counter()
     #: Check every step against the model (``_history.ModelChecker``) as it happens.
     check_history: ClassVar[bool] = True
+    #: Every proposal records an intent (a store with records, issue 22), every reconcile
+    #: settles them, and it runs with proposers alive: their leases decide (ADR-0133).
+    intents: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -169,7 +178,7 @@ class ResolutionProtocol(RuleBasedStateMachine):
             tokens = (live if live and pick < 6 else [b.token for b in bindings]) or ["confirm-0"]
             return type(self).resolve_plan(holder, tokens[pick % len(tokens)], INTENTS[op])
         if op == "propose":
-            return _confirm.plan_propose(holder, "email.send", {"n": pick}, ttl_ms=TTL_MS)
+            return self._propose(holder, pick)
         if op == "persist":
             return _ops.plan_persist(holder)
         if op == "turn":
@@ -177,6 +186,16 @@ class ResolutionProtocol(RuleBasedStateMachine):
         from akchat_fsm.session._state import reload
 
         return reload(holder)
+
+    def _propose(self, holder: SessionHolder, n: int) -> Plan[Any]:
+        return _confirm.plan_propose(
+            holder,
+            "email.send",
+            {"n": n},
+            ttl_ms=TTL_MS,
+            intent=type(self).intents,
+            lease_ms=LEASE_MS,
+        )
 
     def _calls_upstream(self, effect: object) -> None:
         """The acting process is about to call upstream: the model must allow it."""
@@ -203,7 +222,7 @@ class ResolutionProtocol(RuleBasedStateMachine):
             self.coverage[f"{client.op}:{outcome}"] += 1
             if client.op == "propose":
                 self.proposal_never_orphaned(client.created, run)
-            client.created = None
+            client.created = client.lease_ends_at = None
 
     def _note_claims(self, index: int, before: SessionSnapshot | None) -> None:
         after = self.stored()
@@ -225,9 +244,7 @@ class ResolutionProtocol(RuleBasedStateMachine):
     def create_session(self) -> None:
         holder = SessionHolder.fresh(DEFINITION, self.session_id, self.clock)
         # Start with two pending confirmations, so resolutions race from the first step.
-        plans = [_ops.plan_persist(holder)] + [
-            _confirm.plan_propose(holder, "email.send", {"n": n}, ttl_ms=TTL_MS) for n in (1, 2)
-        ]
+        plans = [_ops.plan_persist(holder)] + [self._propose(holder, n) for n in (1, 2)]
         for plan in plans:
             run = Stepper(plan)
             while not run.done:
@@ -258,8 +275,10 @@ class ResolutionProtocol(RuleBasedStateMachine):
         """
         if world == "tick":  # the clock moves (past expiry, often: TTL is 150 ms)
             self.now += 10 * (pick + 1)
+            self._leases_end()
         elif world == "reconcile" and not any(self.holds.values()):
-            # Recovery, only when no live client holds a claim (the documented precondition).
+            # Recovery, only when no live client holds a claim (the documented precondition for
+            # releases). Proposers may be alive: with intents, their leases decide (ADR-0133).
             self._reconcile(release=pick % 2 == 1)
         client = self.clients[c]
         fault = fault_for(client.run.next if client.busy and client.run else None, draw)
@@ -278,6 +297,24 @@ class ResolutionProtocol(RuleBasedStateMachine):
                 client.run = Stepper(self._plan(client, op, pick))
             self._after_step(c, client)
 
+    def _leases_end(self) -> None:
+        """The lease's one assumption (ADR-0133): a proposer's upstream request (the propose,
+        or a deny of a call it cannot bind), sent within its lease, arrives within it. A
+        request still waiting here when the clock reaches the lease's end never arrives: its
+        client dies before sending it."""
+        for index, client in enumerate(self.clients):
+            run = client.run
+            if (
+                client.op == "propose"
+                and client.lease_ends_at is not None
+                and client.busy
+                and run is not None
+                and isinstance(run.next, ProposeUpstream | CallDeny)
+                and self.now >= client.lease_ends_at
+            ):
+                self.coverage[f"lease-ended-before:{type(run.next).__name__}"] += 1
+                self._crash(index)
+
     def _step(self, index: int, fault: str) -> None:
         """A busy client performs its next effect, perhaps with a fault that fits the effect.
 
@@ -293,6 +330,8 @@ class ResolutionProtocol(RuleBasedStateMachine):
         self.coverage[f"effect:{type(effect).__name__}"] += 1
         if isinstance(effect, ProposeUpstream):
             client.created = effect.tool_call_id
+        if isinstance(effect, SaveRecord) and effect.key.startswith(INTENT_PREFIX):
+            client.lease_ends_at = json.loads(effect.text)["leaseEndsAt"]
         if isinstance(effect, CallDeny):
             self.deny_attempted.add(effect.tool_call_id)
         self._calls_upstream(effect)
@@ -341,7 +380,11 @@ class ResolutionProtocol(RuleBasedStateMachine):
         while not holder_run.done:
             holder_run.feed(perform(holder_run.next, self.storage, self.upstream, self.memory))
         assert holder_run.error is None, holder_run.error
-        run = Stepper(_confirm.plan_reconcile(holder_run.result, release_untouched=release))
+        run = Stepper(
+            _confirm.plan_reconcile(
+                holder_run.result, release_untouched=release, intents=type(self).intents
+            )
+        )
         while not run.done:
             self._calls_upstream(run.next)
             run.feed(perform(run.next, self.storage, self.upstream, self.memory))
@@ -360,17 +403,56 @@ class ResolutionProtocol(RuleBasedStateMachine):
         self.terminal_records_never_change()
         self.cursor_moves_up_by_one_per_applied_save()
         self.no_acknowledged_save_lost()
+        if type(self).intents:  # only here: test_suites_bite expects each mutant's own symptom
+            self.no_pending_record_for_a_call_upstream_settled()
+            self.no_waiting_call_without_binding_or_intent()
+
+    def intents_stored(self) -> set[str]:
+        inner = self.recording.inner
+        keys = inner.list_records(self.session_id, INTENT_PREFIX)
+        return {key.removeprefix(INTENT_PREFIX) for key in keys}
+
+    def no_waiting_call_without_binding_or_intent(self) -> None:
+        """Issue 22: whatever kills a proposer, and whenever a reconcile runs beside a live one,
+        every call waiting upstream is bound in the stored session or covered by an intent."""
+        snapshot = self._snapshot
+        bound = set() if snapshot is None else {b.tool_call_id for b in snapshot.confirmations}
+        waiting = {
+            call
+            for call, status in self.upstream.statuses.items()
+            if status == "requires_confirmation"
+        }
+        orphans = waiting - bound - self.intents_stored()
+        assert not orphans, f"upstream calls wait with neither binding nor intent: {orphans}"
+
+    def no_pending_record_for_a_call_upstream_settled(self) -> None:
+        """A ``pending`` record's call is untouched upstream: else an approval would call
+        upstream a second time (a sweep binding a call its live proposer denied)."""
+        snapshot = self._snapshot
+        for binding in () if snapshot is None else snapshot.confirmations:
+            if binding.status is ConfirmationStatus.PENDING:
+                acted = self.upstream.acted.get(binding.tool_call_id)
+                assert acted is None, f"{binding.token} is pending but upstream did {acted!r}"
 
     def proposal_never_orphaned(self, created: str | None, run: Stepper) -> None:
         """A finished propose whose call upstream created left it bound, or denied it upstream
         because it definitely could not be bound; only an unknown outcome (the binding may be
-        stored) or a crash may leave it to reconciliation and the host."""
+        stored), a crash, or (with intents) a lease that ended before the deny (the intent
+        stays, ADR-0133) may leave it to reconciliation and the host."""
         if created is None or isinstance(run.error, OutcomeUnknown):
             return
         stored = self.stored()
         bound = stored is not None and any(b.tool_call_id == created for b in stored.confirmations)
-        self.coverage[f"proposal:{'bound' if bound else 'denied'}"] += 1
-        assert bound or created in self.deny_attempted, (
+        # Left with its intent, or a call nothing waits for (born handled: a sweep after the
+        # lease deleted its intent) once the lease ended before a deny.
+        denied = not bound and created in self.deny_attempted
+        left = not (bound or denied) and type(self).intents
+        left = left and (
+            created in self.intents_stored()
+            or self.upstream.statuses.get(created) != "requires_confirmation"
+        )
+        self.coverage[f"proposal:{'bound' if bound else 'denied' if denied else 'left'}"] += 1
+        assert bound or denied or left, (
             f"upstream call {created} orphaned by a propose that ended with {run.error!r}"
         )
 
@@ -425,6 +507,8 @@ class ResolutionProtocol(RuleBasedStateMachine):
                 return  # (a refused history step is the failure Hypothesis reports)
             for c in range(CLIENTS):
                 self._crash(c)
+            if type(self).intents:
+                self.now += LEASE_MS  # every proposer is dead: a sweep after their leases
             self._reconcile(release=False)
             self._snapshot = snapshot = self.stored()
             assert snapshot is not None
@@ -434,6 +518,11 @@ class ResolutionProtocol(RuleBasedStateMachine):
             self.terminal_only_after_upstream_succeeded()
             self.terminal_records_never_change()
             self.cursor_moves_up_by_one_per_applied_save()
+            if type(self).intents:  # liveness: every dead proposer's intent is settled
+                self.no_pending_record_for_a_call_upstream_settled()
+                self.no_waiting_call_without_binding_or_intent()
+                left = self.intents_stored()
+                assert not left, f"intents survived recovery after their leases: {left}"
         finally:
             close = getattr(self.recording.inner, "close", None)
             if close is not None and getattr(type(self), "close_each", False):

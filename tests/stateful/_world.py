@@ -63,6 +63,30 @@ class RecordingStorage:
             self.observer(snapshot, expected_cursor, ok)
         return ok
 
+    # The records capability (intents), spelled out: from Python 3.12 a runtime-checkable
+    # protocol does not see ``__getattr__`` forwarding.
+    def load_record(self, session_id: str, key: str) -> Any:
+        return self.inner.load_record(session_id, key)
+
+    def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        return bool(
+            self.inner.save_record(session_id, key, text, expected_version, processing=processing)
+        )
+
+    def list_records(self, session_id: str, prefix: str = "") -> list[str]:
+        return list(self.inner.list_records(session_id, prefix))
+
+    def delete_record(self, session_id: str, key: str) -> None:
+        self.inner.delete_record(session_id, key)
+
 
 # --------------------------------------------------------------------------- stepping plans
 

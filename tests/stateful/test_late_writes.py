@@ -116,7 +116,11 @@ class LateWritesProtocol(ResolutionProtocol):
         if release:
             self.releases += 1
             late = self.releases % self.release_every == 0
-        run = Stepper(_confirm.plan_reconcile(resume.result, release_untouched=release))
+        run = Stepper(
+            _confirm.plan_reconcile(
+                resume.result, release_untouched=release, intents=type(self).intents
+            )
+        )
         while not run.done:
             effect = run.next
             if isinstance(effect, SaveSnapshot):
@@ -212,6 +216,18 @@ def test_late_writes_sqlite(tmp_path: Path) -> None:
         coverage = run_late_writes(lambda: store)
     finally:
         store.close()
+    missing = [what for what in FLOOR if not coverage[what]]
+    assert not missing, f"the run never exercised {missing}: {sorted(coverage.items())}"
+
+
+class LateWritesWithIntents(LateWritesProtocol):
+    """Every proposal records an intent, and reconciles run beside live proposers (ADR-0133)."""
+
+    intents = True
+
+
+def test_late_writes_with_intents_and_live_proposers_in_memory() -> None:
+    coverage = run_late_writes(MemoryStorage, LateWritesWithIntents)
     missing = [what for what in FLOOR if not coverage[what]]
     assert not missing, f"the run never exercised {missing}: {sorted(coverage.items())}"
 

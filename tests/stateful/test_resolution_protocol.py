@@ -42,12 +42,14 @@ FLOOR = (
 )
 
 
-def run_protocol(make_storage: Callable[[], Any], **overrides: Any) -> None:
+def run_protocol(
+    make_storage: Callable[[], Any], *, intents: bool = False, **overrides: Any
+) -> Counter[str]:
     coverage: Counter[str] = Counter()
     machine = type(
         "Protocol",
         (ResolutionProtocol,),
-        {"make_storage": staticmethod(make_storage), "coverage": coverage},
+        {"make_storage": staticmethod(make_storage), "coverage": coverage, "intents": intents},
     )
     run_state_machine_as_test(machine, settings=settings(settings(), **overrides))
     print("coverage:", dict(sorted(coverage.items())))  # shown with -s
@@ -55,6 +57,7 @@ def run_protocol(make_storage: Callable[[], Any], **overrides: Any) -> None:
     missing = [what for what in FLOOR if not coverage[what]]
     assert not missing, f"the run never exercised {missing}: {sorted(coverage.items())}"
     assert sum(n for what, n in coverage.items() if what.startswith("crash-before:")) > 0
+    return coverage
 
 
 def test_protocol_in_memory() -> None:
@@ -67,6 +70,28 @@ def test_protocol_sqlite(tmp_path: Path) -> None:
         run_protocol(lambda: store)
     finally:
         store.close()
+
+
+#: With intents, a run must also have had reconciles leave a live proposer's intent alone
+#: (``unknown``) and settle dead proposers' stale ones (``bound``), or it proves nothing
+#: about the leases (ADR-0133).
+INTENT_FLOOR = ("reconcile:unknown", "reconcile:bound")
+
+
+def test_protocol_with_intents_and_live_proposers_in_memory() -> None:
+    coverage = run_protocol(MemoryStorage, intents=True)
+    missing = [what for what in INTENT_FLOOR if not coverage[what]]
+    assert not missing, f"the run never exercised {missing}: {sorted(coverage.items())}"
+
+
+def test_protocol_with_intents_and_live_proposers_sqlite(tmp_path: Path) -> None:
+    store = SQLiteStorage(tmp_path / "sessions.db")
+    try:
+        coverage = run_protocol(lambda: store, intents=True)
+    finally:
+        store.close()
+    missing = [what for what in INTENT_FLOOR if not coverage[what]]
+    assert not missing, f"the run never exercised {missing}: {sorted(coverage.items())}"
 
 
 @pytest.mark.postgres

@@ -218,6 +218,43 @@ def test_the_late_writes_suite_passes_the_real_coordinator_at_the_same_settings(
     _run_late_writes(check_history=True)
 
 
+# --------------------------------------------------------------------------- intent leases
+_real_read_intent = _confirm._read_intent
+
+
+def lease_ignored(text: object) -> Any:
+    """Every intent reads as stale: reconcile settles it beside a live proposer (ADR-0093's
+    reconcile, before ADR-0133), deleting one whose call memory does not know yet."""
+    intent = _real_read_intent(text)
+    return None if intent is None else replace(intent, lease_ends_at=0)
+
+
+def test_a_reconcile_ignoring_proposer_leases_fails_the_intents_suite(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_confirm, "_read_intent", lease_ignored)
+    machine = type(
+        "LeaseIgnored",
+        (ResolutionProtocol,),
+        {"make_storage": staticmethod(MemoryStorage), "check_history": False, "intents": True},
+    )
+    with pytest.raises((AssertionError, Flaky)) as info:
+        run_state_machine_as_test(
+            machine,
+            settings=settings(
+                settings(),
+                max_examples=200,
+                database=None,
+                print_blob=False,
+                report_multiple_bugs=False,
+                derandomize=True,
+                phases=[Phase.explicit, Phase.generate],
+            ),
+        )
+    symptoms = ("neither binding nor intent", "is pending but upstream did", "upstream replayed")
+    assert any(symptom in str(info.value) for symptom in symptoms), info.value
+
+
 # --------------------------------------------------------------------------- code -> model
 # Code-only mutants: the model stays correct, the library is broken. Each must be refused by the
 # history checker (``_history.py``) as its own layer: the suite runs with its invariants on, and

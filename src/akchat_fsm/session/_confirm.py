@@ -81,6 +81,10 @@ COMPLETE_ATTEMPTS = REDECIDE
 PROPOSE_ATTEMPTS = REDECIDE
 #: The deny reason of a call upstream created but this session could not bind.
 UNBOUND_REASON = "proposal could not be recorded"
+#: How long a proposer owns its intent's call, on the session clock (ADR-0133): while the lease
+#: runs only the proposer acts on it (upstream's propose, the binding, a deny); then only
+#: reconcile. A propose's one upstream request must arrive within it.
+INTENT_LEASE_MS = 60_000
 
 
 # --------------------------------------------------------------------------- propose
@@ -119,6 +123,7 @@ def plan_propose(
     ttl_ms: int = core.DEFAULT_TTL_MS,
     keep_terminal: int = core.KEEP_TERMINAL,
     intent: bool = False,
+    lease_ms: int = INTENT_LEASE_MS,
 ) -> Plan[ConfirmationBinding]:
     """Propose a tool call upstream and bind it to this session with one CAS save.
 
@@ -126,26 +131,21 @@ def plan_propose(
     memory (no ghost record); upstream's proposal stays ``requires_confirmation`` and unbound.
     ``intent`` (a storage with the records capability): an intent record is created before
     the upstream call and deleted once the binding is stored, so a crash in between leaves
-    something reconcile finds (issue 22, ADR-0093).
+    something reconcile finds (issue 22, ADR-0093). The intent carries the proposer's lease
+    (``lease_ms`` on the session clock, ADR-0133): past it this propose neither asks upstream
+    nor denies, so a reconcile running meanwhile can never orphan or double-settle the call.
     """
     if holder.needs_reload:
         yield from reload(holder)
-    proposal = core.plan_proposal(
-        holder.core, name, args, holder.clock(), ttl_ms=ttl_ms, suffix=suffix
-    )
+    now = holder.clock()
+    proposal = core.plan_proposal(holder.core, name, args, now, ttl_ms=ttl_ms, suffix=suffix)
+    lease = None
     if intent:
-        yield from _record_intent(holder.session_id, proposal)
-    try:
-        binding = yield from _propose_and_bind(holder, proposal, keep_terminal)
-    except (UpstreamFailed, OutcomeUnknown):
-        raise  # upstream may hold the call, or the binding may be stored: the intent stays
-    except AkchatError:
-        # The call never ran (a refused port) or was denied upstream here: nothing waits for
-        # a binding, so the intent goes too (else the session idles in the processing index).
-        if intent:
-            yield from _drop_intent(holder, proposal)
-        raise
-    if intent:
+        lease = now + lease_ms
+        yield from _record_intent(holder.session_id, proposal, lease)
+    # Every error path settles the intent itself (dropped only where nothing can wait unbound).
+    binding = yield from _propose_and_bind(holder, proposal, keep_terminal, lease)
+    if lease is not None:
         yield from _drop_intent(holder, proposal)  # the binding is stored
     return binding
 
@@ -157,18 +157,28 @@ def _drop_intent(holder: SessionHolder, proposal: core.Proposal) -> Plan[None]:
 
 
 def _propose_and_bind(
-    holder: SessionHolder, proposal: core.Proposal, keep_terminal: int
+    holder: SessionHolder, proposal: core.Proposal, keep_terminal: int, lease: int | None
 ) -> Plan[ConfirmationBinding]:
+    """``lease``: when the intent's lease ends (``None``: no intent was recorded)."""
+    if lease is not None and lease_over(lease, holder.clock()):
+        # A reconcile may already have found the intent stale and deleted it: a call created
+        # now could wait with neither binding nor intent. Nothing was asked: the intent goes.
+        yield from _drop_intent(holder, proposal)
+        raise StorageUnavailable(LEASE_ENDED)
     try:
         raw = yield proposal.effect
     except AkchatError:
+        # The call never ran (a refused port): nothing waits for a binding, so the intent goes
+        # too (else the session idles in the processing index).
+        if lease is not None:
+            yield from _drop_intent(holder, proposal)
         raise
-    except Exception as exc:
+    except Exception as exc:  # upstream may hold the call: the intent stays
         raise UpstreamFailed("Upstream refused the tool-call proposal.") from exc
     try:
         call = _upstream_call(raw)
     except ConfigError as invalid:  # upstream acted on our id but answered nonsense
-        yield from _deny_unbound(proposal.effect.tool_call_id, invalid)
+        yield from _settle_unbound(holder, proposal, proposal.effect.tool_call_id, invalid, lease)
         raise
     try:
         step = yield from _save_binding(holder, proposal, call, keep_terminal)
@@ -177,14 +187,14 @@ def _propose_and_bind(
     except StorageUnavailable as refused:
         if not not_applied_when_read(refused):
             created = call.id if isinstance(call.id, str) else proposal.effect.tool_call_id
-            yield from _deny_unbound(created, refused)
+            yield from _settle_unbound(holder, proposal, created, refused, lease)
             raise
         # "Not applied when read" is not "never applies": the binding's save may still be in
         # flight. Fence it first; deny only once it can never land (ADR-0093).
         bound = yield from _fence_lost_binding(holder, proposal.token, call.id, refused)
         if bound is not None:
             return bound
-        yield from _deny_unbound(call.id, refused)
+        yield from _settle_unbound(holder, proposal, call.id, refused, lease)
         raise
     except AkchatError as refused:
         # Definitely not bound (storage refused or failed before applying, or the fresh
@@ -193,7 +203,7 @@ def _propose_and_bind(
         # The call upstream holds: the id it answered with, unless that id is not even a
         # string (then the one we asked for; the envelope refused the answer either way).
         created = call.id if isinstance(call.id, str) else proposal.effect.tool_call_id
-        yield from _deny_unbound(created, refused)
+        yield from _settle_unbound(holder, proposal, created, refused, lease)
         raise
     binding = core.find_binding(step.state, proposal.token) or core.by_tool_call(
         step.state, call.id
@@ -273,13 +283,35 @@ def _bound(
 #: Where a propose records its intent beside the envelope (records capability).
 INTENT_PREFIX = "propose-intent:"
 INTENT_TAKEN = "Action confirmation id is invalid."
+LEASE_ENDED = (
+    "the intent's lease ended before upstream was asked (its save outlasted it), so upstream "
+    "was not asked: a reconcile may already have settled the intent (ADR-0133)"
+)
+LEFT_FOR_RECONCILE = (
+    "upstream tool call {id} is unbound; the propose's intent lease had ended, so it was not "
+    "denied: its intent is left for reconcile, which binds it (ADR-0133)"
+)
+
+
+def lease_over(lease_ends_at: int, now_ms: int) -> bool:
+    """Whether an intent's lease has ended: the one rule both the proposer and reconcile read."""
+    return now_ms >= lease_ends_at
+
+
+@dataclass(frozen=True)
+class _Intent:
+    """A stored intent: the proposal, and when its proposer's lease ends (session clock; 0 for
+    an intent written before leases, which is stale at once)."""
+
+    proposal: core.Proposal
+    lease_ends_at: int
 
 
 def intent_key(tool_call_id: str) -> str:
     return f"{INTENT_PREFIX}{tool_call_id}"
 
 
-def _record_intent(session_id: str, proposal: core.Proposal) -> Plan[None]:
+def _record_intent(session_id: str, proposal: core.Proposal, lease_ends_at: int) -> Plan[None]:
     """Create-only, marked processing (the sweep lists the session), before the upstream call.
 
     Any failure is raised before upstream is asked: nothing exists upstream to orphan. An
@@ -294,6 +326,7 @@ def _record_intent(session_id: str, proposal: core.Proposal) -> Plan[None]:
             "name": proposal.name,
             "input": thaw(proposal.args),
             "expiresAt": proposal.expires_at,
+            "leaseEndsAt": lease_ends_at,
         },
         separators=(",", ":"),
         sort_keys=True,
@@ -304,34 +337,41 @@ def _record_intent(session_id: str, proposal: core.Proposal) -> Plan[None]:
         raise ConfigError(INTENT_TAKEN, hint=CONFIRMATION_HINT)
 
 
-def _read_intent(text: object) -> core.Proposal | None:
-    """The proposal an intent recorded (``None``: not one of ours; left alone)."""
+def _read_intent(text: object) -> _Intent | None:
+    """The proposal an intent recorded and its lease (``None``: not one of ours; left alone)."""
     try:
         fields = json.loads(text) if isinstance(text, str) else None
         if not isinstance(fields, dict) or fields.get("version") != 1:
             return None
         frozen = freeze_bounded_object(fields["input"])
         token, name, call_id = fields["token"], fields["name"], fields["toolCallId"]
-        expires_at = fields["expiresAt"]
+        expires_at, lease_ends_at = fields["expiresAt"], fields.get("leaseEndsAt", 0)
         if (
             not all(isinstance(v, str) for v in (token, name, call_id))
             or type(expires_at) is not int
+            or type(lease_ends_at) is not int
         ):
             return None
-        return core.Proposal(
+        proposal = core.Proposal(
             token, name, frozen, expires_at, ProposeUpstream(call_id, name, frozen)
         )
+        return _Intent(proposal, lease_ends_at)
     except (KeyError, TypeError, ValueError, BoundedJsonError):
         return None
 
 
 def _settle_intent(
     holder: SessionHolder,
-    proposal: core.Proposal,
+    intent: _Intent,
     status: core.UpstreamToolStatus | None,
     keep_terminal: int,
 ) -> Plan[ReconcileOutcome | None]:
-    """Bind an intent's call if upstream holds it, then delete the intent.
+    """Bind a stale intent's call if upstream holds it, then delete the intent.
+
+    While the proposer's lease runs the call is the proposer's (ADR-0133): memory may not know
+    it yet because the proposer has not asked upstream, or the proposer may yet deny it; so
+    an intent whose call is not bound is left as it is, an ``unknown`` outcome (the session
+    stays listed). One whose call is bound already is deleted at any age: nothing waits unbound.
 
     Binding, never denying: a proposer still alive may yet save the same binding, and two
     saves of one proposal commute (the second finds it bound, ADR-0090), whereas a deny here
@@ -343,9 +383,12 @@ def _settle_intent(
     session cannot admit (``LimitExceeded``: already 1,000 live records) is ``refused``: the
     intent is kept, and a reconcile after a record is decided binds it.
     """
+    proposal = intent.proposal
     call_id = proposal.effect.tool_call_id
     outcome = None
     bound = _bound(holder.core, proposal.token, call_id)
+    if bound is None and not lease_over(intent.lease_ends_at, holder.clock()):
+        return _asked(proposal, "unknown")  # in flight: its proposer may still be alive
     if bound is None and status is core.UpstreamToolStatus.REQUIRES_CONFIRMATION:
         call = core.UpstreamCall(
             id=call_id, name=proposal.name, args=thaw(proposal.args), status=status
@@ -356,7 +399,7 @@ def _settle_intent(
             # Refused before any save, and refused again until a record is decided: this
             # intent's outcome, not the pass's (the records after it still settle). The
             # intent stays, so the call waiting upstream stays covered and listed.
-            return _refused(proposal, refused)
+            return _asked(proposal, "refused", refused)
         record = _bound(step.state, proposal.token, call_id)
         if record is not None:
             action = "bound" if step.accepted else "settled"
@@ -365,8 +408,11 @@ def _settle_intent(
     return outcome
 
 
-def _refused(proposal: core.Proposal, error: LimitExceeded) -> ReconcileOutcome:
-    """A ``refused`` outcome: ``record`` is the binding the intent asks for, never stored."""
+def _asked(
+    proposal: core.Proposal, action: str, refused: LimitExceeded | None = None
+) -> ReconcileOutcome:
+    """An intent left as it is (``unknown``, ``refused``): ``record`` is the binding it asks
+    for, not stored."""
     asked = ConfirmationBinding.model_construct(
         token=proposal.token,
         action=proposal.name,
@@ -376,29 +422,54 @@ def _refused(proposal: core.Proposal, error: LimitExceeded) -> ReconcileOutcome:
         status=ConfirmationStatus.PENDING,
     )
     return ReconcileOutcome(
-        proposal.token, asked.tool_call_id, asked.status, "refused", asked, refused=error
+        proposal.token, asked.tool_call_id, asked.status, action, asked, refused=refused
     )
 
 
-def _intents(holder: SessionHolder) -> Plan[list[core.Proposal]]:
+def _intents(holder: SessionHolder) -> Plan[list[_Intent]]:
     keys = yield ListRecords(holder.session_id, INTENT_PREFIX)
-    found: list[core.Proposal] = []
+    found: list[_Intent] = []
     for key in keys:
         stored = yield LoadRecord(holder.session_id, key)
-        proposal = None if stored is None else _read_intent(stored[1])
-        if proposal is not None and key == intent_key(proposal.effect.tool_call_id):
-            found.append(proposal)
+        intent = None if stored is None else _read_intent(stored[1])
+        if intent is not None and key == intent_key(intent.proposal.effect.tool_call_id):
+            found.append(intent)
     return found
 
 
-def _deny_unbound(tool_call_id: str, error: AkchatError) -> Plan[None]:
-    """Best effort: deny a call upstream created but no session binds; note it on ``error``."""
+def _settle_unbound(
+    holder: SessionHolder,
+    proposal: core.Proposal,
+    tool_call_id: str,
+    error: AkchatError,
+    lease: int | None,
+) -> Plan[None]:
+    """A call upstream created that this propose definitely cannot bind.
+
+    Without an intent, or within its lease, the propose denies it and then drops its intent.
+    Past the lease a reconcile may be binding it: a deny could land after that binding (a
+    ``pending`` record for a denied call), so the call is left to reconcile with its intent,
+    and bound there (ADR-0133). An intent whose deny failed stays too: the call still waits.
+    """
+    if lease is not None and lease_over(lease, holder.clock()):
+        error.add_note(LEFT_FOR_RECONCILE.format(id=tool_call_id))
+        return
+    denied = yield from _deny_unbound(tool_call_id, error)
+    if denied and lease is not None:
+        yield from _drop_intent(holder, proposal)
+
+
+def _deny_unbound(tool_call_id: str, error: AkchatError) -> Plan[bool]:
+    """Best effort: deny a call upstream created but no session binds; note it on ``error``.
+
+    ``True`` once upstream took the deny; ``False`` if it raised (the call may still wait)."""
     try:
         yield CallDeny(tool_call_id, UNBOUND_REASON)
     except Exception as exc:  # the original error matters more; say what is left behind
         error.add_note(f"upstream tool call {tool_call_id} is unbound; denying it failed: {exc!r}")
-        return
+        return False
     error.add_note(f"upstream tool call {tool_call_id} was not bound, so it was denied upstream")
+    return True
 
 
 # --------------------------------------------------------------------------- resolve
@@ -598,7 +669,8 @@ class ReconcileOutcome:
     ``action``: ``"completed"`` (upstream had acted: final status recorded, nothing called),
     ``"resumed"`` (upstream had not acted: the claimed call was issued, then completed),
     ``"released"`` (back to ``pending``), ``"settled"`` (another client settled it first),
-    ``"unknown"`` (the tool call is not in memory: left as is), ``"bound"`` (a proposal's
+    ``"unknown"`` (the tool call is not in memory, or an intent whose proposer's lease has not
+    ended and whose call is not bound, ADR-0133: left as is), ``"bound"`` (a proposal's
     intent named a call upstream awaits with no binding: bound ``pending``; ``before`` is
     its born status, ADR-0093) or ``"refused"`` (such an intent the session cannot admit:
     ``refused`` says why, ``record`` is the binding it asks for, which was not stored, and the
@@ -728,7 +800,9 @@ def plan_reconcile(
     if not targets and not orphans:
         return ()
     wanted = tuple(
-        dict.fromkeys([b.tool_call_id for b in targets] + [p.effect.tool_call_id for p in orphans])
+        dict.fromkeys(
+            [b.tool_call_id for b in targets] + [i.proposal.effect.tool_call_id for i in orphans]
+        )
     )
     try:
         read = yield ReadMemory(wanted)
@@ -755,9 +829,9 @@ def plan_reconcile(
             )
             continue
         outcomes.append((yield from _reconcile_one(holder, binding, status, release_untouched)))
-    for proposal in orphans:
-        status = statuses.get(proposal.effect.tool_call_id)
-        settled = yield from _settle_intent(holder, proposal, status, core.KEEP_TERMINAL)
+    for orphan in orphans:
+        status = statuses.get(orphan.proposal.effect.tool_call_id)
+        settled = yield from _settle_intent(holder, orphan, status, core.KEEP_TERMINAL)
         if settled is not None:
             outcomes.append(settled)
     return tuple(outcomes)
