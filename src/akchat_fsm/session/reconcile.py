@@ -14,6 +14,11 @@ anything else               upstream acted: record the matching final status, ca
 missing from memory         left as is, reported as ``"unknown"``
 =========================  ===================================================================
 
+A propose intent (a call upstream may hold without its binding, ADR-0093) is settled only once
+its proposer's lease has ended (ADR-0133): within it the live proposer alone acts on the call,
+and reconcile reports the intent ``"unknown"``; after it, a waiting call is bound, and an
+intent whose call upstream does not hold is deleted.
+
 Resume is safe even while the original claimant is alive (upstream executes the first call and
 ignores the second); release is safe only when no claimant is alive. The record carries no claim
 time, so the host decides when to run it: after a crash, from an operator command, or once its own
