@@ -13,6 +13,7 @@ session's records, then run the reconcile that binds the waiting call (exit 3 un
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,13 @@ SID = "full"
 LIVE_LIMIT = 1_000
 INTENTS = "propose-intent:"
 REFUSED = "refused: A session holds at most 1000 unresolved confirmations; intent kept"
+
+
+HOUR = 3_600_000
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class Killed(BaseException):
@@ -71,8 +79,14 @@ def _full_session_with_an_orphan(url: str, tmp_path: Path) -> tuple[str, str]:
         assert storage.save(seeded, None)
         dying = DiesAfterCreating()
         for suffix, client in (("a", dying), ("c", upstream), ("d", upstream)):
-            session = resume_chat_session(DEFINITION, session_id=SID, storage=storage)
-            coordinator = session.confirmations_for(client, create_id=lambda s=suffix: s)
+            # Proposed an hour ago: the dead proposer's intent lease (ADR-0133, a minute) has
+            # ended when the CLI runs, and the day-long expiry has not (nothing is due).
+            session = resume_chat_session(
+                DEFINITION, session_id=SID, storage=storage, clock=lambda: _now() - HOUR
+            )
+            coordinator = session.confirmations_for(
+                client, create_id=lambda s=suffix: s, ttl_ms=24 * HOUR
+            )
             if client is dying:
                 with pytest.raises(Killed):
                     coordinator.propose("email.send", {"to": suffix})

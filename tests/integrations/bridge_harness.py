@@ -73,3 +73,36 @@ def crash_inside_body(
             )
         effect = plan.send(value)
     plan.close()
+
+
+class ForwardingStorage:
+    """A sync storage that forwards every call to ``inner``; subclasses override the one call
+    they break. Every method is spelled out: from Python 3.12 a runtime-checkable protocol
+    does not see methods forwarded by ``__getattr__``."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def save_record(self, session_id: str, key: str, text: str, *args: Any, **kw: Any) -> bool:
+        return bool(self.inner.save_record(session_id, key, text, *args, **kw))
+
+    def load(self, session_id: str) -> Any:
+        return self.inner.load(session_id)
+
+    def save(self, snapshot: Any, expected_cursor: int | None) -> bool:
+        return bool(self.inner.save(snapshot, expected_cursor))
+
+    def delete(self, session_id: str) -> None:
+        self.inner.delete(session_id)
+
+    def load_record(self, session_id: str, key: str) -> Any:
+        return self.inner.load_record(session_id, key)
+
+    def list_records(self, session_id: str, prefix: str = "") -> Any:
+        return self.inner.list_records(session_id, prefix)
+
+    def delete_record(self, session_id: str, key: str) -> None:
+        self.inner.delete_record(session_id, key)
+
+    def list_processing(self, **kw: Any) -> Any:
+        return self.inner.list_processing(**kw)

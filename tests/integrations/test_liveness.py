@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import pytest
-from bridge_harness import RecordsBackend, crash_inside_body
+from bridge_harness import ForwardingStorage, RecordsBackend, crash_inside_body
 from pai_agents import Call, Counts, build_agent
 
 from akchat_fsm import (
@@ -415,12 +415,13 @@ def test_a_body_that_outlasts_the_lease_keeps_its_run_while_it_runs(
     assert ran == ["a@example.com"]
 
 
-class RenewalsFail:
+class RenewalsFail(ForwardingStorage):
     """A storage on which the lease keeper's renewals fail (its thread cannot reach the
     store): what a stalled or cut-off owner looks like to everyone else."""
 
     def __init__(self, inner: Any, fails: int | None = None) -> None:
-        self.inner, self.fails = inner, fails  # how many renewals fail (None: every one)
+        super().__init__(inner)
+        self.fails = fails  # how many renewals fail (None: every one)
         self.owner = threading.get_ident()
 
     def save_record(self, session_id: str, key: str, text: str, *args: Any, **kw: Any) -> bool:
@@ -428,28 +429,7 @@ class RenewalsFail:
         if keeper and (self.fails is None or self.fails > 0):
             self.fails = None if self.fails is None else self.fails - 1
             raise StorageUnavailable("the owner cannot reach the store")
-        return bool(self.inner.save_record(session_id, key, text, *args, **kw))
-
-    def load(self, session_id: str) -> Any:
-        return self.inner.load(session_id)
-
-    def save(self, snapshot: Any, expected_cursor: int | None) -> bool:
-        return bool(self.inner.save(snapshot, expected_cursor))
-
-    def delete(self, session_id: str) -> None:
-        self.inner.delete(session_id)
-
-    def load_record(self, session_id: str, key: str) -> Any:
-        return self.inner.load_record(session_id, key)
-
-    def list_records(self, session_id: str, prefix: str = "") -> Any:
-        return self.inner.list_records(session_id, prefix)
-
-    def delete_record(self, session_id: str, key: str) -> None:
-        self.inner.delete_record(session_id, key)
-
-    def list_processing(self, **kw: Any) -> Any:
-        return self.inner.list_processing(**kw)
+        return super().save_record(session_id, key, text, *args, **kw)
 
 
 def test_a_stalled_owners_body_is_taken_over_mid_body_and_still_runs_once(

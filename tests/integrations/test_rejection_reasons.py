@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from bridge_harness import RecordsBackend
+from bridge_harness import ForwardingStorage, RecordsBackend
 from pai_agents import Call, Counts, build_agent
 
 from akchat_fsm import ChatDefinition, resume_chat_session
@@ -30,38 +30,14 @@ class Killed(BaseException):
     """The rejecter's process dies (not an ``Exception``: nothing may handle it)."""
 
 
-class DiesBeforeItsEntry:
+class DiesBeforeItsEntry(ForwardingStorage):
     """A store on which the rejecter dies right after its reason record, before its audit
     entry (so before any claim): its reason is stored, its decision never happens."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
 
     def save_record(self, session_id: str, key: str, text: str, *args: Any, **kw: Any) -> bool:
         if key.startswith("audit:"):
             raise Killed()
-        return bool(self.inner.save_record(session_id, key, text, *args, **kw))
-
-    def load(self, session_id: str) -> Any:
-        return self.inner.load(session_id)
-
-    def save(self, snapshot: Any, expected_cursor: int | None) -> bool:
-        return bool(self.inner.save(snapshot, expected_cursor))
-
-    def delete(self, session_id: str) -> None:
-        self.inner.delete(session_id)
-
-    def load_record(self, session_id: str, key: str) -> Any:
-        return self.inner.load_record(session_id, key)
-
-    def list_records(self, session_id: str, prefix: str = "") -> Any:
-        return self.inner.list_records(session_id, prefix)
-
-    def delete_record(self, session_id: str, key: str) -> None:
-        self.inner.delete_record(session_id, key)
-
-    def list_processing(self, **kw: Any) -> Any:
-        return self.inner.list_processing(**kw)
+        return super().save_record(session_id, key, text, *args, **kw)
 
 
 def _bridge(storage: Any, agent: Any) -> PydanticAIBridge:

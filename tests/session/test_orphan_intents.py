@@ -41,9 +41,11 @@ DEFINITION = ChatDefinition("orphans")
 SESSION = "orphan-1"
 INTENTS = "propose-intent:"
 WAITING = "requires_confirmation"
-#: The propose's clock: far past the sweep's (the wall clock the adapters stamp writes with,
-#: ten minutes on), so no binding is due when the sweep runs and it expires nothing.
-NOW = 4_102_444_800_000
+#: The propose's clock: the wall clock (the adapters stamp writes with it) when the module
+#: loads. The sweep runs ten minutes on: past every intent's lease (ADR-0133, a minute), so it
+#: settles the intents, and before any binding is due (TTL, an hour), so it expires nothing.
+NOW = time.time_ns() // 1_000_000
+TTL = 3_600_000
 
 
 class Killed(BaseException):
@@ -122,7 +124,7 @@ def _world(make_store: Callable[[Fuse], Any]) -> tuple[Fuse, Any, FusedUpstream]
 
 def _propose(storage: Any, upstream: FusedUpstream) -> None:
     session = _resume(storage)
-    session.confirmations_for(upstream, ttl_ms=60_000).propose("email.send", {"to": "a"})
+    session.confirmations_for(upstream, ttl_ms=TTL).propose("email.send", {"to": "a"})
 
 
 def _bound(storage: Any) -> dict[str, ConfirmationStatus]:
@@ -209,9 +211,9 @@ def test_an_orphan_the_sweep_bound_is_denied_once_when_it_expires(
         call,
         ConfirmationStatus.PENDING,
     )
-    assert outcome.record.expires_at == NOW + 60_000  # the proposal's own expiry
+    assert outcome.record.expires_at == NOW + TTL  # the proposal's own expiry
     session = resume_chat_session(
-        DEFINITION, session_id=SESSION, storage=storage, clock=lambda: NOW + 60_001
+        DEFINITION, session_id=SESSION, storage=storage, clock=lambda: NOW + TTL + 1
     )
     (expired,) = session.confirmations_for(upstream).expire_due()
     assert expired.status is ConfirmationStatus.EXPIRED
@@ -234,7 +236,7 @@ def test_a_live_proposer_and_the_sweep_bind_the_same_call_once(
             return made
 
     midway = SweepsMidway(fuse)
-    coordinator = session.confirmations_for(midway, ttl_ms=60_000)
+    coordinator = session.confirmations_for(midway, ttl_ms=TTL)
     binding = coordinator.propose("email.send", {})
     ((outcome,),) = [s.outcomes for s in swept[0].sessions]
     assert outcome.action == "bound" and outcome.token == binding.token
