@@ -52,6 +52,12 @@ table SPIN compiles (``machines.tables.CONFIRMATION_TABLE``, never restated here
 Late landings are the model's ``Network`` (``-DINFLIGHT``): a write travelling after its
 timeout lands with the CAS compared then, under the same rules; a claim that lands makes its
 writer the claimant, alive only if it has not given the write up.
+
+The ledger (:class:`LedgerChecker`, ``EXECUTION_TABLE``) and the bridges' agent runs
+(:class:`BridgeChecker`, ``RUN_TABLE`` and the rules across records: a run claimed only once
+every call is decided, resumed only from its own live claim with each call's own decision, a
+body only for an approved call inside its own continuation, a recorded decision never proposed
+again) are checked the same way, below.
 """
 
 from __future__ import annotations
@@ -711,18 +717,18 @@ class BridgeChecker:
         elif applied and key.startswith("decided:"):
             self._saved_decision(key, text)
         elif applied and key.startswith("denial:") and expected is None:
-            self.reasons.setdefault(key, str(json.loads(text)["reason"]))
+            self.reasons.setdefault(key.split(":", 1)[1], str(json.loads(text)["reason"]))
 
-    def _call_of(self, key: str, make_key: Callable[[str], str]) -> str | None:
+    def _call_of(self, key: str) -> str | None:
+        """The call a ``decided:`` / ``denial:`` record is about (its key ends like the call's
+        ledger key)."""
         calls = {c for run in self.runs.values() for c in run.calls} | set(self.decided)
-        return next((c for c in calls if make_key(c) == key), None)
+        return next((c for c in calls if _record_suffix(c) == key.split(":", 1)[1]), None)
 
     def _saved_decision(self, key: str, text: str) -> None:
-        from akchat_fsm.integrations._bridge_runs import decision_key
-
         self.steps += 1
         status = ConfirmationStatus(json.loads(text)["status"])
-        call = self._call_of(key, decision_key)
+        call = self._call_of(key)
         if call is None or self.decided.get(call) is not status:
             was = None if call is None else self.decided.get(call)
             self._fail(
@@ -811,13 +817,8 @@ class BridgeChecker:
     def resumed(self, run_id: str, claim: str | None, decisions: tuple[Any, ...]) -> None:
         """The acting process resumes the runtime of ``run_id`` from its claim ``claim`` with
         ``decisions``: only from its own stored continuation claim, each call told its own
-        decision (a rejection the reviewer's stored reason)."""
-        from akchat_fsm.integrations._bridge_runs import (
-            EXPIRED_MESSAGE,
-            REJECTED_MESSAGE,
-            denial_key,
-        )
-
+        decision: a rejection with the reviewer's stored reason when there is one, every other
+        denial with some message for the model."""
         if self.failure is not None:
             return
         self.steps += 1
@@ -837,16 +838,17 @@ class BridgeChecker:
                 self._fail(f"{step}: {call} undecided", "continue: every call is decided", run)
                 return
             approved = status is ConfirmationStatus.APPROVED
-            wanted = None
+            reason = None
             if status is ConfirmationStatus.REJECTED:
-                wanted = self.reasons.get(denial_key(call), REJECTED_MESSAGE)
-            elif status is ConfirmationStatus.EXPIRED:
-                wanted = EXPIRED_MESSAGE
-            if decision.approved is not approved or (not approved and decision.message != wanted):
+                reason = self.reasons.get(_record_suffix(call))
+            said = f"{step}: {call} told approved={decision.approved} {decision.message!r}"
+            if decision.approved is not approved:
+                self._fail(said, f"continue: a {status} call is told its own decision", run)
+            if not approved and (not decision.message or reason not in (None, decision.message)):
                 self._fail(
-                    f"{step}: {call} told approved={decision.approved} {decision.message!r}",
-                    f"reason: a {status} call is told {wanted or 'to run'} (the reviewer's "
-                    "stored reason, if any, reaches the model)",
+                    said,
+                    f"reason: a {status} call is told {reason or 'why it did not run'} (the "
+                    "reviewer's stored reason, if any, reaches the model)",
                     run,
                 )
 
@@ -871,6 +873,14 @@ class BridgeChecker:
             self._fail(step, "claim-first: a body runs only inside its own continuation", run)
         if run.lease_until is not None and run.lease_until <= self.clock():
             self._fail(step, "lease: a body starts only while its continuation's lease holds", run)
+
+
+def _record_suffix(call: str) -> str:
+    """What follows the prefix in the keys of a call's records (``call:``, ``decided:``,
+    ``denial:``): its ledger key's."""
+    from akchat_fsm.integrations.ledger import ledger_key
+
+    return ledger_key(call).split(":", 1)[1]
 
 
 class CheckedStorage:

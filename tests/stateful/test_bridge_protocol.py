@@ -252,8 +252,7 @@ class BridgeProtocol(RuleBasedStateMachine):
         assert run is not None
         if not run.done:
             return
-        if self.check_history:
-            self.history.gone(client.actor)
+        self.gone(client.actor)
         if run.error is not None and not isinstance(run.error, AkchatError):
             raise run.error  # pydantic-ai or Python refused something: a bridge bug
         outcome = "ok" if run.error is None else type(run.error).__name__
@@ -451,7 +450,7 @@ class BridgeProtocol(RuleBasedStateMachine):
             for client in self.clients:
                 if client.busy:
                     self._crash(client, "teardown")
-            self.now += LEASE_MS  # every claimant is gone: its lease passes
+            self._let_leases_pass()
             for _ in range(4):  # recovery, then the humans finish deciding, until all settle
                 self._recover_once()
                 bridge = self.bridge()
@@ -469,6 +468,18 @@ class BridgeProtocol(RuleBasedStateMachine):
             if close is not None and getattr(type(self), "close_each", False):
                 close()
 
+    def _let_leases_pass(self) -> None:
+        """Every claimant is gone: wait until the last continuation lease has passed (and no
+        longer, so that the humans still find pending calls to approve)."""
+        leases = [
+            record.lease_until_ms
+            for run_id in self.run_ids()
+            if (record := self.run_record(run_id)) is not None
+            and record.state is RunState.CONTINUING
+            and record.lease_until_ms is not None
+        ]
+        self.now = max([self.now, *leases])
+
     @contextlib.contextmanager
     def host(self) -> Any:
         """One call of the fault-free host, as its own process."""
@@ -480,6 +491,8 @@ class BridgeProtocol(RuleBasedStateMachine):
             self.gone(actor)
 
     def final_checks(self) -> None:
+        # decided calls proposed again with no decision record (ADR-0103's open window)
+        self.coverage["reopened"] += len(self.history.reopened)
         self.bridge_invariants()
         bindings = {b.tool_call_id: b for b in self.bindings()}
         for call_id, binding in bindings.items():
