@@ -402,6 +402,15 @@ def no_decision_records(ctx: Any, calls: Any) -> Any:
     yield  # a plan that reads nothing
 
 
+async def body_before_claim(self: Any, ctx: Any, **kw: Any) -> Any:
+    """The tool hook runs the body first and only then records it in the ledger (the model's
+    ``BUG_NO_LEDGER_CLAIM``; the bridge suite's own seeded bug)."""
+    value = await kw["handler"](kw["args"])
+    call = kw["call"]
+    await self.guard.execute(call.tool_call_id, call.tool_name, call.args_as_dict(), lambda: value)
+    return value
+
+
 def no_denial_records(ctx: Any, run: Any, bindings: Any, recorded: Any) -> Any:
     """A resume never reads the denial records: the model reads the generic sentence instead of
     the reviewer's reason."""
@@ -409,8 +418,14 @@ def no_denial_records(ctx: Any, run: Any, bindings: Any, recorded: Any) -> Any:
     yield  # a plan that reads nothing
 
 
-#: name -> (attribute of ``_bridge_runs`` or ``_bridge``, mutant, the rule the checker names)
+#: name -> (module or class, attribute, mutant, the rule the checker names)
 BRIDGE_MUTANTS: dict[str, tuple[str, str, Any, str]] = {
+    "body-before-ledger-claim": (
+        "_LedgerCapability",
+        "wrap_tool_execute",
+        body_before_claim,
+        "claim-first: a body runs only under its own stored claim",
+    ),
     "sweep-takes-live-lease": ("_bridge_runs", "lease_expired", no_lease, "recover:"),
     "decided-call-proposed-again": (
         "_bridge",
@@ -426,14 +441,17 @@ BRIDGE_MUTANTS: dict[str, tuple[str, str, Any, str]] = {
 def test_bridge_mutant_is_caught_by_the_history_checker(
     mutant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from akchat_fsm.integrations import _bridge, _bridge_runs
+    from akchat_fsm.integrations import _bridge, _bridge_runs, pydantic_ai
 
     from .test_bridge_protocol import run_bridge_protocol
 
-    module_name, name, broken, rule = BRIDGE_MUTANTS[mutant]
-    monkeypatch.setattr(
-        {"_bridge": _bridge, "_bridge_runs": _bridge_runs}[module_name], name, broken
-    )
+    where, name, broken, rule = BRIDGE_MUTANTS[mutant]
+    targets = {
+        "_bridge": _bridge,
+        "_bridge_runs": _bridge_runs,
+        "_LedgerCapability": pydantic_ai._LedgerCapability,
+    }
+    monkeypatch.setattr(targets[where], name, broken)
     with pytest.raises(Disallowed) as info:
         run_bridge_protocol(
             MemoryStorage,
