@@ -10,6 +10,7 @@ is all that survives; the client's plan is then abandoned.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,22 +37,28 @@ class Truth:
     #: How the next tool body behaves: "" (normally), "crash-before" or "crash-after" its effect.
     body_mode: str = ""
     continuations: int = 0
+    #: Told each body's call id just before its side effect (the history checker).
+    on_body: Callable[[str], None] | None = None
 
 
 class ChaosStorage:
     """A real storage whose next write (envelope ``save`` or ``save_record``) can be armed to
     crash before or after applying, to apply and report an unknown outcome, or to fail before
-    applying. Reads pass through."""
+    applying; ``armed_for``, if set, keeps the fault for the next write of a record whose key
+    starts with it. Reads pass through."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.armed = ""
+        self.armed_for = ""
         self.fired: Counter[str] = Counter()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def _write(self, call: Any) -> Any:
+    def _write(self, call: Any, key: str = "") -> Any:
+        if self.armed_for and not key.startswith(self.armed_for):
+            return call()
         fault, self.armed = self.armed, ""
         if fault:
             self.fired[fault] += 1
@@ -70,7 +77,7 @@ class ChaosStorage:
         return bool(self._write(lambda: self.inner.save(snapshot, expected)))
 
     def save_record(self, *args: Any, **kwargs: Any) -> bool:
-        return bool(self._write(lambda: self.inner.save_record(*args, **kwargs)))
+        return bool(self._write(lambda: self.inner.save_record(*args, **kwargs), args[1]))
 
 
 def answer(messages: list[ModelMessage]) -> str:
@@ -105,6 +112,8 @@ def build_agent(truth: Truth) -> Agent[None, Any]:
         mode, truth.body_mode = truth.body_mode, ""
         if mode == "crash-before":
             raise Crash()
+        if truth.on_body is not None:
+            truth.on_body(str(ctx.tool_call_id))
         truth.executions[str(ctx.tool_call_id)] += 1
         if mode == "crash-after":
             raise Crash()

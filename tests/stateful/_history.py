@@ -52,25 +52,34 @@ table SPIN compiles (``machines.tables.CONFIRMATION_TABLE``, never restated here
 Late landings are the model's ``Network`` (``-DINFLIGHT``): a write travelling after its
 timeout lands with the CAS compared then, under the same rules; a claim that lands makes its
 writer the claimant, alive only if it has not given the write up.
+
+The ledger (:class:`LedgerChecker`, ``EXECUTION_TABLE``) and the bridges' agent runs
+(:class:`BridgeChecker`, ``RUN_TABLE`` and the rules across records: a run claimed only once
+every call is decided, resumed only from its own live claim with each call's own decision, a
+body only for an approved call inside its own continuation, a recorded decision never proposed
+again) are checked the same way, below.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from akchat_fsm.machines.confirmation import ConfirmationEvent
 from akchat_fsm.machines.execution import ExecutionEvent, ExecutionState
 from akchat_fsm.machines.lease import TurnLeaseEvent, TurnLeaseState
+from akchat_fsm.machines.run import RunEvent, RunState
 from akchat_fsm.machines.tables import (
     CONFIRMATION_FACTS,
     CONFIRMATION_TABLE,
     EXECUTION_TABLE,
     LEASE_TABLE,
     MACHINES,
+    RUN_TABLE,
 )
 from akchat_fsm.session.effects import CallApprove, CallDeny
 from akchat_fsm.testing.doubles import RecordingUpstream
@@ -454,7 +463,8 @@ class LedgerChecker:
     #: The acting process, whether its tool is idempotent, and its claim nonce once it wrote one.
     actor: str = OPERATOR
     idempotent: bool = False
-    nonce: str | None = None
+    #: The acting worker's claim nonce of each call it claimed (one per ``execute``).
+    nonces: dict[str, str] = field(default_factory=dict)
     steps: int = 0
     failure: Disallowed | None = None
 
@@ -462,8 +472,8 @@ class LedgerChecker:
     def acting(self, actor: str, *, idempotent: bool = False) -> Iterator[None]:
         """One process's call (a worker's ``execute``, an operator's verdict) inside the block;
         it may be nested (a body's side effect), so the outer process is restored after."""
-        before = self.actor, self.idempotent, self.nonce
-        self.actor, self.idempotent, self.nonce = actor, idempotent, None
+        before = self.actor, self.idempotent, self.nonces
+        self.actor, self.idempotent, self.nonces = actor, idempotent, {}
         try:
             yield
         except Exception:
@@ -471,7 +481,7 @@ class LedgerChecker:
                 raise self.failure from None
             raise
         finally:
-            self.actor, self.idempotent, self.nonce = before
+            self.actor, self.idempotent, self.nonces = before
         if self.failure is not None:
             raise self.failure
 
@@ -506,9 +516,9 @@ class LedgerChecker:
         if self.actor == OPERATOR:
             events, guards = OPERATOR_EVENTS, (False, False)
         else:
-            if self.nonce is None and new.state is ExecutionState.EXECUTING:
-                self.nonce = new.claim  # a worker's claim write carries its nonce
-            events, guards = WORKER_EVENTS, (old.claim == self.nonce, self.idempotent)
+            if key not in self.nonces and new.state is ExecutionState.EXECUTING and new.claim:
+                self.nonces[key] = new.claim  # a worker's claim write carries its nonce
+            events, guards = WORKER_EVENTS, (old.claim == self.nonces.get(key), self.idempotent)
         fired = [e for e in events if EXECUTION_TABLE.get((old.state, e, guards)) is new.state]
         if not fired:
             self._fail(
@@ -527,7 +537,7 @@ class LedgerChecker:
         self.steps += 1
         entry = self.entries.get(key, Entry())
         step = f"{self.actor} runs the body of {key}"
-        if entry.state is not ExecutionState.EXECUTING or entry.claim != self.nonce:
+        if entry.state is not ExecutionState.EXECUTING or entry.claim != self.nonces.get(key):
             self._fail(step, "claim-first: a body runs only under its own stored claim", key)
         if self.ran.get(key, 0) and not self.idempotent:
             self._fail(step, "body_once: a tool body runs at most once per tool call", key)
@@ -538,3 +548,410 @@ class LedgerChecker:
     def ran_under(self, key: str) -> bool:
         """Whether a body ran under the stored claim of ``key`` (so "it did not run" is false)."""
         return self.entries.get(key, Entry()).claim in self.ran_claims
+
+
+# --------------------------------------------------------------------------- bridge runs
+# The same check for the bridges' agent runs (the model's ``Runner`` processes, -DLEDGER): each
+# run record ``run:<id>`` against the generated ``RUN_TABLE`` (``RUN_NEXT``), each of its calls'
+# ledger records through ``LedgerChecker``, and the rules across records the model has. The
+# abstraction of a stored run is (``run_st``, claim nonce, ``run_ver``, ``run_idx``, lease); the
+# ghost ``run_owner`` is the process whose claim is stored and whether it is alive (it still runs
+# the plan that wrote it). The model's guards: ``ours`` (the stored claim is the writer's own:
+# the writer is the process that wrote it) and ``recover`` (``LEASE_PASSED``: the stored
+# ``leaseUntilMs`` has passed at the write's clock reading, which the model reads as "its owner
+# is gone"; so both are checked, and only the sweep recovers).
+SWEEP = "sweep"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run record as the model sees it, and its ghost owner."""
+
+    state: RunState = RunState.ABSENT
+    claim: str | None = None
+    version: int | None = None
+    indexed: bool = False
+    lease_until: int | None = None
+    #: The approval calls of the current batch, and whether every external call is answered.
+    calls: tuple[str, ...] = ()
+    answered: bool = True
+    clock: int = 0
+    claimant: str | None = None
+    alive: bool = False
+
+    def __str__(self) -> str:
+        parts = [f"{self.state} v{self.version}"]
+        if self.claim is not None:
+            owner = self.claimant or "?"
+            parts.append(f"claim {self.claim[:8]} of {owner} ({'alive' if self.alive else 'gone'})")
+        if self.lease_until is not None:
+            parts.append(f"lease until {self.lease_until}")
+        parts.append("indexed" if self.indexed else "not indexed")
+        return ", ".join(parts)
+
+
+def run_abstraction(text: str, version: int, processing: bool) -> Run:
+    """The model state of one stored run record (its JSON text, version and index flag)."""
+    raw = json.loads(text)
+    approvals = tuple(str(c["id"]) for c in raw["calls"] if c["kind"] == "approval")
+    externals = {str(c["id"]) for c in raw["calls"] if c["kind"] != "approval"}
+    return Run(
+        RunState(raw["state"]),
+        raw.get("claim"),
+        version,
+        processing,
+        raw.get("leaseUntilMs"),
+        approvals,
+        externals <= set(raw.get("external") or {}),
+        int(raw.get("updatedMs", 0)),
+    )
+
+
+@dataclass
+class BridgeChecker:
+    """Follows one bridged session's writes, resumes and tool bodies; refuses a step the model
+    does not allow. ``clock`` is the world's clock (a body's lease is judged at it)."""
+
+    clock: Callable[[], int]
+    runs: dict[str, Run] = field(default_factory=dict)
+    ledger: LedgerChecker = field(default_factory=LedgerChecker)
+    #: Ghost: each call's final status once any write showed it (the model's ``reg_st`` never
+    #: leaves a final state; retention pruning the record does not undo the decision).
+    decided: dict[str, ConfirmationStatus] = field(default_factory=dict)
+    #: The calls the stored envelope binds now, and the reviewers' reasons (``denial:``).
+    bound: frozenset[str] = frozenset()
+    reasons: dict[str, str] = field(default_factory=dict)
+    #: The calls whose ``decided:`` record applied; and the decided calls proposed again with
+    #: no such record (ADR-0103 leaves that window open: decided, its decider killed before
+    #: recording it, pruned before any bridge call saw it), which then count as new calls.
+    recorded: set[str] = field(default_factory=set)
+    reopened: set[str] = field(default_factory=set)
+    actor: str = HOST
+    #: The processes that still run the plan they started (their claims are alive).
+    live: set[str] = field(default_factory=set)
+    steps: int = 0
+    failure: Disallowed | None = None
+
+    @contextlib.contextmanager
+    def acting(self, actor: str) -> Iterator[None]:
+        """Steps inside the block are ``actor``'s (a client's plan, the sweep, an operator);
+        it is alive until :meth:`gone`."""
+        before = self.actor
+        self.actor = actor
+        if actor != OPERATOR:
+            self.live.add(actor)
+        try:
+            with self.ledger.acting(actor):
+                yield
+        except Exception:
+            if self.failure is not None:
+                raise self.failure from None
+            raise
+        finally:
+            self.actor = before
+        if self.failure is not None:
+            raise self.failure
+
+    def gone(self, actor: str) -> None:
+        """``actor`` crashed or ended its plan: it will not act on its claims any more."""
+        self.live.discard(actor)
+        for key, run in self.runs.items():
+            if run.claimant == actor and run.alive:
+                self.runs[key] = replace(run, alive=False)
+
+    def _fail(self, step: str, rule: str, before: object = None, after: object = None) -> None:
+        lines = [
+            f"bridge step {self.steps} is not a step the model allows: {step}",
+            f"  rule broken: {rule}",
+        ]
+        if before is not None:
+            lines.append(f"  model state before: {before}")
+        if after is not None:
+            lines.append(f"  model state after:  {after}")
+        if self.failure is None:
+            self.failure = Disallowed("\n".join(lines))
+        raise self.failure
+
+    # ------------------------------------------------------------------ the envelope
+    def saved_envelope(self, snapshot: SessionSnapshot, applied: bool) -> None:
+        """An envelope save reached the store: a decided call is never proposed again, and a
+        decision never changes."""
+        if self.failure is not None or not applied:
+            return
+        self.steps += 1
+        bound = frozenset(b.tool_call_id for b in snapshot.confirmations)
+        for binding in snapshot.confirmations:
+            call = binding.tool_call_id
+            was = self.decided.get(call)
+            if call not in self.bound and was is not None and call not in self.recorded:
+                self.reopened.add(call)
+                del self.decided[call]
+                was = None
+            if call not in self.bound and was is not None:
+                self._fail(
+                    f"{self.actor} saves the envelope binding {call} as {binding.status}",
+                    f"propose: a decided call is never proposed again (it was decided {was})",
+                    f"{call} decided {was}, not in the envelope",
+                )
+            if binding.status.is_terminal:
+                if was is not None and was is not binding.status:
+                    self._fail(
+                        f"{self.actor} saves {call} as {binding.status}",
+                        "table: nothing leaves a final state",
+                        f"{call} decided {was}",
+                    )
+                self.decided[call] = binding.status
+        self.bound = bound
+
+    # ------------------------------------------------------------------ records
+    def saved_record(
+        self, key: str, text: str, expected: int | None, applied: bool, processing: bool
+    ) -> None:
+        """A record save reached the store (``CheckedStorage``'s observer)."""
+        if self.failure is not None:
+            return
+        if key.startswith("call:"):
+            self.ledger.saved(key, text, expected, applied)
+        elif key.startswith("run:"):
+            self._saved_run(key, text, expected, applied, processing)
+        elif applied and key.startswith("decided:"):
+            self._saved_decision(key, text)
+        elif applied and key.startswith("denial:") and expected is None:
+            self.reasons.setdefault(key.split(":", 1)[1], str(json.loads(text)["reason"]))
+
+    def _call_of(self, key: str) -> str | None:
+        """The call a ``decided:`` / ``denial:`` record is about (its key ends like the call's
+        ledger key)."""
+        calls = {c for run in self.runs.values() for c in run.calls} | set(self.decided)
+        return next((c for c in calls if _record_suffix(c) == key.split(":", 1)[1]), None)
+
+    def _saved_decision(self, key: str, text: str) -> None:
+        self.steps += 1
+        status = ConfirmationStatus(json.loads(text)["status"])
+        call = self._call_of(key)
+        if call is None or self.decided.get(call) is not status:
+            was = None if call is None else self.decided.get(call)
+            self._fail(
+                f"{self.actor} records {key} as {status}",
+                "decided: a decision record keeps the call's own final status",
+                f"{call or key} decided {was or 'never'}",
+            )
+        self.recorded.add(call)
+
+    def _saved_run(
+        self, key: str, text: str, expected: int | None, applied: bool, processing: bool
+    ) -> None:
+        self.steps += 1
+        old = self.runs.get(key, Run())
+        actor = self.actor
+        step = f"{actor} saves {key} expecting version {expected}"
+        if not applied:
+            if expected == old.version:
+                self._fail(f"{step}, refused", "cas: a save on the stored version applies", old)
+            return
+        new = run_abstraction(text, (expected or 0) + 1, processing)
+        step += f", applied: {old.state} -> {new.state}"
+        if expected != old.version:
+            self._fail(step, "cas: a save applies only on the stored version", old, new)
+        if new.indexed is (new.state in MACHINES["run"].finals):
+            self._fail(
+                step,
+                "index: the write that leaves a run completed takes it out of the processing "
+                "index, every other run write puts it in (run_idx)",
+                old,
+                new,
+            )
+        ours = old.claim is not None and old.claimant == actor
+        recover = False
+        claims = new.state is RunState.CONTINUING and new.claim != old.claim
+        if claims:  # the writer's own fresh claim: it owns the run now
+            new = replace(new, claimant=actor, alive=actor in self.live)
+        elif new.state is RunState.CONTINUING:
+            new = replace(new, claimant=old.claimant, alive=old.alive)
+        takeover = claims and old.state is RunState.CONTINUING
+        if takeover:
+            passed = old.lease_until is None or old.lease_until <= new.clock
+            if not actor.startswith(SWEEP):
+                self._fail(step, "recover: only the sweep takes over a continuation", old, new)
+            if not passed:
+                self._fail(
+                    step,
+                    f"recover: a continuation is taken over only once its lease passed "
+                    f"(LEASE_PASSED: lease until {old.lease_until}, write clock {new.clock})",
+                    old,
+                    new,
+                )
+            if old.alive:
+                self._fail(
+                    step,
+                    f"recover: a continuation is taken over only once its claimant is gone "
+                    f"({old.claimant} is alive)",
+                    old,
+                    new,
+                )
+            recover = True
+        fired = [e for e in RunEvent if RUN_TABLE.get((old.state, e, (ours, recover))) is new.state]
+        if not fired:
+            self._fail(
+                step,
+                f"table: no event of the run machine moves {old.state} to {new.state} "
+                f"(ours={ours}, recover={recover})",
+                old,
+                new,
+            )
+        if new.state is RunState.CONTINUING and not claims and not ours:
+            self._fail(step, "ours: only the claimant renews its claim", old, new)
+        if claims:
+            undecided = [c for c in new.calls if c not in self.decided]
+            if undecided or not new.answered:
+                self._fail(
+                    step,
+                    "continue: a run is claimed only once every call is decided "
+                    f"(undecided: {', '.join(undecided) or 'an external call unanswered'})",
+                    old,
+                    new,
+                )
+        self.runs[key] = new
+
+    # ------------------------------------------------------------------ the runtime
+    def resumed(self, run_id: str, claim: str | None, decisions: tuple[Any, ...]) -> None:
+        """The acting process resumes the runtime of ``run_id`` from its claim ``claim`` with
+        ``decisions``: only from its own stored continuation claim, each call told its own
+        decision: a rejection with the reviewer's stored reason when there is one, every other
+        denial with some message for the model."""
+        if self.failure is not None:
+            return
+        self.steps += 1
+        key = f"run:{run_id}"
+        run = self.runs.get(key, Run())
+        step = f"{self.actor} resumes {key}"
+        if (
+            run.state is not RunState.CONTINUING
+            or run.claim != claim
+            or not (run.claimant == self.actor and run.alive)
+        ):
+            self._fail(step, "continue: a run resumes only under its own live claim", run)
+        told = {d.tool_call_id: d for d in decisions}
+        for call in run.calls:
+            status, decision = self.decided.get(call), told.get(call)
+            if status is None or decision is None:
+                self._fail(f"{step}: {call} undecided", "continue: every call is decided", run)
+                return
+            approved = status is ConfirmationStatus.APPROVED
+            reason = None
+            if status is ConfirmationStatus.REJECTED:
+                reason = self.reasons.get(_record_suffix(call))
+            said = f"{step}: {call} told approved={decision.approved} {decision.message!r}"
+            if decision.approved is not approved:
+                self._fail(said, f"continue: a {status} call is told its own decision", run)
+            if not approved and (not decision.message or reason not in (None, decision.message)):
+                self._fail(
+                    said,
+                    f"reason: a {status} call is told {reason or 'why it did not run'} (the "
+                    "reviewer's stored reason, if any, reaches the model)",
+                    run,
+                )
+
+    def body(self, call: str) -> None:
+        """The acting process's tool body of ``call`` is about to run: under its own
+        ``executing`` ledger claim (``LedgerChecker``), for an ``approved`` call
+        (``body_approved``), inside its own live continuation claim whose lease holds."""
+        from akchat_fsm.integrations.ledger import ledger_key
+
+        if self.failure is not None:
+            return
+        self.ledger.body(ledger_key(call))
+        self.steps += 1
+        owner = [(k, r) for k, r in self.runs.items() if call in r.calls]
+        if not owner:
+            return  # a call that needed no approval (the runtime ran it at the start)
+        key, run = owner[0]
+        step = f"{self.actor} runs the body of {call} ({key})"
+        if self.decided.get(call) is not ConfirmationStatus.APPROVED:
+            self._fail(step, "body_approved: a body runs only for an approved call", run)
+        if run.state is not RunState.CONTINUING or run.claimant != self.actor or not run.alive:
+            self._fail(step, "claim-first: a body runs only inside its own continuation", run)
+        if run.lease_until is not None and run.lease_until <= self.clock():
+            self._fail(step, "lease: a body starts only while its continuation's lease holds", run)
+
+
+def _record_suffix(call: str) -> str:
+    """What follows the prefix in the keys of a call's records (``call:``, ``decided:``,
+    ``denial:``): its ledger key's."""
+    from akchat_fsm.integrations.ledger import ledger_key
+
+    return ledger_key(call).split(":", 1)[1]
+
+
+class CheckedStorage:
+    """The real adapter, with every save that reaches it reported to a :class:`BridgeChecker`
+    (applied or refused, whatever the caller then hears). Spells out each method it forwards
+    (a runtime-checkable protocol does not see ``__getattr__``)."""
+
+    def __init__(self, inner: Any, checker: BridgeChecker) -> None:
+        self.inner, self.checker = inner, checker
+
+    def load(self, session_id: str) -> Any:
+        return self.inner.load(session_id)
+
+    def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool:
+        applied = bool(self.inner.save(snapshot, expected_cursor))
+        self.checker.saved_envelope(snapshot, applied)
+        return applied
+
+    def delete(self, session_id: str) -> None:
+        self.inner.delete(session_id)
+
+    def load_record(self, session_id: str, key: str) -> Any:
+        return self.inner.load_record(session_id, key)
+
+    def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        applied = bool(
+            self.inner.save_record(session_id, key, text, expected_version, processing=processing)
+        )
+        self.checker.saved_record(key, text, expected_version, applied, processing)
+        return applied
+
+    def list_records(self, session_id: str, prefix: str = "") -> list[str]:
+        return list(self.inner.list_records(session_id, prefix))
+
+    def delete_record(self, session_id: str, key: str) -> None:
+        # Only the session's own bookkeeping (a propose intent) is ever deleted; none of the
+        # records the checker follows is.
+        if key.split(":", 1)[0] in ("run", "call", "decided", "denial"):
+            raise AssertionError(f"a bridge never deletes {key}")
+        self.inner.delete_record(session_id, key)
+
+    def list_processing(self, **options: Any) -> Any:
+        return self.inner.list_processing(**options)
+
+    def list_pending(self, *args: Any, **options: Any) -> Any:
+        return self.inner.list_pending(*args, **options)
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+
+class CheckedRuntime:
+    """A bridge's (sync) runtime port whose every resume is first reported to the checker."""
+
+    def __init__(self, inner: Any, checker: BridgeChecker) -> None:
+        self.inner, self.checker = inner, checker
+        self.runtime = getattr(inner, "runtime", None)
+
+    def start(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.start(*args, **kwargs)
+
+    def resume(self, run: Any, decisions: tuple[Any, ...], guard: Any) -> Any:
+        self.checker.resumed(run.run_id, run.claim, decisions)
+        return self.inner.resume(run, decisions, guard)

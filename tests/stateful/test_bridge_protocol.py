@@ -15,6 +15,13 @@ Retention churn: the world may make decisions elsewhere in the same session (the
 confirmations, through a coordinator with a small ``keep_terminal``), so the oldest decided
 confirmations of a waiting run are pruned from the envelope; the bridge must then read that
 call's ``decided:`` record rather than propose it again (ADR-0103).
+
+Code -> model: every save that reaches the store, every resume of the runtime and every tool
+body is checked as it happens by ``_history.BridgeChecker`` (the run record against the
+generated ``RUN_TABLE`` under its guards, each call's ledger record against
+``EXECUTION_TABLE``, and the rules across records; docs/proof.md, "Code -> model"). Each
+continuation claim holds a lease (``LEASE_MS``), so the sweep may meet a lease that has not
+passed yet, which it must leave alone.
 """
 
 from __future__ import annotations
@@ -72,9 +79,13 @@ from akchat_fsm.testing.doubles import RecordingUpstream
 from akchat_fsm.wire.enums import ConfirmationStatus
 
 from ._bridge_world import ChaosStorage, Crash, PlanStepper, Truth, build_agent, perform
+from ._history import OPERATOR, SWEEP, BridgeChecker, CheckedRuntime, CheckedStorage
 
 CLIENTS = 3
 TTL_MS = 150
+#: How long a continuation claim holds without a renewal (a few ticks: the sweep meets leases
+#: that hold and leases that passed).
+LEASE_MS = 300
 DEFINITION = ChatDefinition("bridge-stateful")
 OPS = ("approve",) * 5 + ("reject",) * 2 + ("expire", "continue", "continue", "start")
 INTENTS = {
@@ -119,6 +130,8 @@ class _Client:
         self.session: Any = None
         self.run: PlanStepper | None = None
         self.op = ""
+        #: Who runs the current plan, for the history checker (a new name per plan).
+        self.actor = ""
 
     @property
     def busy(self) -> bool:
@@ -130,13 +143,20 @@ class BridgeProtocol(RuleBasedStateMachine):
 
     make_storage: ClassVar[Callable[[], Any]]
     coverage: ClassVar[Counter[str]] = Counter()
+    #: Check every step against the model (``_history.BridgeChecker``) as it happens; the bite
+    #: tests of the invariants switch it off, so that the invariants bite on their own.
+    check_history: ClassVar[bool] = True
 
     def __init__(self) -> None:
         super().__init__()
         self.session_id = f"bp-{uuid.uuid4().hex[:16]}"
+        self.history = BridgeChecker(self.clock)
+        self.plans = 0
         self.raw = type(self).make_storage()
+        if self.check_history:
+            self.raw = CheckedStorage(self.raw, self.history)
         self.storage = ChaosStorage(self.raw)
-        self.truth = Truth()
+        self.truth = Truth(on_body=self.history.body if self.check_history else None)
         self.agent = build_agent(self.truth)
         self.now = 1_000
         self.runs = 0
@@ -151,27 +171,49 @@ class BridgeProtocol(RuleBasedStateMachine):
     def clock(self) -> int:
         return self.now
 
+    def acting(self, actor: str) -> Any:
+        """The checker's context for ``actor``'s steps (nothing when it is off)."""
+        return self.history.acting(actor) if self.check_history else contextlib.nullcontext()
+
+    def actor(self, kind: str) -> str:
+        """A new process name: every plan is its own process to the checker."""
+        self.plans += 1
+        return f"{kind}.{self.plans}"
+
+    def runtime(self, inner: Any) -> Any:
+        return CheckedRuntime(inner, self.history) if self.check_history else inner
+
     def ctx(self, client: _Client) -> BridgeContext:
         """The client's plans compose its session's plans: their loads, saves and events are
         steps of the bridge plan, so a fault can fall between any two of them."""
         ledger = AsyncToolLedger(self.storage, self.session_id, owner="machine", clock=self.clock)
         session = BridgeSession(client.session, self.storage, TTL_MS)
         return BridgeContext(
-            self.session_id, "pydantic-ai", "machine", self.clock, ledger, session=session
+            self.session_id,
+            "pydantic-ai",
+            "machine",
+            self.clock,
+            ledger,
+            lease_ms=LEASE_MS,
+            session=session,
         )
 
     def ports(self) -> Ports:
         # A new run's calls that need no approval run through the ledger too (none here).
         ledger = AsyncToolLedger(self.storage, self.session_id, owner="machine", clock=self.clock)
         guard = ExecutionGuard(ledger, frozenset())
-        return Ports(self.storage, runtime=_Runtime(self.agent, guard))
+        return Ports(self.storage, runtime=self.runtime(_Runtime(self.agent, guard)))
 
     def bridge(self) -> PydanticAIBridge:
         """A fault-free host (the recovery process, the humans at teardown)."""
         session = resume_chat_session(
             DEFINITION, session_id=self.session_id, storage=self.raw, clock=self.clock
         )
-        return PydanticAIBridge(self.agent, session, self.raw, ttl_ms=TTL_MS, clock=self.clock)
+        bridge = _CheckedBridge(
+            self.agent, session, self.raw, ttl_ms=TTL_MS, clock=self.clock, lease_ms=LEASE_MS
+        )
+        bridge.wrap = self.runtime
+        return bridge
 
     def bindings(self) -> list[Any]:
         session = resume_chat_session(
@@ -210,6 +252,7 @@ class BridgeProtocol(RuleBasedStateMachine):
         assert run is not None
         if not run.done:
             return
+        self.gone(client.actor)
         if run.error is not None and not isinstance(run.error, AkchatError):
             raise run.error  # pydantic-ai or Python refused something: a bridge bug
         outcome = "ok" if run.error is None else type(run.error).__name__
@@ -220,7 +263,10 @@ class BridgeProtocol(RuleBasedStateMachine):
     # ------------------------------------------------------------------ rules
     @initialize()
     def start_first_run(self) -> None:
-        outcome = self.bridge().run("run-0", run_id="run-0")
+        actor = self.actor("host")
+        with self.acting(actor):
+            outcome = self.bridge().run("run-0", run_id="run-0")
+        self.gone(actor)
         assert outcome.status == "paused" and len(outcome.pending) == 2
 
     @rule(
@@ -249,10 +295,16 @@ class BridgeProtocol(RuleBasedStateMachine):
                     DEFINITION, session_id=self.session_id, storage=self.storage, clock=self.clock
                 )
             client.op = op
-            client.run = PlanStepper(self._plan(client, op, pick))
+            client.actor = self.actor(f"c{c}")
+            with self.acting(client.actor):
+                client.run = PlanStepper(self._plan(client, op, pick))
             self._finish(client)
             return
         self._step(client, draw)
+
+    def gone(self, actor: str) -> None:
+        if self.check_history:
+            self.history.gone(actor)
 
     def _step(self, client: _Client, draw: int) -> None:
         run = client.run
@@ -264,26 +316,28 @@ class BridgeProtocol(RuleBasedStateMachine):
         if fault == "crash-before":
             return self._crash(client, f"before:{name}")
         if fault.startswith("w:"):
-            self.storage.armed = fault[2:]
+            # the runtime's first ledger write (the lease renewal before it is not armed)
+            self.storage.armed, self.storage.armed_for = fault[2:], "call:"
         elif fault.startswith("body:"):
             self.truth.body_mode = fault[5:]
         elif fault in ("unknown", "unavailable", "crash-after"):
             self.storage.armed = fault
-        try:
-            value = perform(effect, self.ports())
-            if fault == "crash-after" and isinstance(effect, BridgeEffect):
-                raise Crash()  # the call returned; the process died before using the result
-            if isinstance(effect, LoadRecord) and effect.key.startswith(DECISION_PREFIX):
-                self.coverage[f"read:decided:{'found' if value is not None else 'none'}"] += 1
-        except Crash:
-            return self._crash(client, f"in:{name}:{fault}")
-        except Exception as exc:
-            self.coverage[f"thrown:{type(exc).__name__}"] += 1
-            run.throw(exc)
-        else:
-            run.feed(value)
-        finally:
-            self.storage.armed, self.truth.body_mode = "", ""
+        with self.acting(client.actor):
+            try:
+                value = perform(effect, self.ports())
+                if fault == "crash-after" and isinstance(effect, BridgeEffect):
+                    raise Crash()  # the call returned; the process died before using the result
+                if isinstance(effect, LoadRecord) and effect.key.startswith(DECISION_PREFIX):
+                    self.coverage[f"read:decided:{'found' if value is not None else 'none'}"] += 1
+            except Crash:
+                return self._crash(client, f"in:{name}:{fault}")
+            except Exception as exc:
+                self.coverage[f"thrown:{type(exc).__name__}"] += 1
+                run.throw(exc)
+            else:
+                run.feed(value)
+            finally:
+                self.storage.armed, self.storage.armed_for, self.truth.body_mode = "", "", ""
         self._finish(client)
 
     def _crash(self, client: _Client, where: str) -> None:
@@ -291,6 +345,7 @@ class BridgeProtocol(RuleBasedStateMachine):
         if client.run is not None and not client.run.done:
             client.run.crash()
         client.run, client.session = None, None
+        self.gone(client.actor)
 
     def _churn(self) -> None:
         """Decisions elsewhere in the same session: the host proposes and rejects its own
@@ -304,8 +359,11 @@ class BridgeProtocol(RuleBasedStateMachine):
             b.tool_call_id for b in session.confirmations if b.status.is_terminal
         } & self.bridged_calls()
         host = session.confirmations_for(RecordingUpstream(), keep_terminal=CHURN_KEEP)
-        for i in range(CHURN_DECISIONS):
-            host.reject(host.propose("host_tool", {"n": i}).token, reason="host churn")
+        actor = self.actor("host")
+        with self.acting(actor):
+            for i in range(CHURN_DECISIONS):
+                host.reject(host.propose("host_tool", {"n": i}).token, reason="host churn")
+        self.gone(actor)
         left = {b.tool_call_id for b in self.bindings()}
         if decided_before - left:
             self.coverage["churn:pruned"] += 1
@@ -332,13 +390,19 @@ class BridgeProtocol(RuleBasedStateMachine):
         """What a host runs after a crash, with no live claimant: reconcile, then settle the
         unknown executions the way an operator would (from the side-effect truth)."""
         bridge = self.bridge()
-        report = bridge.reconcile()
+        sweep = self.actor(SWEEP)
+        with self.acting(sweep):
+            report = bridge.reconcile()
+        self.gone(sweep)
         for outcome in report.confirmations:
             self.coverage[f"reconcile:{outcome.action}"] += 1
+        for run in report.runs:
+            self.coverage[f"reconcile:run:{run.status}"] += 1
         for entry in report.execution_unknown:
             self.coverage["reconcile:execution_unknown"] += 1
             ran = self.truth.executions[entry.tool_call_id] == 1
-            bridge.settle_execution(entry.tool_call_id, ran=ran, result="did (settled)")
+            with self.acting(OPERATOR):
+                bridge.settle_execution(entry.tool_call_id, ran=ran, result="did (settled)")
 
     # ------------------------------------------------------------------ invariants
     @invariant()
@@ -386,23 +450,49 @@ class BridgeProtocol(RuleBasedStateMachine):
             for client in self.clients:
                 if client.busy:
                     self._crash(client, "teardown")
+            self._let_leases_pass()
             for _ in range(4):  # recovery, then the humans finish deciding, until all settle
                 self._recover_once()
                 bridge = self.bridge()
                 for binding in self.bindings():
                     if binding.status is ConfirmationStatus.PENDING:
                         # expired meanwhile (AlreadyResolved): an expiry is a decision too
-                        with contextlib.suppress(AkchatError):
+                        with contextlib.suppress(AkchatError), self.host():
                             bridge.approve(binding.token)
                 for run_id in self.run_ids():
-                    bridge.continue_run(run_id)
+                    with self.host():
+                        bridge.continue_run(run_id)
             self.final_checks()
         finally:
             close = getattr(self.raw, "close", None)
             if close is not None and getattr(type(self), "close_each", False):
                 close()
 
+    def _let_leases_pass(self) -> None:
+        """Every claimant is gone: wait until the last continuation lease has passed (and no
+        longer, so that the humans still find pending calls to approve)."""
+        leases = [
+            record.lease_until_ms
+            for run_id in self.run_ids()
+            if (record := self.run_record(run_id)) is not None
+            and record.state is RunState.CONTINUING
+            and record.lease_until_ms is not None
+        ]
+        self.now = max([self.now, *leases])
+
+    @contextlib.contextmanager
+    def host(self) -> Any:
+        """One call of the fault-free host, as its own process."""
+        actor = self.actor("host")
+        try:
+            with self.acting(actor):
+                yield
+        finally:
+            self.gone(actor)
+
     def final_checks(self) -> None:
+        # decided calls proposed again with no decision record (ADR-0103's open window)
+        self.coverage["reopened"] += len(self.history.reopened)
         self.bridge_invariants()
         bindings = {b.tool_call_id: b for b in self.bindings()}
         for call_id, binding in bindings.items():
@@ -428,6 +518,15 @@ class BridgeProtocol(RuleBasedStateMachine):
         assert self.raw.list_processing() == [], "something was left processing"
 
 
+class _CheckedBridge(PydanticAIBridge):
+    """The host's bridge, its runtime port reported to the history checker."""
+
+    wrap: Callable[[Any], Any] = staticmethod(lambda inner: inner)
+
+    def _runtime(self) -> Any:
+        return self.wrap(super()._runtime())
+
+
 #: A run must have exercised each of these (a key, or a key prefix ending in ':') at least
 #: once, or it proves nothing: kills inside the runtime (a ledger write, a tool body), unknown
 #: outcomes, completed continuations, recoveries of unknown executions. The generated run
@@ -444,6 +543,7 @@ FLOOR = (
     "continue:ok",
     "approve:ok",
     "reconcile:execution_unknown",
+    "reconcile:run:continuing",
     "churn:pruned",
     "read:decided:found",
 )
@@ -520,10 +620,12 @@ def pinned_program(machine: type[BridgeProtocol]) -> None:
         _start_and_step_to(m, 2, "approve", _is(SaveSnapshot))  # the claim (CAS#1)
         _step(m, 2, "crash-after", hits="crash:in:SaveSnapshot:")
         # approving the other call continues the run, which dies inside the first tool body
-        # after its side effect; a recovery finds that execution unknown and settles it; a
-        # client continues the run to its end
+        # after its side effect; a sweep leaves its lease alone until it passes, then finds
+        # that execution unknown and settles it; a client continues the run to its end
         _start_and_step_to(m, 0, "approve", _is(ResumeRuntime), world="reconcile")
         _step(m, 0, "body:crash-after", hits="crash:in:ResumeRuntime:body:")
+        _run(m, 1, "continue", "reconcile", hits=("reconcile:run:continuing",))
+        m.now += LEASE_MS
         _run(m, 1, "continue", "reconcile", hits=("reconcile:execution_unknown", "continue:ok"))
         # a new run, whose first record save applies with an unknown outcome
         _start_and_step_to(m, 0, "start", lambda effect: isinstance(effect, SaveRecord))
@@ -543,12 +645,18 @@ def pinned_program(machine: type[BridgeProtocol]) -> None:
         m.teardown()
 
 
-def run_bridge_protocol(make_storage: Callable[[], Any], **overrides: Any) -> Counter[str]:
+def run_bridge_protocol(
+    make_storage: Callable[[], Any], check_history: bool = True, **overrides: Any
+) -> Counter[str]:
     coverage: Counter[str] = Counter()
     machine = type(
         "Protocol",
         (BridgeProtocol,),
-        {"make_storage": staticmethod(make_storage), "coverage": coverage},
+        {
+            "make_storage": staticmethod(make_storage),
+            "coverage": coverage,
+            "check_history": check_history,
+        },
     )
     run_state_machine_as_test(machine, settings=settings(settings(), **overrides))
     print("coverage:", dict(sorted(coverage.items())))  # shown with -s
@@ -609,6 +717,7 @@ def test_the_suite_bites_a_bridge_that_runs_bodies_without_the_ledger(
     with pytest.raises((AssertionError, Flaky, BaseExceptionGroup)) as caught:
         run_bridge_protocol(
             MemoryStorage,
+            False,  # the invariants on their own (the checker's layer: test_suites_bite.py)
             stateful_step_count=80,
             max_examples=200,
             phases=(Phase.explicit, Phase.generate),  # a failure is the point; skip shrinking
@@ -656,6 +765,7 @@ def test_the_suite_bites_a_bridge_that_ignores_its_decision_records(
     with pytest.raises((AssertionError, Flaky, BaseExceptionGroup)) as caught:
         run_bridge_protocol(
             MemoryStorage,
+            False,  # the invariants on their own (the checker's layer: test_suites_bite.py)
             stateful_step_count=80,
             max_examples=20,
             phases=(Phase.explicit, Phase.generate),  # a failure is the point; skip shrinking

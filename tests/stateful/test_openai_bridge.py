@@ -8,6 +8,9 @@ fail; a tool body may crash after its side effect; the host continues runs and r
 another process would be. Checked after every step: no tool body ran twice, and no gated
 body ran without an ``approved`` confirmation. At the end everything is recovered and every
 approved call ran exactly once, every rejected or expired call never, nothing is processing.
+
+Code -> model: every save that reaches the store, every resume of the runtime and every tool
+body is checked as it happens by ``_history.BridgeChecker`` (docs/proof.md, "Code -> model").
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from akchat_fsm.wire.enums import ConfirmationStatus
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integrations"))
 from oai_models import ScriptedModel
+
+from ._history import OPERATOR, SWEEP, BridgeChecker, CheckedRuntime, CheckedStorage
 
 DEFINITION = ChatDefinition("oai-stateful")
 TTL_MS = 60_000
@@ -97,27 +102,63 @@ class ChaosStorage:
         return self._write(lambda: bool(self.inner.save_record(*args, **kwargs)))
 
 
+class _CheckedBridge(OpenAIAgentsBridge):
+    """The bridge with its runtime port reported to the history checker."""
+
+    wrap: Callable[[Any], Any] = staticmethod(lambda inner: inner)
+
+    def _runtime(self) -> Any:
+        return self.wrap(super()._runtime())
+
+
 class OpenAIBridgeProtocol(RuleBasedStateMachine):
     make_storage: ClassVar[Callable[[], Any]]
     coverage: ClassVar[Counter[str]]
+    #: Check every step against the model (``_history.BridgeChecker``) as it happens.
+    check_history: ClassVar[bool] = True
 
     def __init__(self) -> None:
         super().__init__()
-        self.storage = ChaosStorage(self.make_storage(), self.coverage)
+        self.history = BridgeChecker(self._clock)
+        self.processes = 0
+        raw = self.make_storage()
+        if self.check_history:
+            raw = CheckedStorage(raw, self.history)
+        self.storage = ChaosStorage(raw, self.coverage)
         self.session_id = f"s{uuid.uuid4().hex[:16]}"  # one store serves every example
         self.now = 1_000_000
         #: The truth outside the library: how often each tool body's side effect happened.
         self.executed: Counter[str] = Counter()
         self.body_fault = ""
         self.agent = Agent(name="assistant", model=ScriptedModel(BATCHES), tools=self._tools())
-        outcome = self._bridge().run("mail them", run_id="r1")
+        with self._process("host"):
+            outcome = self._bridge().run("mail them", run_id="r1")
         assert outcome.status == "paused"
+
+    @contextlib.contextmanager
+    def _process(self, kind: str) -> Any:
+        """One bridge call, as its own process to the history checker (gone at its end)."""
+        self.processes += 1
+        actor = f"{kind}.{self.processes}"
+        if not self.check_history:
+            yield
+            return
+        try:
+            with self.history.acting(actor):
+                yield
+        finally:
+            self.history.gone(actor)
+
+    def _body(self, call_id: str) -> None:
+        if self.check_history:
+            self.history.body(call_id)
 
     def _tools(self) -> list[Any]:
         @function_tool(needs_approval=True)
         def send_email(ctx: ToolContext[Any], to: str) -> str:
             """Send an email."""
             fault, self.body_fault = self.body_fault, ""
+            self._body(ctx.tool_call_id)
             self.executed[ctx.tool_call_id] += 1
             if fault:
                 self.coverage[f"body:{fault}"] += 1
@@ -127,6 +168,7 @@ class OpenAIBridgeProtocol(RuleBasedStateMachine):
         @function_tool
         def lookup(ctx: ToolContext[Any], q: str) -> str:
             """Look something up."""
+            self._body(ctx.tool_call_id)
             self.executed[ctx.tool_call_id] += 1
             return f"found {q}"
 
@@ -136,7 +178,7 @@ class OpenAIBridgeProtocol(RuleBasedStateMachine):
         session = resume_chat_session(
             DEFINITION, session_id=self.session_id, storage=self.storage, clock=self._clock
         )
-        return OpenAIAgentsBridge(
+        bridge = _CheckedBridge(
             self.agent,
             session,
             self.storage,
@@ -144,6 +186,9 @@ class OpenAIBridgeProtocol(RuleBasedStateMachine):
             ttl_ms=TTL_MS,
             clock=self._clock,
         )
+        if self.check_history:
+            bridge.wrap = lambda inner: CheckedRuntime(inner, self.history)
+        return bridge
 
     def _clock(self) -> int:
         return self.now
@@ -155,7 +200,8 @@ class OpenAIBridgeProtocol(RuleBasedStateMachine):
     def _act(self, what: str, fault: str, action: Callable[[OpenAIAgentsBridge], object]) -> None:
         self.storage.armed = fault
         try:
-            action(self._bridge())
+            with self._process("p"):
+                action(self._bridge())
             self.coverage[f"{what}:ok"] += 1
         except Crash:
             self.coverage[f"{what}:crash"] += 1
@@ -213,11 +259,16 @@ class OpenAIBridgeProtocol(RuleBasedStateMachine):
     def _recover_once(self) -> None:
         """Reconcile; an operator settles each unknown execution from the truth."""
         bridge = self._bridge()
-        report = bridge.reconcile()
+        with self._process(SWEEP):
+            report = bridge.reconcile()
         for entry in report.execution_unknown:
             ran = self.executed[entry.tool_call_id] > 0
-            bridge.settle_execution(entry.tool_call_id, ran=ran, result="settled")
+            with self._operator():
+                bridge.settle_execution(entry.tool_call_id, ran=ran, result="settled")
             self.coverage["recover:settled-unknown"] += 1
+
+    def _operator(self) -> Any:
+        return self.history.acting(OPERATOR) if self.check_history else contextlib.nullcontext()
 
     def teardown(self) -> None:
         """Recover everything; the reviewers decide what is still pending (approve)."""
@@ -228,7 +279,8 @@ class OpenAIBridgeProtocol(RuleBasedStateMachine):
                 b for b in self._bindings().values() if b.status is ConfirmationStatus.PENDING
             ]
             for binding in pending:
-                with contextlib.suppress(AkchatError):  # an unknown execution: settled next round
+                # an unknown execution: settled next round
+                with contextlib.suppress(AkchatError), self._process("host"):
                     self._bridge().approve(binding.token)
             run = self._bridge().run_record("r1")
             if run is not None and run.state.value == "completed" and not pending:

@@ -421,3 +421,88 @@ def test_ledger_mutant_is_caught_by_the_history_checker(
     assert f"rule broken: {rule}" in message, message
     notes = "\n".join(getattr(info.value, "__notes__", ()))
     assert "state = Ledger()" in notes, notes
+
+
+# --------------------------------------------------------------------------- bridge runs
+# Code-only mutants of the bridges' run protocol, each refused by the bridge history checker
+# (``_history.BridgeChecker``) inside the pydantic-ai bridge suite, with its invariants on.
+def no_lease(run: Any, now_ms: int) -> bool:
+    """The sweep's recover guard ignores the lease: a continuation whose lease still holds is
+    taken over (its owner may be alive and running a body)."""
+    return True
+
+
+def no_decision_records(ctx: Any, calls: Any) -> Any:
+    """Readiness never reads the ``decided:`` records: a call retention pruned is proposed
+    again (the reviewer asked twice)."""
+    return {}
+    yield  # a plan that reads nothing
+
+
+async def body_before_claim(self: Any, ctx: Any, **kw: Any) -> Any:
+    """The tool hook runs the body first and only then records it in the ledger (the model's
+    ``BUG_NO_LEDGER_CLAIM``; the bridge suite's own seeded bug)."""
+    value = await kw["handler"](kw["args"])
+    call = kw["call"]
+    await self.guard.execute(call.tool_call_id, call.tool_name, call.args_as_dict(), lambda: value)
+    return value
+
+
+def no_denial_records(ctx: Any, run: Any, bindings: Any, recorded: Any) -> Any:
+    """A resume never reads the denial records: the model reads the generic sentence instead of
+    the reviewer's reason."""
+    return {}
+    yield  # a plan that reads nothing
+
+
+#: name -> (module or class, attribute, mutant, the rule the checker names)
+BRIDGE_MUTANTS: dict[str, tuple[str, str, Any, str]] = {
+    "body-before-ledger-claim": (
+        "_LedgerCapability",
+        "wrap_tool_execute",
+        body_before_claim,
+        "claim-first: a body runs only under its own stored claim",
+    ),
+    "sweep-takes-live-lease": ("_bridge_runs", "lease_expired", no_lease, "recover:"),
+    "decided-call-proposed-again": (
+        "_bridge",
+        "_recorded_decisions",
+        no_decision_records,
+        "propose: a decided call is never proposed again",
+    ),
+    "reason-dropped-on-resume": ("_bridge", "_denials", no_denial_records, "reason:"),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(BRIDGE_MUTANTS))
+def test_bridge_mutant_is_caught_by_the_history_checker(
+    mutant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from akchat_fsm.integrations import _bridge, _bridge_runs, pydantic_ai
+
+    from .test_bridge_protocol import run_bridge_protocol
+
+    where, name, broken, rule = BRIDGE_MUTANTS[mutant]
+    targets = {
+        "_bridge": _bridge,
+        "_bridge_runs": _bridge_runs,
+        "_LedgerCapability": pydantic_ai._LedgerCapability,
+    }
+    monkeypatch.setattr(targets[where], name, broken)
+    with pytest.raises(Disallowed) as info:
+        run_bridge_protocol(
+            MemoryStorage,
+            stateful_step_count=80,
+            max_examples=60,
+            database=None,
+            print_blob=False,
+            report_multiple_bugs=False,
+            derandomize=True,
+            phases=[Phase.explicit, Phase.generate],
+        )
+    message = str(info.value)
+    print(f"{mutant}:\n{message}")
+    assert f"rule broken: {rule}" in message, message
+    # Hypothesis' reproducer (the pinned program, run after the generated ones, has none).
+    notes = "\n".join(getattr(info.value, "__notes__", ()))
+    assert "state = Protocol()" in notes and "state.advance(" in notes, notes
