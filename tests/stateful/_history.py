@@ -621,6 +621,9 @@ class BridgeChecker:
     #: The calls the stored envelope binds now, and the reviewers' reasons (``denial:``).
     bound: frozenset[str] = frozenset()
     reasons: dict[str, str] = field(default_factory=dict)
+    #: Per call, its highest audit entry's (cursor, reason): the deciding claim's own once the
+    #: call is decided (ADR-0132), whose reason the model is told over the ``denial:`` record's.
+    entries: dict[str, tuple[int, str | None]] = field(default_factory=dict)
     #: The calls whose ``decided:`` record applied; and the decided calls proposed again with
     #: no such record (ADR-0103 leaves that window open: decided, its decider killed before
     #: recording it, pruned before any bridge call saw it), which then count as new calls.
@@ -718,6 +721,11 @@ class BridgeChecker:
             self._saved_decision(key, text)
         elif applied and key.startswith("denial:") and expected is None:
             self.reasons.setdefault(key.split(":", 1)[1], str(json.loads(text)["reason"]))
+        elif applied and key.startswith("audit:") and expected is None:
+            entry = json.loads(text)
+            call, cursor = str(entry["toolCallId"]), int(entry["cursor"])
+            if cursor >= self.entries.get(call, (-1, None))[0]:
+                self.entries[call] = (cursor, entry.get("reason"))
 
     def _call_of(self, key: str) -> str | None:
         """The call a ``decided:`` / ``denial:`` record is about (its key ends like the call's
@@ -817,7 +825,8 @@ class BridgeChecker:
     def resumed(self, run_id: str, claim: str | None, decisions: tuple[Any, ...]) -> None:
         """The acting process resumes the runtime of ``run_id`` from its claim ``claim`` with
         ``decisions``: only from its own stored continuation claim, each call told its own
-        decision: a rejection with the reviewer's stored reason when there is one, every other
+        decision: a rejection with its deciding rejecter's reason when there is one (its audit
+        entry's; the ``denial:`` record's for a call decided with no entry), every other
         denial with some message for the model."""
         if self.failure is not None:
             return
@@ -839,7 +848,9 @@ class BridgeChecker:
                 return
             approved = status is ConfirmationStatus.APPROVED
             reason = None
-            if status is ConfirmationStatus.REJECTED:
+            if status is ConfirmationStatus.REJECTED and call in self.entries:
+                reason = self.entries[call][1]  # the decider's own (none: the generic text)
+            elif status is ConfirmationStatus.REJECTED:
                 reason = self.reasons.get(_record_suffix(call))
             said = f"{step}: {call} told approved={decision.approved} {decision.message!r}"
             if decision.approved is not approved:
