@@ -3,20 +3,22 @@
 Part 1, sequential CAS saves: each adapter's ``save`` against the raw driver doing the same
 durable work on the same JSON text in the same run (SQLite: ``BEGIN IMMEDIATE`` + conditional
 ``UPDATE`` + ``COMMIT``; PostgreSQL: autocommit ``UPDATE … WHERE cursor = %s RETURNING``;
-Redis: ``EVALSHA`` of the single-key CAS script without the processing index, as 0.1.0 ran
-it). The baselines stay the index-free CAS, so each ratio includes the index's cost. Both
-sides serialize the same prebuilt snapshots (``to_wire`` + ``json.dumps``), rounds alternate
-A/B, and the median round is reported.
+MySQL/MariaDB: autocommit ``UPDATE … WHERE session_id = %s AND cursor = %s`` with PyMySQL's
+``FOUND_ROWS`` flag; Redis: ``EVALSHA`` of the single-key CAS script without the processing
+index, as 0.1.0 ran it). The baselines stay the index-free CAS, so each ratio includes the
+index's cost. Both sides serialize the same prebuilt snapshots (``to_wire`` + ``json.dumps``),
+rounds alternate A/B, and the median round is reported.
 Target: ratio <= 1.25.
 
 Part 2, committed saves/s on one hot session with 1, 4 and 8 worker threads, each with its own
 adapter instance, running a load → save(cursor + 1) retry loop for a fixed time.
 
     .venv/bin/python benchmarks/bench_storage.py [--saves 300] [--rounds 5] [--seconds 2]
-        [--only sqlite,postgres,redis,memory]
+        [--only sqlite,postgres,mysql,redis,memory]
 
-Servers: AKCHAT_PG_URL (default postgresql://127.0.0.1:5432/test), AKCHAT_REDIS_URL
-(default redis://127.0.0.1:6379/0). A backend whose server is missing is reported and skipped.
+Servers: AKCHAT_PG_URL (default postgresql://127.0.0.1:5432/test), AKCHAT_MYSQL_URL (default
+mysql://root@127.0.0.1:3306/test), AKCHAT_REDIS_URL (default redis://127.0.0.1:6379/0). A
+backend whose server is missing is reported and skipped.
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from akchat_fsm.storage import MemoryStorage, SQLiteStorage
 from akchat_fsm.wire.session import SessionSnapshot
 
 PG_URL = os.environ.get("AKCHAT_PG_URL", "postgresql://127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("AKCHAT_REDIS_URL", "redis://127.0.0.1:6379/0")
+MYSQL_URL = os.environ.get("AKCHAT_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 
 
 def snapshots(session_id: str, count: int) -> list[SessionSnapshot]:
@@ -149,6 +153,40 @@ def postgres_pair() -> Pair:
     return Pair("postgres", adapter, raw_save, cleanup)
 
 
+def mysql_pair() -> Pair:
+    import pymysql  # type: ignore[import-untyped]
+
+    from akchat_fsm.storage import open_storage
+
+    table = f"bench_{uuid.uuid4().hex[:10]}"
+    adapter = open_storage(f"{MYSQL_URL}?table={table}")
+    adapter.load("warm-up")  # connects and creates the tables
+    parts = urlsplit(MYSQL_URL)
+    raw = pymysql.connect(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 3306,
+        user=parts.username or "root",
+        password=parts.password or "",
+        database=parts.path.lstrip("/") or "test",
+        autocommit=True,
+        charset="utf8mb4",
+        client_flag=pymysql.constants.CLIENT.FOUND_ROWS,
+    )
+    update = f"UPDATE {table} SET `cursor` = %s, body = %s WHERE session_id = %s AND `cursor` = %s"
+
+    def raw_save(s: SessionSnapshot, expected: int) -> bool:
+        with raw.cursor() as cur:
+            return bool(cur.execute(update, (s.cursor, text(s), s.session_id, expected)) == 1)
+
+    def cleanup() -> None:
+        with raw.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {table}, {table}__records, {table}__pending")
+        raw.close()
+        adapter.close()
+
+    return Pair("mysql", adapter, raw_save, cleanup)
+
+
 def redis_pair() -> Pair:
     import redis
 
@@ -229,7 +267,7 @@ def main() -> None:
     parser.add_argument("--saves", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--only", default="memory,sqlite,postgres,redis")
+    parser.add_argument("--only", default="memory,sqlite,postgres,mysql,redis")
     args = parser.parse_args()
     only = set(args.only.split(","))
 
@@ -238,6 +276,7 @@ def main() -> None:
         builders: dict[str, Callable[[], Pair]] = {
             "sqlite": lambda: sqlite_pair(tmp),
             "postgres": postgres_pair,
+            "mysql": mysql_pair,
             "redis": redis_pair,
         }
         print(f"Part 1: sequential CAS saves ({args.saves} per round, median of {args.rounds})")
@@ -267,6 +306,10 @@ def main() -> None:
             from akchat_fsm.storage import PostgresStorage
 
             openers["postgres"] = lambda: PostgresStorage(PG_URL, table=hot_table)
+        if "mysql" in only:
+            from akchat_fsm.storage import open_storage
+
+            openers["mysql"] = lambda: open_storage(f"{MYSQL_URL}?table={hot_table}")
         hot_prefix = f"bench-hot:{uuid.uuid4().hex[:10]}:"
         if "redis" in only:
             from akchat_fsm.storage import RedisStorage
@@ -301,6 +344,24 @@ def _drop_hot(only: set[str], table: str, prefix: str) -> None:
 
             with psycopg.connect(PG_URL, autocommit=True) as conn:
                 conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+        except Exception:
+            pass
+    if "mysql" in only:
+        try:
+            import pymysql
+
+            parts = urlsplit(MYSQL_URL)
+            conn = pymysql.connect(
+                host=parts.hostname or "127.0.0.1",
+                port=parts.port or 3306,
+                user=parts.username or "root",
+                password=parts.password or "",
+                database=parts.path.lstrip("/") or "test",
+                autocommit=True,
+            )
+            with conn.cursor() as cur:
+                cur.execute(f"DROP TABLE IF EXISTS {table}, {table}__records, {table}__pending")
+            conn.close()
         except Exception:
             pass
     if "redis" in only:
