@@ -19,7 +19,12 @@ within a minute: comparing two separately taken minima or medians mixes differen
 while a pair ratio cancels what both halves share and its median ignores the bursts that hit
 only one half. The quartiles of the pair ratios and the spread of the per-round medians are
 printed beside it, and the same pairs in thread CPU time (no I/O wait: what the code itself
-costs). Two CAS are the floor (2.0x) when fsync dominates; target: ratio <= 2.3 at every size.
+costs). The floor, when fsync dominates, is the number of durable writes one approve makes,
+counted before the measurement and printed: three on a store that keeps records (the audit
+entry of ADR-0132, created before the claim, then the claim and the terminal CAS), two on one
+that does not. Issue 26's target, ratio <= 2.3, was set when an approve made two writes; with
+the audit entry it is below the floor at small envelopes, where fsync dominates (the measured
+ratio is printed against both).
 
 Part 2, one session going through ``--confirmations`` proposals + approvals (default 100,000)
 on one store: every ``--every`` confirmations, the envelope size (bytes of stored JSON) and
@@ -100,6 +105,30 @@ class RawCas:
         self.conn.close()
 
 
+def durable_writes(storage: SQLiteStorage, coordinator: Any) -> int:
+    """How many durable writes (envelope saves and record saves) one approve makes here."""
+    count = 0
+    originals = {name: getattr(storage, name) for name in ("save", "save_record")}
+
+    def counting(name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            nonlocal count
+            count += 1
+            return originals[name](*args, **kwargs)
+
+        return call
+
+    token = coordinator.propose("email.count", {}).token
+    for name in originals:
+        setattr(storage, name, counting(name))
+    try:
+        coordinator.approve(token)
+    finally:
+        for name in originals:
+            delattr(storage, name)  # the instance attribute shadowed the method
+    return count
+
+
 def overhead(rounds: int, resolutions: int, records: int, path: Path) -> None:
     storage = SQLiteStorage(path)
     session = resume_chat_session(DEFINITION, session_id="bench", storage=storage)
@@ -108,6 +137,7 @@ def overhead(rounds: int, resolutions: int, records: int, path: Path) -> None:
     coordinator = session.confirmations_for(NoOpUpstream(), keep_terminal=records - 1)
     for n in range(records - 1):  # the history before measuring
         coordinator.approve(coordinator.propose("email.send", {"n": n}).token)
+    writes = durable_writes(storage, coordinator)
     raw = RawCas(path, session.snapshot.to_wire())
     ratios: list[float] = []  # approve / the raw CAS right after it, wall clock
     cpu_ratios: list[float] = []  # the same pairs in this thread's CPU time
@@ -144,7 +174,10 @@ def overhead(rounds: int, resolutions: int, records: int, path: Path) -> None:
     print(f"  records         {records}")
     print(f"  pairs           {rounds} rounds x {resolutions}")
     print(f"  raw CAS         median {median(raw_s) * 1e3:8.3f} ms")
-    print(f"  approve         median {median(approve_s) * 1e3:8.3f} ms  (2 CAS + decisions)")
+    print(
+        f"  approve         median {median(approve_s) * 1e3:8.3f} ms"
+        f"  ({writes} durable writes + decisions)"
+    )
     print(
         f"  pair ratios     quartiles {quartiles[0]:.2f} / {quartiles[2]:.2f}x;"
         f" round medians {min(round_medians):.2f} .. {max(round_medians):.2f}x"
@@ -154,7 +187,10 @@ def overhead(rounds: int, resolutions: int, records: int, path: Path) -> None:
         f" {median(approve_cpu) * 1e3:.3f} ms approve;"
         f" ratio {median(cpu_ratios):.2f}x (thread CPU time, no I/O wait)"
     )
-    print(f"  ratio           {median(ratios):8.2f}x  (median of pairs; floor 2.0, target <= 2.3)")
+    print(
+        f"  ratio           {median(ratios):8.2f}x  (median of pairs; {writes}.0 where fsync"
+        f" dominates; issue target <= 2.3)"
+    )
 
 
 def flatness(confirmations: int, every: int, store: str, keep_terminal: int, path: Path) -> None:
