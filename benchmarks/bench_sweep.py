@@ -12,13 +12,22 @@ byte-identical copies are swept in the same run:
 The ratio sweep / baseline is the cost of finding the stuck sessions among all of them plus
 the sweep's bookkeeping; target <= 1.25. Repeated ``--rounds`` times on fresh copies; medians.
 
-    .venv/bin/python benchmarks/bench_sweep.py [--total 5000] [--stuck 100] [--rounds 3]
+Measured at each store size of ``--totals`` (default 10,000 and 100,000 sessions; 1,000,000
+more with ``--full``): the idle sessions are bulk-loaded with the very rows the adapter
+writes (its own ``prepare_save`` decides each row), the stuck ones go through the library.
+The sweep reads the processing index, never the idle rows, so the ratio should be flat in the
+number of sessions: the last line divides the ratio at the largest store by the ratio at the
+smallest (ratios, not times: a shared machine's load changes between stores).
+
+    .venv/bin/python benchmarks/bench_sweep.py [--totals 10000,100000] [--full] [--stuck 100]
+        [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -29,7 +38,8 @@ from typing import Any
 from akchat_fsm import reconcile_all
 from akchat_fsm.session import ChatDefinition, ToolCallProposal, resume_chat_session
 from akchat_fsm.session.sweep import SweepPorts
-from akchat_fsm.storage.sqlite import SQLiteStorage
+from akchat_fsm.storage._cas import prepare_save
+from akchat_fsm.storage.sqlite import DEFAULT_TABLE, SQLiteStorage
 
 DEFINITION = ChatDefinition("bench")
 LATER_MS = 10 * 60_000
@@ -71,12 +81,34 @@ class Upstream:
         return {"version": 1, "messages": [message]}
 
 
+def idle_rows(count: int, template: Any) -> Any:
+    """The envelope rows the adapter writes for ``count`` idle sessions, one at a time."""
+    for n in range(count):
+        prepared = prepare_save(template.model_copy(update={"session_id": f"idle-{n:07d}"}), None)
+        yield (
+            prepared.session_id,
+            prepared.cursor,
+            prepared.text,
+            int(prepared.processing),
+            prepared.written_ms,
+        )
+
+
 def build(path: Path, total: int, stuck: int) -> tuple[list[str], Upstream]:
     storage = SQLiteStorage(path)
     upstream = Upstream()
     stuck_ids = [f"stuck-{n:06d}" for n in range(stuck)]
-    for n in range(total - stuck):
-        resume_chat_session(DEFINITION, session_id=f"idle-{n:06d}", storage=storage).persist()
+    template = resume_chat_session(DEFINITION, session_id="idle-template", storage=storage)
+    template.persist()
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("BEGIN")
+    raw.executemany(
+        f"INSERT INTO {DEFAULT_TABLE} (session_id, cursor, body, processing, written_ms)"
+        " VALUES (?, ?, ?, ?, ?)",
+        idle_rows(total - stuck - 1, template.snapshot),
+    )
+    raw.execute("COMMIT")
+    raw.close()
     for sid in stuck_ids:
         session = resume_chat_session(DEFINITION, session_id=sid, storage=storage)
         coordinator = session.confirmations_for(upstream)
@@ -125,35 +157,53 @@ def sweep(path: Path, stuck: int, upstream: Upstream) -> tuple[float, float]:
     return elapsed, listed
 
 
+def measure(total: int, stuck: int, rounds: int, scratch: Path) -> float:
+    master = scratch / f"master-{total}.db"
+    stuck_ids, upstream = build(master, total, stuck)
+    base_times, sweep_times, list_times = [], [], []
+    for n in range(rounds):
+        for which in ("base", "sweep"):
+            shutil.copy(master, scratch / f"{which}-{n}.db")
+        # alternate which runs first, so a noisy neighbour or a warm cache favours neither
+        for which in ("base", "sweep") if n % 2 == 0 else ("sweep", "base"):
+            copy = scratch / f"{which}-{n}.db"
+            if which == "base":
+                base_times.append(baseline(copy, stuck_ids, upstream))
+            else:
+                swept, listed = sweep(copy, stuck, upstream)
+                sweep_times.append(swept)
+                list_times.append(listed)
+            copy.unlink()
+    master.unlink()
+    base, swept, listed = (statistics.median(t) for t in (base_times, sweep_times, list_times))
+    print(
+        f"{total:>9} {stuck:>6} {listed * 1000:>10.2f} {base * 1000:>11.1f}"
+        f" {swept * 1000:>11.1f} {swept / base:>7.2f}"
+    )
+    return swept / base
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--total", type=int, default=5000)
+    parser.add_argument("--totals", default="10000,100000")
+    parser.add_argument("--full", action="store_true", help="also 1,000,000 sessions")
     parser.add_argument("--stuck", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    totals = [int(n) for n in args.totals.split(",")] + ([1_000_000] if args.full else [])
+    print(f"reconcile_all / reconciling the known stuck ids by hand (SQLite, {args.rounds} rounds)")
+    print(
+        f"{'sessions':>9} {'stuck':>6} {'list ms':>10} {'baseline ms':>11}"
+        f" {'sweep ms':>11} {'ratio':>7}  target <= 1.25"
+    )
+    ratios = []
     with tempfile.TemporaryDirectory() as scratch:
-        master = Path(scratch) / "master.db"
-        stuck_ids, upstream = build(master, args.total, args.stuck)
-        base_times, sweep_times, list_times = [], [], []
-        for n in range(args.rounds):
-            for which in ("base", "sweep"):
-                copy = Path(scratch) / f"{which}-{n}.db"
-                shutil.copy(master, copy)
-            # alternate which runs first, so a noisy neighbour or a warm cache favours neither
-            for which in ("base", "sweep") if n % 2 == 0 else ("sweep", "base"):
-                copy = Path(scratch) / f"{which}-{n}.db"
-                if which == "base":
-                    base_times.append(baseline(copy, stuck_ids, upstream))
-                else:
-                    swept, listed = sweep(copy, args.stuck, upstream)
-                    sweep_times.append(swept)
-                    list_times.append(listed)
-    base, swept, listed = (statistics.median(t) for t in (base_times, sweep_times, list_times))
-    print(f"sessions: {args.total} total, {args.stuck} stuck (SQLite, {args.rounds} rounds)")
-    print(f"list_processing alone: {listed * 1000:.2f} ms")
-    print(f"baseline (ids known): {base * 1000:.1f} ms")
-    print(f"reconcile_all:        {swept * 1000:.1f} ms")
-    print(f"ratio: {swept / base:.2f}x (target <= 1.25)")
+        for total in totals:
+            ratios.append(measure(total, args.stuck, args.rounds, Path(scratch)))
+    if len(ratios) > 1:
+        print(
+            f"flat: ratio at {totals[-1]} / at {totals[0]} sessions = {ratios[-1] / ratios[0]:.2f}"
+        )
 
 
 if __name__ == "__main__":

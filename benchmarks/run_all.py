@@ -207,6 +207,20 @@ def bridge_rows(out: str) -> list[Row]:
     )
 
 
+def sweep_rows(out: str) -> list[Row]:
+    rows = [
+        Row(f"reconcile_all / by hand, {int(total):,} sessions (SQLite)", float(ratio), "<= 1.25")
+        for total, ratio in re.findall(
+            r"^\s*(\d+)\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)$", out, flags=re.M
+        )
+    ]
+    flat = re.search(r"^flat: ratio at (\d+) / at (\d+) sessions = ([\d.]+)", out, flags=re.M)
+    if flat:
+        name = f"sweep ratio at {int(flat[1]):,} / at {int(flat[2]):,}"
+        rows.append(Row(name, float(flat[3]), "flat (~1)"))
+    return rows
+
+
 def load_rows(out: str) -> list[Row]:
     found = re.findall(
         r"^(\w+)\s+(hot|spread)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)x", out, flags=re.M
@@ -247,6 +261,10 @@ def main() -> None:
             pending_rows,
         ),
         "bench_core.py": (run("bench_core.py"), core_rows),
+        "bench_sweep.py": (
+            run("bench_sweep.py", *(["--full"] if args.full else ["--totals", "10000,100000"])),
+            sweep_rows,
+        ),
         "bench_resolution.py": (
             run("bench_resolution.py", "--rounds", "5", "--resolutions", "40", *long),
             resolution_rows,
