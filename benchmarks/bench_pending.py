@@ -14,10 +14,10 @@ be flat from 10^4 to 10^6 sessions: the last lines divide the ratio at the large
 the ratio at the smallest (ratios, not times: a shared machine's load changes between stores).
 
     .venv/bin/python benchmarks/bench_pending.py [--sessions 10000,100000] [--full]
-        [--pending 10000] [--repeat 30] [--batch 10] [--only sqlite,postgres]
+        [--pending 10000] [--repeat 30] [--batch 10] [--only sqlite,postgres,redis]
 
-Servers: AKCHAT_PG_URL (default postgresql://127.0.0.1:5432/test). A backend whose server is
-missing is reported and skipped. Redis: ``STORES["redis"]`` is the hook for its adapter.
+Servers: AKCHAT_PG_URL (default postgresql://127.0.0.1:5432/test), AKCHAT_REDIS_URL (default
+redis://127.0.0.1:6379/0). A backend whose server is missing is reported and skipped.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench_storage import PG_URL
+from bench_storage import PG_URL, REDIS_URL
 
 from akchat_fsm.storage import SQLiteStorage
 from akchat_fsm.storage._cas import prepare_save
@@ -162,11 +162,64 @@ def postgres_store(tmp: Path, sessions: int, pending: int) -> Iterator[Store]:
         adapter.close()
 
 
-def redis_store(tmp: Path, sessions: int, pending: int) -> AbstractContextManager[Store]:
-    """The hook for the Redis adapter's pending index (another engineer's): load the store as
-    its adapter lays it out and yield ``(adapter, raw query, index key)``, with the raw side
-    one ``ZRANGE … LIMIT 0 51`` on the index key (a ``raw`` callable taking that command)."""
-    raise NotImplementedError("the Redis adapter's pending index is not measured here yet")
+@contextmanager
+def redis_store(tmp: Path, sessions: int, pending: int) -> Iterator[Store]:
+    """Redis: the sessions that ask are saved through the adapter (its script writes the
+    index); the calm ones are the hash the same script writes for an envelope with no pending
+    row, pipelined. The raw side is one ``ZRANGEBYLEX`` (``ZREVRANGEBYLEX`` for newest first)
+    of 51 members on the index's sorted set, its members split as the rows of a query."""
+    import redis
+
+    from akchat_fsm.storage import RedisStorage
+
+    prefix = f"bench-pending:{uuid.uuid4().hex[:10]}:"
+    adapter = RedisStorage(REDIS_URL, prefix=prefix)
+    raw = redis.Redis.from_url(REDIS_URL)
+    step, asked = max(1, sessions // pending), 0
+    calm = prepare_save(envelope("calm", 0, False), None).text.replace('"calm"', '"{sid}"', 1)
+    pipe = raw.pipeline(transaction=False)
+    for n in range(sessions):
+        sid = f"s-{n:07d}"
+        if n % step == 0 and asked < pending:
+            asked += 1
+            if not adapter.save(envelope(sid, n, True), None):
+                raise RuntimeError(f"{sid} exists")
+            continue
+        body = calm.replace("{sid}", sid, 1)
+        pipe.hset(prefix + sid, mapping={"cursor": "1", "body": body, "processing": "0"})
+        pipe.hset(prefix + sid, "pending", "0")
+        if len(pipe) >= 20_000:
+            pipe.execute()
+    pipe.execute()
+    ns = prefix + "#pending:"
+
+    def query(sql: str) -> list[Any]:
+        if "DESC" in sql:
+            found = raw.zrevrangebylex(ns + "n", "+", "-", 0, PAGE + 1)
+        else:
+            found = raw.zrangebylex(ns + "e", "-", "+", 0, PAGE + 1)
+        # A member is "key sid tool_call_id token action other"; a query row starts
+        # (session_id, token), as PENDING_COLUMNS does.
+        return [(words[1], words[3]) for words in (m.decode().split(" ") for m in found)]
+
+    try:
+        yield adapter, query, "pending index"
+    finally:
+        for keys in _batches(raw.scan_iter(match=f"{prefix}*", count=10_000), 10_000):
+            raw.unlink(*keys)
+        raw.close()
+        adapter.close()
+
+
+def _batches(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 STORES: dict[str, Callable[[Path, int, int], AbstractContextManager[Store]]] = {
@@ -213,7 +266,7 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=30, help="alternating rounds")
     parser.add_argument("--batch", type=int, default=10, help="calls timed together")
-    parser.add_argument("--only", default="sqlite,postgres")
+    parser.add_argument("--only", default="sqlite,postgres,redis")
     args = parser.parse_args()
     sizes = [int(n) for n in args.sessions.split(",")] + ([1_000_000] if args.full else [])
     only = args.only.split(",")
