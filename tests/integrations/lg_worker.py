@@ -1,4 +1,4 @@
-"""One LangGraph host process of the SIGKILL proofs: ``lg_worker.main(spec)``, forked by :mod:`hosts`.
+"""A LangGraph host process of the SIGKILL proofs: ``lg_worker.main(spec)``, forked by :mod:`hosts`.
 
 ``spec`` (JSON): ``store`` (the session's store, ``sqlite:<path>`` or ``postgres:<url>|<table>``),
 ``saver`` (LangGraph's own checkpointer, ``sqlite:<path>`` or ``postgres:<url>|<schema>``, see
