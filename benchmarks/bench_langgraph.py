@@ -3,7 +3,9 @@
 One approved tool call end to end. The graph is langchain's ``create_agent`` with
 ``HumanInTheLoopMiddleware`` in ``per_call`` mode and an offline scripted chat model (it asks
 for one gated ``send_email`` call, then answers with its result), on one ``SqliteSaver`` file.
-Measured in the same run, interleaved (the order alternates call by call), on the same saver:
+Measured in the same run, interleaved (the order alternates call by call), on the same saver
+(the bridge's calls go ``--per-session`` to a chat session: its envelope keeps every
+confirmation, so one session for every call would time a growing envelope too):
 
 * the bridge: ``LangGraphBridge.approve(token)`` on a run the bridge paused; the decision
   (two CAS of the session envelope, its audit entry and index record), the run claim, the
@@ -21,7 +23,7 @@ replayed as a raw ``save_record`` of the same size on a session of its own, inte
 ``(alone + raw writes) / alone``), and the pause (the bridge's ``run`` against
 ``graph.invoke``).
 
-    .venv/bin/python benchmarks/bench_langgraph.py [--calls 200] [--profile]
+    .venv/bin/python benchmarks/bench_langgraph.py [--calls 200] [--per-session 20] [--profile]
 """
 
 from __future__ import annotations
@@ -131,14 +133,24 @@ def ask(call_id: str) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": call_id}]}
 
 
-def measure(calls: int, where: Path, profile: bool) -> None:
+def measure(calls: int, per_session: int, where: Path, profile: bool) -> None:
     conn = sqlite3.connect(where / "checkpoints.db", check_same_thread=False)
     saver = SqliteSaver(conn)
     saver_writes = count_saver_writes(saver)
     inner = SQLiteStorage(where / "sessions.db")
     storage = Counted(inner)
-    session = resume_chat_session(DEFINITION, session_id="bench", storage=storage)
-    bridge = LangGraphBridge(build_graph(saver, bridged=True), session, storage)
+    graph = build_graph(saver, bridged=True)
+    bridges: dict[int, LangGraphBridge] = {}
+
+    def bridge_for(n: int) -> LangGraphBridge:
+        """The bridge over the session of call ``n``: ``per_session`` calls to a session."""
+        key = n // per_session
+        if key not in bridges:
+            bridges.clear()
+            session = resume_chat_session(DEFINITION, session_id=f"bench-{key}", storage=storage)
+            bridges[key] = LangGraphBridge(graph, session, storage)
+        return bridges[key]
+
     alone = build_graph(saver, bridged=False)
     profiler = cProfile.Profile() if profile else None
     approve_s: list[float] = []
@@ -151,6 +163,7 @@ def measure(calls: int, where: Path, profile: bool) -> None:
     counts: dict[str, int] = {}
 
     def bridged(n: int) -> None:
+        bridge = bridge_for(n)
         start = time.perf_counter()
         paused = bridge.run(ask(f"b{n}"), thread_id=f"b{n}", run_id=f"r{n}")
         ran = time.perf_counter() - start
@@ -203,7 +216,7 @@ def measure(calls: int, where: Path, profile: bool) -> None:
     own = statistics.median(a - b for a, b in zip(approve_s, alone_s, strict=True))
     b, bs, s = counts["bridge"], counts["bridge_saver"], counts["alone_saver"]
     print("LangGraph bridge: one approved tool call, SQLite session store + SqliteSaver, same run")
-    print(f"  calls            {calls}")
+    print(f"  calls            {calls}  ({per_session} to a chat session)")
     print(f"  writes per call  bridge {b} to the session store + {bs} to the saver; alone {s}")
     print(f"  approve          median {approve * 1e3:8.3f} ms  (decision, claims, resume, persist)")
     print(f"  LangGraph alone  median {resumed * 1e3:8.3f} ms  (Command(resume=...), same graph)")
@@ -224,10 +237,16 @@ def measure(calls: int, where: Path, profile: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument(
+        "--per-session",
+        type=int,
+        default=20,
+        help="approved calls per chat session (its envelope keeps every confirmation)",
+    )
     parser.add_argument("--profile", action="store_true", help="profile the approves")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        measure(args.calls, Path(tmp), args.profile)
+        measure(args.calls, args.per_session, Path(tmp), args.profile)
 
 
 if __name__ == "__main__":
