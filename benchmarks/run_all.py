@@ -221,6 +221,17 @@ def sweep_rows(out: str) -> list[Row]:
     return rows
 
 
+def langgraph_rows(out: str) -> list[Row]:
+    rows = []
+    found = re.search(r"^\s+ratio\s+([\d.]+)x", out, flags=re.M)
+    if found:
+        rows.append(Row("LangGraph bridge approve / LangGraph alone", float(found[1]), "<= 1.5"))
+    floor = re.search(r"^\s+floor ratio\s+([\d.]+)x", out, flags=re.M)
+    if floor:
+        rows.append(Row("  the floor its durable writes set (same run)", float(floor[1]), "report"))
+    return rows
+
+
 def load_rows(out: str) -> list[Row]:
     found = re.findall(
         r"^(\w+)\s+(hot|spread)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)x", out, flags=re.M
@@ -279,6 +290,7 @@ def main() -> None:
             linearizability_rows,
         ),
         "bench_bridge.py": (run("bench_bridge.py", "--calls", "200"), bridge_rows),
+        "bench_langgraph.py": (run("bench_langgraph.py", "--calls", "100"), langgraph_rows),
     }
     if args.full:  # concurrent approver processes on the three servers: several minutes
         outputs["bench_load.py"] = (run("bench_load.py", "--per", "12", "--rounds", "3"), load_rows)

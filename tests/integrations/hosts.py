@@ -1,14 +1,14 @@
 """Host processes for the cross-process proofs, forked from a parent that imported them once.
 
-Every killed or racing host of :mod:`test_bridge_processes` and
-:mod:`test_openai_agents_processes` is a real process of its own: it opens its store, runs one
+Every killed or racing host of :mod:`test_bridge_processes`, :mod:`test_openai_agents_processes`
+and :mod:`test_langgraph_processes` is a real process of its own: it opens its store, runs one
 command and may be SIGKILLed anywhere in it. Starting each one as a fresh interpreter spent
 nearly all of those tests' time importing the agent runtimes (about a second a host, dozens of
 hosts a test). So the hosts are forked instead, by the standard library's ``forkserver``: one
-single-threaded parent per test process imports the worker modules (and nothing else: no
-store is open, no event loop runs, no thread is started), and each host is a fresh fork of it.
-A host still shares nothing with the test or with another host but the files and servers the
-proof is about; its nonces come from ``os.urandom``, which a fork does not replay.
+single-threaded parent per test process imports the worker modules (and nothing else: no store
+is open, no event loop runs, no thread is started), and each host is a fresh fork of it. A host
+still shares nothing with the test or with another host but the files and servers the proof is
+about; its nonces come from ``os.urandom``, which a fork does not replay.
 
 ``start(entry, *args)`` runs ``worker_module.entry(*args)`` in a new host; ``Host.finish()``
 waits and returns ``(exit code, the JSON-able value the entry returned)``: ``-9`` and ``None``
@@ -33,7 +33,7 @@ from typing import Any
 import akchat_fsm
 
 #: The worker modules the parent imports before the first fork.
-PRELOAD = ["bridge_worker", "oai_worker"]
+PRELOAD = ["bridge_worker", "oai_worker", "lg_worker"]
 HERE = Path(__file__).resolve().parent
 #: The akchat_fsm this test imported: the hosts run the same code.
 SRC = Path(akchat_fsm.__file__).resolve().parents[1]

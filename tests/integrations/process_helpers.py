@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -72,16 +73,20 @@ class KillingStorage:
         self.target = int(parts[1]) if parts[0] == "write" else 0
         self.when = parts[2] if parts[0] == "write" else ""
         self.writes = 0
+        self.lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     def _write(self, call: Any) -> Any:
-        self.writes += 1
-        if self.writes == self.target and self.when == "before":
+        # Each write keeps its own ordinal: a runtime may write from two threads at once.
+        with self.lock:
+            self.writes += 1
+            n = self.writes
+        if n == self.target and self.when == "before":
             os.kill(os.getpid(), signal.SIGKILL)
         result = call()
-        if self.writes == self.target and self.when == "after":
+        if n == self.target and self.when == "after":
             os.kill(os.getpid(), signal.SIGKILL)
         return result
 
