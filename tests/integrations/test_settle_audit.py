@@ -212,9 +212,9 @@ def test_bad_settler_arguments_are_typed_errors_before_any_write(
 
 def test_the_trail_filters_and_the_async_twin_agrees() -> None:
     storage = MemoryStorage()
-    for call in ("c1", "c2"):
+    for call, at in (("c1", 5), ("c2", 9)):
         _unknown(storage, call)
-        ToolLedger(storage, SID, clock=lambda: 5 if call == "c1" else 9).settle(
+        ToolLedger(storage, SID, clock=lambda at=at: at).settle(  # type: ignore[misc]
             call, ran=False, operator=f"op-{call}"
         )
     assert [e.tool_call_id for e in settle_trail(storage, SID, tool_call_id="c2")] == ["c2"]

@@ -79,6 +79,7 @@ from ._bridge_io import (
 
 __all__ = [
     "LEDGER_PREFIX",
+    "SETTLE_AUDIT_PREFIX",
     "AsyncToolLedger",
     "BridgeError",
     "ClaimAction",
@@ -90,7 +91,6 @@ __all__ = [
     "ExecutionUnknown",
     "LedgerEntry",
     "RecordedToolFailure",
-    "SETTLE_AUDIT_PREFIX",
     "SettleAuditEntry",
     "SettleRefused",
     "ToolCallMismatch",
@@ -617,7 +617,7 @@ def _release_declined(
 
 
 def new_verdict_nonce() -> str:
-    """A verdict's nonce: 128 random bits, hex (its audit entry's key and ``LedgerEntry.verdict``)."""
+    """A verdict's nonce (128 random bits, hex): in its audit entry's key and the ledger's."""
     return secrets.token_hex(16)
 
 

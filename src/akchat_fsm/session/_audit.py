@@ -331,9 +331,7 @@ def check_settler(principal: object, via: object, reason: object) -> Decider:
     try:
         return check_decider(principal, via)
     except ConfigError as exc:
-        raise ConfigError(
-            exc.message.replace("decided_by", "operator"), hint=exc.hint
-        ) from None
+        raise ConfigError(exc.message.replace("decided_by", "operator"), hint=exc.hint) from None
 
 
 @dataclass(frozen=True, slots=True)
