@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import re
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +17,6 @@ import pytest
 from cli_helpers import run
 
 import akchat_fsm
-
 from akchat_fsm.cli._demo_world import DemoUpstream
 
 

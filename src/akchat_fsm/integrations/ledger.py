@@ -50,18 +50,17 @@ from ..errors import (
 )
 from ..machines.execution import ExecutionEvent, ExecutionState
 from ..machines.tables import EXECUTION_TABLE, MACHINES
-from ..session._audit import (
+from ..session.drivers import Ports, run_async, run_sync
+from ..session.settle_audit import (
     SETTLE_AUDIT_PREFIX,
     Decider,
     SettleAuditEntry,
-    _create,
     check_settler,
+    plan_create_settle_entry,
     read_settle_entries,
     settle_audit_key,
     settle_decided,
-    settle_entry_text,
 )
-from ..session.drivers import Ports, run_async, run_sync
 from ..storage.checks import check_record_key, check_session_id, now_ms
 from ._bridge_io import (
     ASYNC_BODY,
@@ -621,12 +620,6 @@ def new_verdict_nonce() -> str:
     return secrets.token_hex(16)
 
 
-SETTLE_ENTRY_NOT_WRITTEN = (
-    "the settle's audit entry could not be written (a re-read did not find it), so the verdict "
-    "was not sent; nothing changed and a retry is safe"
-)
-
-
 def _record_settle(
     session_id: str,
     stored: LedgerEntry,
@@ -658,12 +651,7 @@ def _record_settle(
         follows=stored.verdict,
     )
     key = settle_audit_key(ledger_key(stored.tool_call_id), stored.version, write.verdict)
-    try:
-        created = yield from _create(session_id, key, settle_entry_text(entry))
-    except StorageUnavailable as exc:
-        raise StorageUnavailable(SETTLE_ENTRY_NOT_WRITTEN) from exc
-    if not created:  # a fresh nonce's key holds another text: nothing of ours may follow it
-        raise StorageUnavailable(SETTLE_ENTRY_NOT_WRITTEN)
+    yield from plan_create_settle_entry(session_id, entry, key)
 
 
 def plan_settle(
@@ -849,8 +837,7 @@ def settle_trail(
 
     ``ConfigError`` for a storage without records or bad arguments, before any read.
     """
-    plan = _trail_plan(storage, session_id, tool_call_id, since_ms)
-    return run_sync(plan, Ports(storage))
+    return run_sync(_trail_plan(storage, session_id, tool_call_id, since_ms), Ports(storage))
 
 
 async def settle_trail_async(
@@ -861,8 +848,9 @@ async def settle_trail_async(
 
     ``ConfigError`` for a storage without records or bad arguments, before any read.
     """
-    plan = _trail_plan(storage, session_id, tool_call_id, since_ms)
-    return await run_async(plan, Ports(asyncio_records(storage)))
+    return await run_async(
+        _trail_plan(storage, session_id, tool_call_id, since_ms), Ports(asyncio_records(storage))
+    )
 
 
 # --------------------------------------------------------------------------- the facades
@@ -1008,8 +996,9 @@ class ToolLedger(_LedgerBase):
 
         ``operator`` (the principal, named in the audit entry written first; ADR-0136) and
         ``reason`` are recorded with ``via`` (``api``, ``inbox`` or ``cli``)."""
-        plan = self._settle(tool_call_id, ran, result, operator, reason, via)
-        return run_sync(plan, Ports(self._io))
+        return run_sync(
+            self._settle(tool_call_id, ran, result, operator, reason, via), Ports(self._io)
+        )
 
     def settle_unknown(
         self,
@@ -1024,8 +1013,9 @@ class ToolLedger(_LedgerBase):
         """Settle only if the outcome is still unknown, in one CAS; else :class:`SettleRefused`.
 
         Audited as :meth:`settle` is, before the compare-and-set."""
-        plan = self._settle_unknown(tool_call_id, ran, result, operator, reason, via)
-        return run_sync(plan, Ports(self._io))
+        return run_sync(
+            self._settle_unknown(tool_call_id, ran, result, operator, reason, via), Ports(self._io)
+        )
 
 
 class AsyncToolLedger(_LedgerBase):
@@ -1083,8 +1073,9 @@ class AsyncToolLedger(_LedgerBase):
 
         ``operator`` (the principal, named in the audit entry written first; ADR-0136) and
         ``reason`` are recorded with ``via`` (``api``, ``inbox`` or ``cli``)."""
-        plan = self._settle(tool_call_id, ran, result, operator, reason, via)
-        return await run_async(plan, Ports(self._io))
+        return await run_async(
+            self._settle(tool_call_id, ran, result, operator, reason, via), Ports(self._io)
+        )
 
     async def settle_unknown(
         self,
@@ -1099,5 +1090,6 @@ class AsyncToolLedger(_LedgerBase):
         """Settle only if the outcome is still unknown, in one CAS; else :class:`SettleRefused`.
 
         Audited as :meth:`settle` is, before the compare-and-set."""
-        plan = self._settle_unknown(tool_call_id, ran, result, operator, reason, via)
-        return await run_async(plan, Ports(self._io))
+        return await run_async(
+            self._settle_unknown(tool_call_id, ran, result, operator, reason, via), Ports(self._io)
+        )

@@ -484,3 +484,22 @@ def settle_decided(
         value = entry.nonce in named.get(entry.tool_call_id, ())
         out.append(entry if entry.decided is value else replace(entry, decided=value))
     return out
+
+
+SETTLE_ENTRY_NOT_WRITTEN = (
+    "the settle's audit entry could not be written (a re-read did not find it), so the verdict "
+    "was not sent; nothing changed and a retry is safe"
+)
+
+
+def plan_create_settle_entry(session_id: str, entry: SettleAuditEntry, key: str) -> Plan[None]:
+    """Create a settle's entry under ``key`` (create-only, as a decision's); an unknown outcome
+    is settled by reading it back. Not ours when read: :class:`StorageUnavailable`, and the
+    caller sends no verdict."""
+    text = settle_entry_text(entry)
+    try:
+        created = yield from _create(session_id, key, text)
+    except StorageUnavailable as exc:
+        raise StorageUnavailable(SETTLE_ENTRY_NOT_WRITTEN) from exc
+    if not created:  # a fresh nonce's key holds another text: nothing of ours may follow it
+        raise StorageUnavailable(SETTLE_ENTRY_NOT_WRITTEN)
