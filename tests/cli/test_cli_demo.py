@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import os
+import queue
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 from cli_helpers import run
 
+import akchat_fsm
 from akchat_fsm.cli._demo_world import DemoUpstream
 
 
@@ -125,3 +131,66 @@ def test_the_installed_command_runs_in_a_subprocess() -> None:
     assert done.returncode == 0, done.stderr
     _assert_story(done.stdout)
     assert done.stdout == run("demo", "--seed", "3").stdout  # same bytes off a TTY
+
+
+def _inbox_line(process: subprocess.Popen[str], deadline_s: float = 60.0) -> str:
+    """The line the demo prints once its inbox listens (bounded: the story takes a second).
+    Read by a thread, so a pipe that stays open and silent cannot hang the test."""
+    assert process.stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    stdout = process.stdout
+    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+    give_up = time.monotonic() + deadline_s
+    while (left := give_up - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=min(left, 1.0))
+        except queue.Empty:
+            if process.poll() is not None:
+                break
+            continue
+        if line.startswith("inbox:"):
+            return line
+    process.kill()
+    raise AssertionError(f"the demo's inbox did not start: {process.communicate()[1]}")
+
+
+def test_demo_inbox_serves_the_story_and_a_decision_there_continues_it(tmp_path: Path) -> None:
+    source = str(Path(akchat_fsm.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": source, "COLUMNS": "400"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "akchat_fsm.cli", "demo", "--inbox", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        line = _inbox_line(process)
+        found = re.search(r"at (http://127\.0\.0\.1:\d+)/session/demo-0/audit and "
+                          r"(confirm-\w+) waits", line)  # fmt: skip
+        assert found, line
+        base, token = found.groups()
+        with httpx.Client(base_url=base, timeout=10) as browser:
+            audit = browser.get("/session/demo-0/audit")
+            assert audit.status_code == 200
+            named = re.findall(r'<td class="principal" dir="auto">(\w+)</td>', audit.text)
+            assert {"alice", "carol", "dave"} <= set(named)  # the story's deciders
+            listed = browser.get("/")
+            assert token in listed.text and "payout.send" in listed.text
+            page = browser.get(f"/call/{token}", params={"session": "demo-0"}).text
+            fields = dict(re.findall(r'name="(csrf|args_digest)" value="([^"]+)"', page))
+            approved = browser.post(
+                f"/call/{token}/approve",
+                data={**fields, "session": "demo-0"},
+                headers={"origin": base},
+            )
+            assert approved.status_code == 200 and 'data-kind="won"' in approved.text
+            again = browser.get("/session/demo-0/audit").text
+            assert again.count('<td class="principal" dir="auto">local</td>') == 1
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    assert "Traceback" not in stderr, stderr
+    assert process.returncode == 0, stderr  # the story's invariants held
+
+
+def test_demo_port_without_inbox_is_a_usage_error() -> None:
+    result = run("demo", "--port", "8000")
+    assert result.exit_code == 2 and result.stderr.startswith("error: --port goes with --inbox")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -15,10 +17,11 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from cli_helpers import run
+from cli_helpers import bridged_session, run
 from starlette.testclient import TestClient
 
 import akchat_fsm
+from akchat_fsm.integrations.ledger import SETTLE_AUDIT_PREFIX, ledger_key
 from akchat_fsm.session import ChatDefinition, resume_chat_session
 from akchat_fsm.storage import open_storage
 from akchat_fsm.testing.doubles import RecordingUpstream
@@ -119,6 +122,105 @@ def test_without_authorize_the_inbox_is_local_only(
         assert token in local.get("/").text
 
     assert _serve(monkeypatch, check, url, "--bridge", BRIDGE)["host"] == "127.0.0.1"
+
+
+HOOKS = ("--upstream", "cli_inbox_hooks:upstream", "--definition", "cli_inbox_hooks:definition")
+INBOX_ORIGIN = "http://inbox.example"
+
+
+def _settled_state(url: str) -> tuple[object, ...]:
+    """What a settle could change: the ledger entry's bytes and the settle audit entries."""
+    storage = open_storage(url)
+    try:
+        return (
+            storage.load_record("b-s1", ledger_key("c9")),
+            storage.list_records("b-s1", SETTLE_AUDIT_PREFIX),
+        )
+    finally:
+        storage.close()
+
+
+def _csrf(page: str) -> str:
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    assert match, page
+    return match.group(1)
+
+
+def _settle(c: TestClient, csrf: str, **fields: str) -> httpx.Response:
+    form = {"csrf": csrf, "session": "b-s1", "tool_call": "c9", "verdict": "did-not-run", **fields}
+    return c.post("/operator/settle", data=form, headers={"origin": str(c.base_url)})
+
+
+def test_can_settle_names_who_may_settle_and_a_refused_settle_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, token = _store_with_a_pending_call(tmp_path)
+    bridged_session(url, "b-s1")  # c9: an execution whose outcome is unknown
+
+    def check(app: Any) -> None:
+        ana, bob = (
+            TestClient(app, base_url=INBOX_ORIGIN, headers={"x-user": user})
+            for user in ("ana", "bob")
+        )
+        page = bob.get("/operator").text
+        assert "c9" in page and "You may not settle" in page and '/operator/settle"' not in page
+        bobs = _csrf(bob.get(f"/call/{token}", params={"session": "s-1"}).text)  # his own
+        before = _settled_state(url)
+        refused = _settle(bob, bobs)
+        assert refused.status_code == 403 and 'data-kind="forbidden"' in refused.text
+        assert _settled_state(url) == before
+        forged = _settle(ana, "0" * 64)  # CSRF is still checked for a principal who may
+        assert forged.status_code == 403 and "The form expired" in forged.text
+        anas = _csrf(ana.get("/operator").text)
+        assert _settle(ana, "").status_code == 403  # no token at all
+        cross = ana.post("/operator/settle", data={"csrf": anas, "session": "b-s1",
+                         "tool_call": "c9", "verdict": "did-not-run"},
+                         headers={"origin": "https://evil.example"})  # fmt: skip
+        assert cross.status_code == 403
+        assert _settled_state(url) == before
+        settled = _settle(ana, anas, reason="checked the warehouse")
+        assert settled.status_code == 200 and 'data-kind="settled"' in settled.text
+        assert _settled_state(url) != before
+
+    _serve(monkeypatch, check, url, "--host", "0.0.0.0", *HOOKS,
+           "--authorize", "cli_inbox_hooks:by_header", "--can-decide", "cli_inbox_hooks:everyone",
+           "--can-settle", "ana")  # fmt: skip
+    audited = json.loads(run("audit", url, "b-s1", "--json").stdout.splitlines()[-1])
+    assert (audited["kind"], audited["principal"], audited["via"]) == ("settle", "ana", "inbox")
+    assert audited["reason"] == "checked the warehouse" and audited["decided"] is True
+
+
+@pytest.mark.parametrize("names", [(), ("ana",), ("local",)])
+def test_the_local_only_inbox_settles_only_with_can_settle_local(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...]
+) -> None:
+    url, token = _store_with_a_pending_call(tmp_path)
+    bridged_session(url, "b-s1")
+    allowed = "local" in names
+
+    def check(app: Any) -> None:
+        local = TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 50000))
+        page = local.get("/operator").text
+        assert ('/operator/settle"' in page) is allowed
+        before = _settled_state(url)
+        if allowed:
+            response = _settle(local, _csrf(page))
+            assert response.status_code == 200 and _settled_state(url) != before
+            return
+        assert "You may not settle" in page
+        csrf = _csrf(local.get(f"/call/{token}", params={"session": "s-1"}).text)  # may decide
+        response = _settle(local, csrf)
+        assert response.status_code == 403 and 'data-kind="forbidden"' in response.text
+        assert _settled_state(url) == before
+
+    flags = [arg for name in names for arg in ("--can-settle", name)]
+    _serve(monkeypatch, check, url, *HOOKS, *flags)
+
+
+def test_an_empty_can_settle_name_is_refused(tmp_path: Path) -> None:
+    url, _ = _store_with_a_pending_call(tmp_path)
+    result = run("inbox", url, *HOOKS, "--can-settle", " ")
+    assert result.exit_code == 2 and result.stderr.startswith("error: --can-settle names")
 
 
 def _free_port() -> int:

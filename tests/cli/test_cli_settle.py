@@ -214,3 +214,48 @@ def test_two_settle_processes_at_once_exactly_one_wins(url: str) -> None:
     assert code == 1 and stdout == "" and len(stderr.splitlines()) == 1
     assert "nothing written" in stderr and f"by {winners[0]}" in stderr
     assert entry(url).owner == winners[0]
+
+
+def settles(url: str) -> list[dict[str, Any]]:
+    """The settle lines of ``audit --json`` (the session's decisions are exported too)."""
+    lines = [json.loads(line) for line in run("audit", url, "s1", "--json").stdout.splitlines()]
+    return [line for line in lines if line.get("kind") == "settle"]
+
+
+def test_a_settle_is_audited_and_audit_and_inspect_show_it(url: str) -> None:
+    settled = run(
+        "settle", url, "s1", "c9", "--did-not-run", "--operator", "al",
+        "--reason", "no row in the \x1b[31mwarehouse",
+    )  # fmt: skip
+    assert settled.exit_code == 0, settled.stderr
+    (entry_,) = settles(url)
+    assert (entry_["principal"], entry_["via"], entry_["verdict"], entry_["decided"]) == (
+        "al",
+        "cli",
+        "did-not-run",
+        True,
+    )
+    assert entry_["reason"] == "no row in the \x1b[31mwarehouse" and entry_["toolCallId"] == "c9"
+    assert entry_["settled"]["owner"] == "host-b:2"
+    table = run("audit", url, "s1", "--width", "250")
+    assert table.exit_code == 0, table.stderr
+    (row,) = [line for line in table.stdout.splitlines() if line.lstrip().startswith("c9 ")]
+    assert "did not run" in row and " al " in row and "cli" in row and " applied" in row
+    assert "\x1b" not in table.stdout
+    shown = run("inspect", url, "s1", "--width", "250").stdout
+    assert "operators' settles of unknown executions" in shown and "did not run" in shown
+
+
+def test_a_settle_without_an_operator_is_audited_as_not_named(url: str) -> None:
+    assert run("settle", url, "s1", "c9", "--ran").exit_code == 0
+    (audited,) = settles(url)
+    assert audited["principal"] is None and audited["via"] == "cli"
+    assert entry(url).owner.startswith("cli:")  # the ledger's owner stays cli:HOST:PID
+
+
+def test_an_unrecordable_operator_is_refused_before_any_write(url: str) -> None:
+    before = entry(url)
+    refused = run("settle", url, "s1", "c9", "--ran", "--operator", "x" * 300)
+    assert refused.exit_code == 2 and "operator must be None or a printable str" in refused.stderr
+    assert entry(url) == before
+    assert settles(url) == []

@@ -15,7 +15,12 @@ from starlette.testclient import TestClient
 
 from akchat_fsm import ConfigError, resume_chat_session
 from akchat_fsm.inbox import Bounds, UnknownExecution, create_inbox
-from akchat_fsm.integrations.ledger import ExecutionState, ToolLedger
+from akchat_fsm.integrations.ledger import (
+    SETTLE_AUDIT_PREFIX,
+    ExecutionState,
+    ToolLedger,
+    settle_trail,
+)
 from akchat_fsm.storage import MemoryStorage
 
 from ._world import DEFINITION, World, by_header, crash_inside, everyone, ledger_bytes, only_ana
@@ -51,9 +56,15 @@ def settle(c: TestClient, csrf: str, verdict: str, **fields: str) -> Any:
 
 
 def snapshot(world: World) -> tuple[object, ...]:
-    """Everything a settle could change: the ledger entry, the envelope, the processing index."""
+    """Everything a settle could change: the ledger entry, the envelope, the processing index,
+    and the settle audit entries (ADR-0136)."""
     storage = world.storage
-    return ledger_bytes(storage, "s-1", "c-1"), storage.load("s-1"), storage.list_processing()
+    return (
+        ledger_bytes(storage, "s-1", "c-1"),
+        storage.load("s-1"),
+        storage.list_processing(),
+        storage.list_records("s-1", SETTLE_AUDIT_PREFIX),
+    )
 
 
 # ------------------------------------------------------------------ the operator's page
@@ -353,3 +364,43 @@ def test_an_audit_entry_without_a_principal_says_so(world: World) -> None:
 def test_the_session_audit_page_refuses_a_long_session_id(world: World) -> None:
     response = client(world.app(authorize=by_header)).get("/session/" + "s" * 257 + "/audit")
     assert response.status_code == 404 and "No such session." in response.text
+
+
+def test_a_settle_in_the_inbox_is_audited_and_shown_on_the_session_page(world: World) -> None:
+    crash_inside(world.storage, "s-1", "c-1")
+    ana = client(world.app(authorize=by_header, can_settle=only_ana_settles))
+    response = settle(ana, operator_csrf(ana), "did-not-run", reason=HOSTILE)
+    assert response.status_code == 200
+    (entry,) = settle_trail(world.storage, "s-1")
+    assert (entry.principal, entry.via, entry.reason, entry.ran) == ("ana", "inbox", HOSTILE, False)
+    assert entry.decided and entry.settled_owner == "worker-7:4242"
+    page = ana.get("/session/s-1/audit").text
+    rows = re.findall(r'<tr class="settle-entry" data-tool-call="c-1">(.*?)</tr>', page, re.S)
+    assert len(rows) == 1
+    row = rows[0]
+    assert '<td class="principal" dir="auto">ana</td>' in row and "<td>inbox</td>" in row
+    assert "did not run" in row and "<td>yes</td>" in row
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;\\u202e" in row and "<script>" not in page
+    assert entry.args_digest in row
+
+
+def test_a_settle_reason_over_the_bound_is_refused_and_changes_nothing(world: World) -> None:
+    crash_inside(world.storage, "s-1", "c-1")
+    ana = client(world.app(authorize=by_header, can_settle=only_ana_settles, max_reason=10))
+    before = snapshot(world)
+    response = settle(ana, operator_csrf(ana), "ran", reason="x" * 11)
+    assert response.status_code == 400 and "reason is longer than 10" in response.text
+    assert snapshot(world) == before
+
+
+def test_a_principal_the_ledger_cannot_record_is_refused_and_changes_nothing(
+    world: World,
+) -> None:
+    crash_inside(world.storage, "s-1", "c-1")
+    named = "n" * 300  # longer than a principal may be (256)
+    app = world.app(authorize=lambda request: named, can_settle=everyone)
+    c = client(app)
+    before = snapshot(world)
+    response = settle(c, operator_csrf(c), "did-not-run")
+    assert response.status_code == 400 and 'data-kind="invalid"' in response.text
+    assert snapshot(world) == before

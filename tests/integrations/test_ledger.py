@@ -300,7 +300,9 @@ def test_settle_unknown_loses_to_a_change_after_its_read(records_backend: Record
     plan = plan_settle_unknown(SID, "c1", ran=False, result=None, operator="ops", now_ms=1)
     load = next(plan)  # the plan read the entry ...
     read = storage.load_record(load.session_id, load.key)
-    save = plan.send(read)
+    entry = plan.send(read)  # ... wrote its audit entry first (ADR-0136) ...
+    assert entry.key.startswith("audit-settle:") and entry.expected_version is None
+    save = plan.send(storage.save_record(entry.session_id, entry.key, entry.text, None))
     # ... and before its write lands, another operator settles the call.
     _ledger(records_backend, owner="p2").settle("c1", ran=True, result="first", operator="p2")
     applied = storage.save_record(

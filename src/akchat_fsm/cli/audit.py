@@ -30,6 +30,7 @@ from ._common import (
     print_renderable,
 )
 from ._envelope import _when
+from ._settle_view import settle_lines, settle_section, settles_or_fail
 from .reconcile_all import Duration
 
 __all__ = ["audit", "audit_section"]
@@ -103,7 +104,8 @@ def audit(
     width: int | None,
 ) -> None:
     """Show who decided each tool call of SESSION: principal, from where, when, why, on which
-    arguments, and which attempt's claim applied.
+    arguments, and which attempt's claim applied; then who settled each of its unknown
+    executions, and which settle applied (JSON lines with "kind": "settle").
 
     \b
     Examples:
@@ -125,8 +127,15 @@ def audit(
             fail(f"cannot read the audit trail: {describe(exc)}", EXIT_USAGE)
         except StorageError as exc:
             fail(f"cannot read the audit trail from {url!r}: {describe(exc)}", EXIT_USAGE)
+        # Operators' settles of the session's calls (of this token's call with --token).
+        calls = None if token is None else {e.tool_call_id for e in entries}
+        since_ms = None if since is None else now - since
+        settles = settles_or_fail(storage, session_id, url, since_ms=since_ms, tool_call_ids=calls)
     if as_json:
         for entry in entries:
             click.echo(inert_json(json.dumps(entry.to_json(), ensure_ascii=False)))
+        for line in settle_lines(settles):
+            click.echo(line)
     else:
-        print_renderable(_table(entries), width)
+        parts = [_table(entries)] if entries or not settles else []
+        print_renderable(Group(*parts, *([settle_section(settles)] if settles else [])), width)

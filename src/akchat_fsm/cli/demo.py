@@ -15,12 +15,21 @@ store is shared), work on one session:
 5. erin resumes and sees a consistent session; the invariants are checked on what storage
    holds and what upstream received.
 
+Each decision names its client (``decided_by``), so the audit trail tells the story too. With
+``--inbox`` the story's store is then served in the local-only inbox on loopback (ADR-0073):
+alice proposes one more call, left pending for you to approve or reject in the browser, and
+the URL of the session's audit page is printed; it serves until interrupted.
+
 Exit status 0 when every invariant holds, 1 otherwise.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -37,7 +46,7 @@ from ..session import ChatDefinition, ChatSession, reconcile, resume_chat_sessio
 from ..storage.port import ManagedSessionStorage
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
-from ._common import EXIT_INVALID, fail, opened_storage, stdout_console
+from ._common import EXIT_INVALID, EXIT_USAGE, fail, opened_storage, stdout_console
 from ._common import flush as flush_console
 from ._demo_world import ClientCrashed, ClientUpstream, DemoClock, DemoUpstream, id_maker
 from ._envelope import decode_or_fail
@@ -87,7 +96,7 @@ def _crash(story: Story, name: str, token: str, crash: str, act: str) -> None:
     session = story.client(name)
     coordinator = story.coordinator(session, ClientUpstream(story.upstream, crash))  # type: ignore[arg-type]
     try:
-        getattr(coordinator, act)(token)
+        getattr(coordinator, act)(token, decided_by=name)
     except ClientCrashed as death:
         stored = decode_or_fail(story.connect().load(story.session_id), "stored session")
         binding = next(b for b in stored.snapshot.confirmations if b.token == token)
@@ -114,7 +123,7 @@ def play(story: Story) -> ChatSession:
     def bob_approves_meanwhile(tool_call_id: str) -> None:
         story.say("bob", f"taps approve on {first.token} while alice's upstream call runs")
         try:
-            bob_confirm.approve(first.token)
+            bob_confirm.approve(first.token, decided_by="bob")
         except ResolutionInProgress as lost:
             story.say("bob", f"LOSER: ResolutionInProgress, {_status(lost.record)}; no call")
         else:
@@ -122,14 +131,14 @@ def play(story: Story) -> ChatSession:
         story.seen(bob)
 
     story.upstream.during_approve = bob_approves_meanwhile
-    won = alice_confirm.approve(first.token)
+    won = alice_confirm.approve(first.token, decided_by="alice")
     story.seen(alice)
     story.say("alice", f"WINNER: upstream approve ran once; {_status(won)} (cursor {alice.cursor})")
     # Bob's last read still shows alice's claim in progress; the library re-reads storage
     # before answering a loser, so he is told what storage holds, not what he last saw.
     story.say("bob", f"still holds cursor {bob.cursor} (alice's claim), now taps reject")
     try:
-        bob_confirm.reject(first.token, reason="changed my mind")
+        bob_confirm.reject(first.token, reason="changed my mind", decided_by="bob")
         story.say("bob", "unexpectedly rejected a settled call")
     except AlreadyResolved as settled:
         story.say("bob", f"reject refused: AlreadyResolved, {_status(settled.record)}; no call")
@@ -146,7 +155,7 @@ def play(story: Story) -> ChatSession:
     _crash(story, "carol", second.token, "before_upstream", "approve")
     _crash(story, "dave", third.token, "after_upstream", "reject")
     try:
-        bob_confirm.approve(second.token)
+        bob_confirm.approve(second.token, decided_by="bob")
     except ResolutionInProgress as stuck:
         story.say("bob", f"approve {second.token}: ResolutionInProgress ({stuck.record.status})")
     else:
@@ -252,8 +261,74 @@ def _free_session_id(storage: ManagedSessionStorage, seed: int) -> str:
     return candidate
 
 
-def run_demo(store: str | None, seed: int) -> bool:
-    """Play the story, print the narrative; ``True`` when every invariant holds."""
+#: How long the call the demo leaves pending for the inbox may wait: a person decides it.
+INBOX_TTL_MS = 30 * 60_000
+
+
+@dataclass
+class ContinuingClock:
+    """The inbox's clock: the demo's time where its story ended, running on at real speed
+    (so the pending call's countdown runs as a person watches it)."""
+
+    start_ms: int
+    _began: float = field(default_factory=time.monotonic)
+
+    def __call__(self) -> int:
+        return self.start_ms + int((time.monotonic() - self._began) * 1000)
+
+
+def leave_pending(story: Story) -> ConfirmationBinding:
+    """alice proposes one more call and leaves it for the inbox."""
+    alice = story.client("alice")
+    coordinator = alice.confirmations_for(
+        ClientUpstream(story.upstream), create_id=story.new_id, ttl_ms=INBOX_TTL_MS
+    )
+    binding = coordinator.propose("payout.send", {"account": "acct-9", "amount": 120})
+    story.say("alice", f"proposed payout.send: {_status(binding)}, left for you in the inbox")
+    return binding
+
+
+def bind_loopback(port: int) -> socket.socket:
+    """A listening socket on 127.0.0.1 (``port`` 0: one the system picks), or exit 2."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+    except OSError as exc:
+        sock.close()
+        fail(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}", EXIT_USAGE)
+    return sock
+
+
+def serve_inbox(
+    story: Story, connect: Callable[[], ManagedSessionStorage], sock: socket.socket
+) -> None:
+    """Serve the story's store in the local-only inbox on ``sock`` until interrupted: a
+    decision there is the session's own, over the demo's upstream (and its memory shows the
+    conversation)."""
+    import uvicorn
+
+    from ..inbox import create_inbox
+
+    app = create_inbox(
+        connect(),  # type: ignore[arg-type]  # every shipped adapter has the pending index
+        definition=DEFINITION,
+        local_only=True,
+        upstream_for=lambda _sid: ClientUpstream(story.upstream),
+        memory_for=lambda _sid: story.upstream,
+        clock=ContinuingClock(story.clock.now_ms),
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", server_header=False, lifespan="off")
+    )
+    # uvicorn shuts down gracefully on Ctrl-C, then re-raises it: here that is the way out.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[sock])
+
+
+def run_demo(store: str | None, seed: int, inbox: socket.socket | None = None) -> bool:
+    """Play the story, print the narrative; ``True`` when every invariant holds. With
+    ``inbox`` (a listening socket), then serve the store in the inbox until interrupted."""
     console, buffer, tty = stdout_console()
 
     def say(actor: str, message: str) -> None:
@@ -286,6 +361,23 @@ def run_demo(store: str | None, seed: int) -> bool:
                     ),
                     soft_wrap=True,
                 )
+            if inbox is not None:
+                pending = leave_pending(story)
+                base = "http://{}:{}".format(*inbox.getsockname()[:2])
+                console.print(
+                    Text(
+                        f"inbox: the story's audit trail is at {base}/session/"
+                        f"{story.session_id}/audit and {pending.token} waits for you at "
+                        f"{base}/ (local-only; Ctrl-C to stop)",
+                        style="bold",
+                    ),
+                    soft_wrap=True,
+                )
+                flush_console(buffer, tty)
+                sys.stdout.flush()  # the URL is read before the server's first answer
+                buffer.seek(0)
+                buffer.truncate()
+                serve_inbox(story, connect, inbox)
             return not broken
     finally:
         flush_console(buffer, tty)
@@ -306,17 +398,48 @@ def run_demo(store: str | None, seed: int) -> bool:
     show_default=True,
     help="Seeds the token ids (and names the session demo-<seed>).",
 )
-def demo(store: str | None, seed: int) -> None:
+@click.option(
+    "--inbox",
+    is_flag=True,
+    help="Then serve the story's store in the local-only inbox on 127.0.0.1, until interrupted.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="With --inbox: the port (default: a free one; the URL is printed).",
+)
+def demo(store: str | None, seed: int, inbox: bool, port: int | None) -> None:
     """Play a cross-client approval story and check the no-replay invariants.
 
     Two clients race to approve one tool call (one wins, the other is told so), two more
     crash mid-resolution, reconcile settles them from the chat memory, and a last client
     resumes a consistent session. Exits 1 if an invariant failed.
 
+    With --inbox, the story's store is then served in the local-only inbox on 127.0.0.1
+    (--port, default: a free one) with one more call pending for you; the URL is printed.
+
     \b
     Example:
       akchat-fsm demo --seed 7
       akchat-fsm demo --store postgresql://localhost/test
+      akchat-fsm demo --inbox --port 8000
     """
-    if not run_demo(store, seed):
+    if port is not None and not inbox:
+        fail("--port goes with --inbox", EXIT_USAGE)
+    sock = None
+    if inbox:
+        try:
+            import uvicorn  # noqa: F401  # checked before the story is played
+
+            from ..inbox import create_inbox  # noqa: F401
+        except ImportError as exc:
+            fail(f'the inbox needs its extra: pip install "akchat-fsm[inbox]" ({exc})', EXIT_USAGE)
+        sock = bind_loopback(port or 0)
+    try:
+        ok = run_demo(store, seed, sock)
+    finally:
+        if sock is not None:
+            sock.close()
+    if not ok:
         raise SystemExit(EXIT_INVALID)

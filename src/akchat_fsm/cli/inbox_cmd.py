@@ -6,6 +6,11 @@ The host's hooks are named like ``reconcile --all --bridge`` names its factory
 for the sessions it claims. Without ``--authorize`` the inbox is the developer's own, local-only
 (loopback clients, loopback ``Host``), so a non-loopback ``--host`` is refused before anything
 is opened: there would be nobody to authorize the others.
+
+Settling an unknown execution on the operator's page is allowed to the principals named by
+``--can-settle`` only (repeatable; none named: nobody, also in the local-only mode, whose one
+principal is ``local``), checked per request after the CSRF token; a refused settle writes
+nothing, not even its audit entry.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ NOTHING_DECIDES = (
     "--upstream module:callable to decide with"
 )
 NO_DEFINITION = "--upstream needs --definition module:callable (session_id -> ChatDefinition)"
+EMPTY_SETTLER = "--can-settle names a principal: give a non-empty name"
 
 
 def is_loopback_host(host: str) -> bool:
@@ -128,6 +134,14 @@ def _spec(spec: str | None, option: str) -> Any:
     metavar="MODULE:CALLABLE",
     help="(principal, pending) -> bool; with --authorize and without it nobody decides.",
 )
+@click.option(
+    "--can-settle",
+    "can_settle_names",
+    multiple=True,
+    metavar="PRINCIPAL",
+    help="A principal who may settle unknown executions (repeatable; none: nobody; "
+    "the local-only inbox's principal is 'local').",
+)
 def inbox(
     url: str,
     host: str,
@@ -137,18 +151,22 @@ def inbox(
     definition_spec: str | None,
     authorize_spec: str | None,
     can_decide_spec: str | None,
+    can_settle_names: tuple[str, ...],
 ) -> None:
     """Serve the approver's inbox over a store (docs/inbox.md), until interrupted.
 
     Without --authorize it is local-only: loopback clients with a loopback Host, every one
     of them may decide, and a non-loopback --host is refused. With --authorize the host's
-    hook authenticates each request and --can-decide allows each decision.
+    hook authenticates each request and --can-decide allows each decision. Only the
+    principals named by --can-settle may settle an unknown execution (none: nobody).
 
     \b
     Examples:
       akchat-fsm inbox sqlite:///sessions.db --bridge myhost.bridges:bridge_for
       akchat-fsm inbox postgresql://db/app --host 0.0.0.0 --bridge myhost.bridges:bridge_for \\
-          --authorize myhost.auth:principal --can-decide myhost.auth:may_decide
+          --authorize myhost.auth:principal --can-decide myhost.auth:may_decide \\
+          --can-settle ops@example.com
+      akchat-fsm inbox sqlite:///sessions.db --bridge myhost.bridges:bridge_for --can-settle local
     """
     if authorize_spec is None and not is_loopback_host(host):
         fail(NOT_LOOPBACK.format(host=host), EXIT_USAGE)
@@ -156,6 +174,8 @@ def inbox(
         fail(NOTHING_DECIDES, EXIT_USAGE)
     if upstream_spec is not None and definition_spec is None:
         fail(NO_DEFINITION, EXIT_USAGE)
+    if any(not name.strip() for name in can_settle_names):
+        fail(EMPTY_SETTLER, EXIT_USAGE)
     factory = _spec(bridge_spec, "--bridge")
     upstream_for = _spec(upstream_spec, "--upstream")
     definition = _spec(definition_spec, "--definition")
@@ -164,7 +184,7 @@ def inbox(
     try:
         import uvicorn
 
-        from ..inbox import create_inbox
+        from ..inbox import AllowPrincipals, create_inbox
     except ImportError as exc:
         fail(f'the inbox needs its extra: pip install "akchat-fsm[inbox]" ({exc})', EXIT_USAGE)
     with opened_storage(url, create=False) as storage:
@@ -175,6 +195,7 @@ def inbox(
                 definition=hooks.definition_for,
                 authorize=authorize,
                 can_decide=can_decide,
+                can_settle=AllowPrincipals(can_settle_names),  # deny by default
                 local_only=authorize is None,
                 bridge_for=hooks.bridge_for if factory is not None else None,
                 upstream_for=upstream_for,

@@ -16,6 +16,7 @@ import click
 from rich.console import Group
 
 from ..errors import ConfigError, StorageError
+from ..integrations.ledger import SettleAuditEntry
 from ..integrations.records import BridgeRecords, read_bridge_records
 from ..session.audit import AuditEntry, audit_trail
 from ._common import (
@@ -30,6 +31,7 @@ from ._common import (
 )
 from ._envelope import Decoded, decode_or_fail, load_or_fail, render_snapshot, wire_json
 from ._ledger_view import records_json, render_records
+from ._settle_view import settle_section, settles_or_fail
 from .audit import audit_section
 
 __all__ = ["inspect"]
@@ -87,7 +89,8 @@ def inspect(
     decision count, cursor and updatedAt are shown, and a v0 input is flagged as migrated.
     From a store that keeps records, the session's agent runs and tool-execution ledger follow,
     executions whose outcome is unknown highlighted (--ledger: only those), then the audit
-    trail: who decided each call (akchat-fsm audit exports it).
+    trail: who decided each call, and who settled each unknown execution (akchat-fsm audit
+    exports both).
     Read-only: a store that does not exist is reported, never created. A FILE is read up to
     64 MiB.
 
@@ -99,6 +102,7 @@ def inspect(
     """
     records: BridgeRecords | None = None
     trail: tuple[AuditEntry, ...] = ()
+    settles: tuple[SettleAuditEntry, ...] = ()
     if session_id is None:
         if "://" in source:
             fail("a storage URL needs a SESSION_ID: inspect URL SESSION_ID", EXIT_USAGE)
@@ -111,6 +115,7 @@ def inspect(
             records = _records_or_fail(storage, session_id, source)
             if records is not None and not ledger_only and not as_json:
                 trail = _trail_or_fail(storage, session_id, source)
+                settles = settles_or_fail(storage, session_id, source)
     if ledger_only:
         if as_json:
             click.echo(records_json(records, source, session_id))
@@ -123,4 +128,6 @@ def inspect(
         parts = render_records(records, source, session_id)
         if trail:
             parts.append(audit_section(trail))
+        if settles:
+            parts.append(settle_section(settles))
         print_renderable(Group(render_snapshot(decoded), *parts), width)

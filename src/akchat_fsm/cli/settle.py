@@ -10,6 +10,10 @@ humans (ADR-0104): it writes only over the entry it read, which must still be un
 compare-and-set. Anything that changed it
 in between (another settle, the claimant finishing late) makes the command lose, write nothing
 and say what the entry is now, instead of silently re-deciding on it.
+
+Before that compare-and-set the command writes the settle's create-only audit entry
+(ADR-0136): ``--operator`` as the principal, ``cli`` as where from, ``--reason``, the verdict
+and the call's arguments digest; ``akchat-fsm audit`` shows it, marked applied or not.
 """
 
 from __future__ import annotations
@@ -61,7 +65,14 @@ def _result(text: str | None, ran: bool) -> Any:
     "--operator",
     metavar="NAME",
     default=None,
-    help="Who settles, recorded as the entry's owner (default: cli:HOST:PID).",
+    help="Who settles: the audit entry's principal and the ledger entry's owner "
+    "(default: not named, owner cli:HOST:PID).",
+)
+@click.option(
+    "--reason",
+    metavar="TEXT",
+    default=None,
+    help="Why: how the tool's side effect was checked (recorded in the audit entry).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the settled entry as JSON.")
 def settle(
@@ -71,6 +82,7 @@ def settle(
     ran: bool | None,
     result_text: str | None,
     operator: str | None,
+    reason: str | None,
     as_json: bool,
 ) -> None:
     """Settle an execution whose outcome is unknown: TOOL_CALL_ID of SESSION_ID in URL.
@@ -84,7 +96,8 @@ def settle(
     \b
     Examples:
       akchat-fsm settle sqlite:///sessions.db support-42 call-9 --ran --result '{"id": "r-1"}'
-      akchat-fsm settle sqlite:///sessions.db support-42 call-9 --did-not-run --operator alice
+      akchat-fsm settle sqlite:///sessions.db support-42 call-9 --did-not-run --operator alice \\
+          --reason "no charge in the PSP dashboard"
     """
     if ran is None:
         fail("give the verdict: --ran [--result JSON] or --did-not-run", EXIT_USAGE)
@@ -98,7 +111,11 @@ def settle(
             )
         ledger = ToolLedger(storage, session_id, owner=who)
         try:
-            entry = ledger.settle_unknown(tool_call_id, ran=ran, result=result)
+            entry = ledger.settle_unknown(
+                tool_call_id, ran=ran, result=result, operator=operator, reason=reason, via="cli"
+            )
+        except ConfigError as exc:  # --operator or --reason refused, before any write
+            fail(describe(exc), EXIT_USAGE)
         except SettleRefused as exc:
             fail(str(exc), EXIT_INVALID)
         except StorageError as exc:

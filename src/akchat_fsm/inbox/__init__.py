@@ -12,6 +12,7 @@ from ._security import principal_identity
 from .app import (
     LOCAL_PRINCIPAL,
     MAX_CURSOR,
+    AllowPrincipals,
     AsyncBridge,
     AsyncInboxStorage,
     Bridge,
@@ -25,6 +26,7 @@ from .app import (
 __all__ = [
     "LOCAL_PRINCIPAL",
     "MAX_CURSOR",
+    "AllowPrincipals",
     "AsyncBridge",
     "AsyncInboxStorage",
     "Bounds",

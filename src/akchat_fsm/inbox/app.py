@@ -48,10 +48,13 @@ from ..integrations import BridgeError
 from ..integrations.ledger import (
     AsyncToolLedger,
     LedgerEntry,
+    SettleAuditEntry,
     SettleRefused,
     ToolLedger,
     describe_entry,
     result_from_json,
+    settle_trail,
+    settle_trail_async,
 )
 from ..session import (
     AsyncChatMemory,
@@ -187,7 +190,7 @@ class _Settled:
     """What a settle request showed: its HTTP status, a kind and the entry as stored after."""
 
     status_code: int
-    #: settled | already | missing | forbidden | busy
+    #: settled | already | missing | forbidden | busy | invalid
     kind: str
     session_id: str
     tool_call_id: str
@@ -572,6 +575,14 @@ class _Inbox:
         )
         return entries
 
+    async def settles(self, session_id: str) -> tuple[SettleAuditEntry, ...]:
+        """The session's settle entries (ADR-0136); none when the store keeps no records."""
+        if not keeps_records(self.storage):
+            return ()
+        read = settle_trail_async if self.asyncio else settle_trail
+        entries: tuple[SettleAuditEntry, ...] = await self.call(read, self.storage, session_id)
+        return entries
+
     async def processing(self, principal: Principal) -> list[dict[str, Any]] | None:
         """Each session in the processing index (at most ``page_size``, oldest write first)
         with its processing claims and its unknown executions, each with whether ``principal``
@@ -610,14 +621,21 @@ class _Inbox:
         return await self.hook(self.can_settle, principal, unknown) is True
 
     async def settle(
-        self, principal: Principal, session_id: str, tool_call_id: str, ran: bool, result: Any
+        self,
+        principal: Principal,
+        session_id: str,
+        tool_call_id: str,
+        ran: bool,
+        result: Any,
+        reason: str | None = None,
     ) -> _Settled:
         """Record ``principal``'s verdict on an unknown execution, then, through the host's
         bridge for the session, continue its runs (the CLI's ``settle`` then ``reconcile``).
 
         The verdict is the ledger's ``settle_unknown`` (ADR-0104), as ``akchat-fsm settle``
         writes it: one compare-and-set over the entry read, which must still be unknown, with
-        the principal as its operator; anything that changed it writes nothing.
+        the principal as its operator; anything that changed it writes nothing to the ledger.
+        Its audit entry (the principal, ``inbox``, the reason) is written first (ADR-0136).
         """
         ledger = self.ledger(session_id)
         entry: LedgerEntry | None = await self.call(ledger.get, tool_call_id)
@@ -630,8 +648,16 @@ class _Inbox:
         who = principal_identity(principal)
         try:
             entry = await self.call(
-                ledger.settle_unknown, tool_call_id, ran=ran, result=result, operator=who
+                ledger.settle_unknown,
+                tool_call_id,
+                ran=ran,
+                result=result,
+                operator=who,
+                reason=reason,
+                via="inbox",
             )
+        except ConfigError as exc:  # the principal cannot be recorded: nothing was written
+            return _Settled(400, "invalid", session_id, tool_call_id, entry, exc.message)
         except SettleRefused as exc:
             now = exc.entry
             return _Settled(409, "already", session_id, tool_call_id, now, describe_entry(now))
@@ -800,16 +826,30 @@ async def operator_page(request: Request) -> Response:
         "sessions": sessions,
         "keeps_records": keeps_records(inbox.storage),
         "max_result": inbox.max_result,
+        "max_reason": inbox.max_reason,
         "now_ms": inbox.clock(),
     }
     return inbox.page(request, "operator.html", context, for_=principal)
 
 
-def _settle_fields(inbox: _Inbox, fields: dict[str, str]) -> tuple[str, str, bool, Any] | str:
-    """The settle form's session, tool call, verdict and result, or why it is refused (400)."""
+@dataclass(frozen=True, slots=True)
+class _SettleForm:
+    session_id: str
+    tool_call_id: str
+    ran: bool
+    result: Any = None
+    reason: str | None = None
+
+
+def _settle_fields(inbox: _Inbox, fields: dict[str, str]) -> _SettleForm | str:
+    """The settle form's session, tool call, verdict, result and reason, or why it is
+    refused (400)."""
     session_id, tool_call_id = fields.get("session") or "", fields.get("tool_call") or ""
     if not session_id or not tool_call_id or len(session_id) > 256 or len(tool_call_id) > 256:
         return "The form does not name a session and a tool call."
+    reason = (fields.get("reason") or "").strip() or None
+    if reason is not None and len(reason) > inbox.max_reason:
+        return f"The reason is longer than {inbox.max_reason}."
     verdict = fields.get("verdict")
     if verdict not in ("ran", "did-not-run"):
         return "The form does not say whether the call ran."
@@ -817,16 +857,16 @@ def _settle_fields(inbox: _Inbox, fields: dict[str, str]) -> tuple[str, str, boo
     if verdict == "did-not-run":
         if text.strip():
             return "A result goes with \u201cit ran\u201d: a call that did not run has none."
-        return session_id, tool_call_id, False, None
+        return _SettleForm(session_id, tool_call_id, False, None, reason)
     if not text.strip():
-        return session_id, tool_call_id, True, None
+        return _SettleForm(session_id, tool_call_id, True, None, reason)
     try:
         result = result_from_json(text, "result")
     except ConfigError as exc:
         return exc.message
     if _depth(result) > inbox.bounds.max_depth:
         return f"The result is nested deeper than {inbox.bounds.max_depth} levels."
-    return session_id, tool_call_id, True, result
+    return _SettleForm(session_id, tool_call_id, True, result, reason)
 
 
 def _depth(value: Any) -> int:
@@ -856,11 +896,12 @@ async def settle(request: Request) -> Response:
         return inbox.refuse(request, 400, parsed)
     if not keeps_records(inbox.storage):
         return inbox.refuse(request, 501, "This store keeps no tool-execution ledger.")
-    session_id, tool_call_id, ran, result = parsed
-    outcome = await inbox.settle(principal, session_id, tool_call_id, ran, result)
+    outcome = await inbox.settle(
+        principal, parsed.session_id, parsed.tool_call_id, parsed.ran, parsed.result, parsed.reason
+    )
     if outcome.kind == "settled":
         inbox.changes.notify()
-    context = {"outcome": outcome, "ran": ran}
+    context = {"outcome": outcome, "ran": parsed.ran}
     return inbox.page(request, "settled.html", context, outcome.status_code, for_=principal)
 
 
@@ -875,9 +916,11 @@ async def audit_page(request: Request) -> Response:
         return inbox.refuse(request, 501, "This store keeps no audit trail.")
     try:
         entries = await inbox.trail(session_id)
+        settles = await inbox.settles(session_id)
     except ConfigError:
         return inbox.refuse(request, 404, "No such session.")
     context = {"session_id": session_id, **_audit_context(inbox, entries)}
+    context.update(_settle_context(inbox, settles))
     return inbox.page(request, "audit.html", context, for_=principal)
 
 
@@ -888,6 +931,14 @@ def _audit_context(inbox: _Inbox, entries: tuple[AuditEntry, ...]) -> dict[str, 
     ordered = sorted(entries, key=lambda entry: (entry.cursor, entry.at_ms))
     shown = ordered[-inbox.page_size :]
     return {"audit": shown, "audit_hidden": len(entries) - len(shown)}
+
+
+def _settle_context(inbox: _Inbox, entries: tuple[SettleAuditEntry, ...]) -> dict[str, Any]:
+    """The newest ``page_size`` settle entries, oldest first (by time, then the ledger version
+    they wrote over), and how many more; shown inert and bounded."""
+    ordered = sorted(entries, key=lambda entry: (entry.at_ms, entry.version))
+    shown = ordered[-inbox.page_size :]
+    return {"settles": shown, "settles_hidden": len(entries) - len(shown)}
 
 
 async def events(request: Request) -> Response:
@@ -910,6 +961,21 @@ def _deny(principal: Principal, pending: PendingApproval) -> bool:
 
 def _allow(principal: Principal, pending: PendingApproval) -> bool:
     return True
+
+
+class AllowPrincipals:
+    """A permission hook (``can_decide`` or ``can_settle``) that allows exactly the named
+    principals, compared by identity (a principal's ``id``, else ``str(principal)``; the one
+    its CSRF tokens are bound to). No names: nobody."""
+
+    def __init__(self, names: tuple[str, ...] | frozenset[str] = ()) -> None:
+        self.names = frozenset(names)
+
+    def __call__(self, principal: Principal, item: object) -> bool:
+        return principal_identity(principal) in self.names
+
+    def __repr__(self) -> str:
+        return f"AllowPrincipals({sorted(self.names)!r})"
 
 
 def _deny_settle(principal: Principal, unknown: UnknownExecution) -> bool:

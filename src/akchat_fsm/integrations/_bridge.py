@@ -932,11 +932,20 @@ class Bridge(_BridgeBase):
         return self.ledger.unknown()
 
     def settle_execution(
-        self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
+        self,
+        tool_call_id: str,
+        *,
+        ran: bool,
+        result: Any = None,
+        operator: str | None = None,
+        reason: str | None = None,
     ) -> LedgerEntry:
         """An operator's verdict on an unknown execution (see :meth:`ToolLedger.settle`);
-        ``operator`` names who gave it (the entry's owner; default: this bridge's owner)."""
-        return self.ledger.settle(tool_call_id, ran=ran, result=result, operator=operator)
+        ``operator`` names who gave it (the entry's owner, default this bridge's; and the
+        principal of the audit entry written first, with ``reason``, via ``api``)."""
+        return self.ledger.settle(
+            tool_call_id, ran=ran, result=result, operator=operator, reason=reason
+        )
 
 
 class AsyncBridge(_BridgeBase):
@@ -1056,8 +1065,17 @@ class AsyncBridge(_BridgeBase):
         return await self.ledger.unknown()
 
     async def settle_execution(
-        self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
+        self,
+        tool_call_id: str,
+        *,
+        ran: bool,
+        result: Any = None,
+        operator: str | None = None,
+        reason: str | None = None,
     ) -> LedgerEntry:
         """An operator's verdict on an unknown execution (see :meth:`ToolLedger.settle`);
-        ``operator`` names who gave it (the entry's owner; default: this bridge's owner)."""
-        return await self.ledger.settle(tool_call_id, ran=ran, result=result, operator=operator)
+        ``operator`` names who gave it (the entry's owner, default this bridge's; and the
+        principal of the audit entry written first, with ``reason``, via ``api``)."""
+        return await self.ledger.settle(
+            tool_call_id, ran=ran, result=result, operator=operator, reason=reason
+        )

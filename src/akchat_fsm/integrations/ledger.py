@@ -51,6 +51,16 @@ from ..errors import (
 from ..machines.execution import ExecutionEvent, ExecutionState
 from ..machines.tables import EXECUTION_TABLE, MACHINES
 from ..session.drivers import Ports, run_async, run_sync
+from ..session.settle_audit import (
+    SETTLE_AUDIT_PREFIX,
+    Decider,
+    SettleAuditEntry,
+    check_settler,
+    plan_create_settle_entry,
+    read_settle_entries,
+    settle_audit_key,
+    settle_decided,
+)
 from ..storage.checks import check_record_key, check_session_id, now_ms
 from ._bridge_io import (
     ASYNC_BODY,
@@ -68,6 +78,7 @@ from ._bridge_io import (
 
 __all__ = [
     "LEDGER_PREFIX",
+    "SETTLE_AUDIT_PREFIX",
     "AsyncToolLedger",
     "BridgeError",
     "ClaimAction",
@@ -79,6 +90,7 @@ __all__ = [
     "ExecutionUnknown",
     "LedgerEntry",
     "RecordedToolFailure",
+    "SettleAuditEntry",
     "SettleRefused",
     "ToolCallMismatch",
     "ToolLedger",
@@ -92,10 +104,13 @@ __all__ = [
     "plan_execute",
     "plan_get",
     "plan_settle",
+    "plan_settle_trail",
     "plan_settle_unknown",
     "plan_unknown",
     "recorded_failure",
     "result_from_json",
+    "settle_trail",
+    "settle_trail_async",
 ]
 
 T = TypeVar("T")
@@ -160,6 +175,12 @@ def recorded_failure(entry: LedgerEntry) -> RecordedToolFailure:
 # --------------------------------------------------------------------------- the entry
 
 
+def _optional_text(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"expected a str or null, got {type(value).__name__}")
+    return value
+
+
 def args_digest(args: Mapping[str, Any] | str | None) -> str:
     """SHA-256 of the arguments' canonical JSON (sorted keys): what a claim is bound to."""
     if isinstance(args, str):
@@ -207,6 +228,10 @@ class LedgerEntry:
     error: str | None = None
     error_type: str | None = None
     version: int = 0
+    #: The nonce of the last operator's verdict that applied to this call (its settle audit
+    #: entry's, ADR-0136), kept by every later write until the next verdict; ``None``: never
+    #: settled.
+    verdict: str | None = None
 
     def to_json(self) -> str:
         body = {
@@ -225,6 +250,8 @@ class LedgerEntry:
             "error": self.error,
             "errorType": self.error_type,
         }
+        if self.verdict is not None:  # absent otherwise: an unsettled entry's text is unchanged
+            body["verdict"] = self.verdict
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
     @classmethod
@@ -249,6 +276,7 @@ class LedgerEntry:
                 error=raw.get("error"),
                 error_type=raw.get("errorType"),
                 version=int(version),
+                verdict=_optional_text(raw.get("verdict")),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"A ledger record is not valid: {exc!r}.") from exc
@@ -355,6 +383,8 @@ def decide_claim(stored: LedgerEntry | None, request: ClaimRequest) -> ClaimDeci
         claim=request.claim,
         owner=request.owner,
         started_ms=request.now_ms,
+        # An operator's verdict stays named through a re-claim (ADR-0136: settle_decided).
+        verdict=None if stored is None else stored.verdict,
     )
     return ClaimDecision(
         ClaimAction.RUN, write=write, expected=None if stored is None else stored.version
@@ -585,6 +615,45 @@ def _release_declined(
         stored = yield from _load(session_id, key)
 
 
+def new_verdict_nonce() -> str:
+    """A verdict's nonce (128 random bits, hex): in its audit entry's key and the ledger's."""
+    return secrets.token_hex(16)
+
+
+def _record_settle(
+    session_id: str,
+    stored: LedgerEntry,
+    write: LedgerEntry,
+    settler: Decider,
+    reason: str | None,
+    now_ms: int,
+) -> Plan[None]:
+    """The settle's create-only audit entry, durable before its compare-and-set over
+    ``stored.version`` (ADR-0136); a write that did not land raises and nothing is sent."""
+    assert write.verdict is not None
+    ran = write.state is ExecutionState.EXECUTED
+    entry = SettleAuditEntry(
+        session_id=session_id,
+        tool_call_id=stored.tool_call_id,
+        tool=stored.tool,
+        version=stored.version,
+        ran=ran,
+        result=write.result if ran else None,
+        principal=settler.principal,
+        via=settler.via,
+        reason=reason,
+        args_digest=stored.args_digest,
+        at_ms=now_ms,
+        nonce=write.verdict,
+        settled_state=stored.state.value,
+        settled_owner=stored.owner,
+        settled_attempt=stored.attempt,
+        follows=stored.verdict,
+    )
+    key = settle_audit_key(ledger_key(stored.tool_call_id), stored.version, write.verdict)
+    yield from plan_create_settle_entry(session_id, entry, key)
+
+
 def plan_settle(
     session_id: str,
     tool_call_id: str,
@@ -593,17 +662,34 @@ def plan_settle(
     result: Any,
     operator: str,
     clock: Callable[[], int] = now_ms,
+    settler: Decider | None = None,
+    reason: str | None = None,
+    nonce: Callable[[], str] = new_verdict_nonce,
 ) -> Plan[LedgerEntry]:
-    """Record an operator's verdict on an unknown execution (one CAS, re-decided on conflict)."""
+    """Record an operator's verdict on an unknown execution (one CAS, re-decided on conflict).
+
+    Each attempt first writes its audit entry (who: ``settler``, why: ``reason``), keyed by
+    the version it writes over; an attempt whose CAS loses leaves an entry that never applied
+    (its verdict nonce is stored nowhere). A CAS whose outcome was unknown and did apply is
+    recognised by its nonce on the re-read, not re-decided.
+    """
     key = ledger_key(tool_call_id)
+    mine: set[str] = set()
     for _ in range(CLAIM_ATTEMPTS):
         stored = yield from _load(session_id, key)
+        if stored is not None and stored.verdict in mine:
+            return stored  # our own write applied after all
+        at = clock()
         write = decide_settle(
-            stored, tool_call_id, ran=ran, result=result, now_ms=clock(), operator=operator
+            stored, tool_call_id, ran=ran, result=result, now_ms=at, operator=operator
         )
         if write is None:
             assert stored is not None
             return stored
+        assert stored is not None  # decide_settle refuses a missing entry
+        write = replace(write, verdict=nonce())
+        yield from _record_settle(session_id, stored, write, settler or Decider(), reason, at)
+        mine.add(write.verdict or "")
         if (yield from _save(session_id, key, write, write.version)):
             return replace(write, version=write.version + 1)
     raise ExecutionClaimLost(f"Tool call {tool_call_id!r} kept changing; not settled.")
@@ -655,13 +741,17 @@ def plan_settle_unknown(
     result: Any,
     operator: str,
     now_ms: int,
+    settler: Decider | None = None,
+    reason: str | None = None,
+    nonce: Callable[[], str] = new_verdict_nonce,
 ) -> Plan[LedgerEntry]:
     """An operator's verdict, written only over the entry read, which must still be unknown.
 
     Unlike :func:`plan_settle` (which re-decides on a conflict), one compare-and-set over the
-    version read: anything that changed the entry in between makes this write nothing and
-    raise :class:`SettleRefused` saying what the entry is now (ADR-0104). The verdict itself
-    is :func:`decide_settle`'s.
+    version read: anything that changed the entry in between makes this write nothing to the
+    ledger and raise :class:`SettleRefused` saying what the entry is now (ADR-0104). The
+    verdict itself is :func:`decide_settle`'s. Its audit entry is written first (ADR-0136);
+    after a lost compare-and-set it stays, as an attempt that did not apply.
     """
     key = ledger_key(tool_call_id)
     stored = yield from _load(session_id, key)
@@ -679,14 +769,87 @@ def plan_settle_unknown(
         stored, tool_call_id, ran=ran, result=result, now_ms=now_ms, operator=operator
     )
     assert write is not None  # an executing entry always changes
-    applied = yield SaveRecord(session_id, key, write.to_json(), stored.version, False)
+    write = replace(write, verdict=nonce())
+    yield from _record_settle(session_id, stored, write, settler or Decider(), reason, now_ms)
+    try:
+        applied = yield SaveRecord(session_id, key, write.to_json(), stored.version, False)
+    except OutcomeUnknown:
+        applied = False  # settled by the re-read: our nonce is there if it applied
     if applied:
         return replace(write, version=stored.version + 1)
     now_stored = yield from _load(session_id, key)
+    if now_stored is not None and now_stored.verdict == write.verdict:
+        return now_stored
     raise SettleRefused(
         f"tool call {tool_call_id!r} changed while settling: it is now "
         f"{describe_entry(now_stored)}; {NOTHING_WRITTEN}",
         now_stored,
+    )
+
+
+# --------------------------------------------------------------------------- the settle trail
+
+
+def plan_settle_trail(
+    session_id: str, tool_call_id: str | None = None, since_ms: int | None = None
+) -> Plan[tuple[SettleAuditEntry, ...]]:
+    """The session's settle entries (one call's with ``tool_call_id``; from ``since_ms`` on),
+    each marked ``decided`` when its verdict applied (:func:`settle_decided`, which reads each
+    call's ledger entry once)."""
+    keys = yield ListRecords(session_id, SETTLE_AUDIT_PREFIX)
+    stored: list[tuple[str, object]] = []
+    for key in keys:
+        record = yield LoadRecord(session_id, key)
+        if record is not None:
+            stored.append((key, record[1]))
+    entries = read_settle_entries(session_id, stored)
+    if tool_call_id is not None:
+        entries = [e for e in entries if e.tool_call_id == tool_call_id]
+    verdicts: dict[str, str | None] = {}
+    for call in sorted({e.tool_call_id for e in entries}):
+        try:
+            ledger = yield from _load(session_id, ledger_key(call))
+        except ConfigError:  # an unreadable ledger entry names no verdict
+            ledger = None
+        verdicts[call] = None if ledger is None else ledger.verdict
+    marked = settle_decided(entries, verdicts)
+    return tuple(e for e in marked if since_ms is None or e.at_ms >= since_ms)
+
+
+def _trail_plan(
+    storage: Any, session_id: object, tool_call_id: object, since_ms: object
+) -> Plan[tuple[SettleAuditEntry, ...]]:
+    """The plan, every argument checked first (nothing is read on a refusal)."""
+    require_records(storage)
+    sid = check_session_id(session_id)
+    if tool_call_id is not None and not isinstance(tool_call_id, str):
+        raise ConfigError(f"tool_call_id must be a str or None, got {type(tool_call_id).__name__}.")
+    if since_ms is not None and (isinstance(since_ms, bool) or not isinstance(since_ms, int)):
+        raise ConfigError(f"since_ms must be an int (epoch ms) or None, got {since_ms!r}.")
+    return plan_settle_trail(sid, tool_call_id, since_ms)
+
+
+def settle_trail(
+    storage: Any, session_id: str, *, tool_call_id: str | None = None, since_ms: int | None = None
+) -> tuple[SettleAuditEntry, ...]:
+    """Who settled which unknown execution of the session (one call's with ``tool_call_id``;
+    from ``since_ms`` on): every attempt, its verdict, and whether it applied (ADR-0136).
+
+    ``ConfigError`` for a storage without records or bad arguments, before any read.
+    """
+    return run_sync(_trail_plan(storage, session_id, tool_call_id, since_ms), Ports(storage))
+
+
+async def settle_trail_async(
+    storage: Any, session_id: str, *, tool_call_id: str | None = None, since_ms: int | None = None
+) -> tuple[SettleAuditEntry, ...]:
+    """Who settled which unknown execution of the session (one call's with ``tool_call_id``;
+    from ``since_ms`` on): every attempt, its verdict, and whether it applied (ADR-0136).
+
+    ``ConfigError`` for a storage without records or bad arguments, before any read.
+    """
+    return await run_async(
+        _trail_plan(storage, session_id, tool_call_id, since_ms), Ports(asyncio_records(storage))
     )
 
 
@@ -732,8 +895,15 @@ class _LedgerBase:
         return plan_execute(self.session_id, request, clock=self._clock, encode=self._encode)
 
     def _settle(
-        self, tool_call_id: str, ran: bool, result: Any, operator: str | None
+        self,
+        tool_call_id: str,
+        ran: bool,
+        result: Any,
+        operator: str | None,
+        reason: str | None,
+        via: str,
     ) -> Plan[LedgerEntry]:
+        settler = check_settler(operator, via, reason)  # before anything is read
         return plan_settle(
             self.session_id,
             tool_call_id,
@@ -741,11 +911,20 @@ class _LedgerBase:
             result=result,
             operator=operator or self.owner,
             clock=self._clock,
+            settler=settler,
+            reason=reason,
         )
 
     def _settle_unknown(
-        self, tool_call_id: str, ran: bool, result: Any, operator: str | None
+        self,
+        tool_call_id: str,
+        ran: bool,
+        result: Any,
+        operator: str | None,
+        reason: str | None,
+        via: str,
     ) -> Plan[LedgerEntry]:
+        settler = check_settler(operator, via, reason)  # before anything is read
         return plan_settle_unknown(
             self.session_id,
             tool_call_id,
@@ -753,6 +932,8 @@ class _LedgerBase:
             result=result,
             operator=operator or self.owner,
             now_ms=self._clock(),
+            settler=settler,
+            reason=reason,
         )
 
     @staticmethod
@@ -802,16 +983,39 @@ class ToolLedger(_LedgerBase):
         return run_sync(plan_unknown(self.session_id), Ports(self._io))
 
     def settle(
-        self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
+        self,
+        tool_call_id: str,
+        *,
+        ran: bool,
+        result: Any = None,
+        operator: str | None = None,
+        reason: str | None = None,
+        via: str = "api",
     ) -> LedgerEntry:
-        """Settle an unknown execution: it ``ran`` (with ``result``), or it did not (released)."""
-        return run_sync(self._settle(tool_call_id, ran, result, operator), Ports(self._io))
+        """Settle an unknown execution: it ``ran`` (with ``result``), or it did not (released).
+
+        ``operator`` (the principal, named in the audit entry written first; ADR-0136) and
+        ``reason`` are recorded with ``via`` (``api``, ``inbox`` or ``cli``)."""
+        return run_sync(
+            self._settle(tool_call_id, ran, result, operator, reason, via), Ports(self._io)
+        )
 
     def settle_unknown(
-        self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
+        self,
+        tool_call_id: str,
+        *,
+        ran: bool,
+        result: Any = None,
+        operator: str | None = None,
+        reason: str | None = None,
+        via: str = "api",
     ) -> LedgerEntry:
-        """Settle only if the outcome is still unknown, in one CAS; else :class:`SettleRefused`."""
-        return run_sync(self._settle_unknown(tool_call_id, ran, result, operator), Ports(self._io))
+        """Settle only if the outcome is still unknown, in one CAS; else :class:`SettleRefused`.
+
+        Audited as :meth:`settle` is, before the compare-and-set."""
+        return run_sync(
+            self._settle_unknown(tool_call_id, ran, result, operator, reason, via), Ports(self._io)
+        )
 
 
 class AsyncToolLedger(_LedgerBase):
@@ -856,15 +1060,36 @@ class AsyncToolLedger(_LedgerBase):
         return await run_async(plan_unknown(self.session_id), Ports(self._io))
 
     async def settle(
-        self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
+        self,
+        tool_call_id: str,
+        *,
+        ran: bool,
+        result: Any = None,
+        operator: str | None = None,
+        reason: str | None = None,
+        via: str = "api",
     ) -> LedgerEntry:
-        """Settle an unknown execution: it ``ran`` (with ``result``), or it did not (released)."""
-        return await run_async(self._settle(tool_call_id, ran, result, operator), Ports(self._io))
+        """Settle an unknown execution: it ``ran`` (with ``result``), or it did not (released).
+
+        ``operator`` (the principal, named in the audit entry written first; ADR-0136) and
+        ``reason`` are recorded with ``via`` (``api``, ``inbox`` or ``cli``)."""
+        return await run_async(
+            self._settle(tool_call_id, ran, result, operator, reason, via), Ports(self._io)
+        )
 
     async def settle_unknown(
-        self, tool_call_id: str, *, ran: bool, result: Any = None, operator: str | None = None
+        self,
+        tool_call_id: str,
+        *,
+        ran: bool,
+        result: Any = None,
+        operator: str | None = None,
+        reason: str | None = None,
+        via: str = "api",
     ) -> LedgerEntry:
-        """Settle only if the outcome is still unknown, in one CAS; else :class:`SettleRefused`."""
+        """Settle only if the outcome is still unknown, in one CAS; else :class:`SettleRefused`.
+
+        Audited as :meth:`settle` is, before the compare-and-set."""
         return await run_async(
-            self._settle_unknown(tool_call_id, ran, result, operator), Ports(self._io)
+            self._settle_unknown(tool_call_id, ran, result, operator, reason, via), Ports(self._io)
         )

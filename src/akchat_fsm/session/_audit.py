@@ -284,3 +284,222 @@ def plan_audited_claim(
                     )
         stalls = 0 if holder.cursor > cursor else stalls + 1
     raise SessionConflict(session_id=holder.session_id, expected_cursor=holder.cursor)
+
+
+# --------------------------------------------------------------------------- operator settles
+# ADR-0136. An operator's verdict on an unknown execution (``ToolLedger.settle``,
+# ``settle_unknown``) writes its entry here before the ledger's compare-and-set. The settle
+# plans live with the ledger (``integrations/ledger.py``); what is stored, and the rule that
+# says which entries applied, are here, beside the decisions' own.
+
+#: Not under ``audit:``: a decision's key is ``audit:<token>:<cursor>``, and readers of that
+#: prefix (``audit_trail``, the bridges' deciding entry) stay exactly as they were.
+SETTLE_AUDIT_PREFIX = "audit-settle:"
+#: Where an operator's verdict comes from (the library's sweep never settles).
+SETTLE_VIAS = ("api", "inbox", "cli")
+#: A reason is the operator's note, bounded like a stored record's strings need to be.
+MAX_SETTLE_REASON = 4_000
+_MAX_KEY = 200
+
+
+def settle_audit_key(ledger_key: str, version: int, nonce: str) -> str:
+    """``audit-settle:<call>:<version>:<nonce>``: the ledger key's call part (its SHA-256 when
+    the key would be too long), the ledger version the settle read and CAS'd against
+    (zero-padded: keys sort by version), and the settle's own nonce. Unique per attempt, so a
+    create never contends: which attempt applied is told by the nonce (:func:`settle_decided`)."""
+    import hashlib  # here: this section only appends to the module
+
+    call = ledger_key.split(":", 1)[1] if ":" in ledger_key else ledger_key
+    key = f"{SETTLE_AUDIT_PREFIX}{call}:{version:0{_CURSOR_DIGITS}d}:{nonce}"
+    if len(key) > _MAX_KEY:
+        digest = hashlib.sha256(call.encode("utf-8", "surrogatepass")).hexdigest()
+        key = f"{SETTLE_AUDIT_PREFIX}sha256:{digest}:{version:0{_CURSOR_DIGITS}d}:{nonce}"
+    return key
+
+
+def check_settler(principal: object, via: object, reason: object) -> Decider:
+    """Who settles, from where, and the reason's type and bound; ``ConfigError`` before any read."""
+    if via not in SETTLE_VIAS:
+        raise ConfigError(f"via must be one of {', '.join(SETTLE_VIAS)}, got {via!r}.")
+    if reason is not None and (
+        not isinstance(reason, str) or utf16_len(reason) > MAX_SETTLE_REASON
+    ):
+        raise ConfigError(
+            f"reason must be None or a str of at most {MAX_SETTLE_REASON} characters.",
+            hint="Say briefly how you checked the tool's side effect.",
+        )
+    try:
+        return check_decider(principal, via)
+    except ConfigError as exc:
+        raise ConfigError(exc.message.replace("decided_by", "operator"), hint=exc.hint) from None
+
+
+@dataclass(frozen=True, slots=True)
+class SettleAuditEntry:
+    """One operator's settle attempt as recorded before its compare-and-set (``decided``: its
+    verdict applied; see :func:`settle_decided`).
+
+    ``version`` is the ledger entry's version the settle read and wrote over; ``settled_*``
+    is what it read (the state, and whose claim it settled); ``nonce`` is the verdict's, which
+    the ledger entry carries from that write on (``LedgerEntry.verdict``), and ``follows`` the
+    verdict nonce the entry carried when read (the previous verdict that applied, if any).
+    """
+
+    session_id: str
+    tool_call_id: str
+    tool: str
+    version: int
+    ran: bool
+    result: Any
+    principal: str | None
+    via: str
+    reason: str | None
+    #: the ledger entry's arguments digest: what the execution claim was bound to
+    args_digest: str
+    at_ms: int
+    nonce: str
+    settled_state: str
+    settled_owner: str
+    settled_attempt: int
+    follows: str | None = None
+    decided: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON-able form; ``"kind": "settle"`` tells it from a decision's entry in the
+        ``akchat-fsm audit --json`` export."""
+        return {
+            "kind": "settle",
+            "sessionId": self.session_id,
+            "toolCallId": self.tool_call_id,
+            "tool": self.tool,
+            "version": self.version,
+            "verdict": "ran" if self.ran else "did-not-run",
+            "result": self.result,
+            "principal": self.principal,
+            "via": self.via,
+            "reason": self.reason,
+            "argsDigest": self.args_digest,
+            "at": self.at_ms,
+            "settled": {
+                "state": self.settled_state,
+                "owner": self.settled_owner,
+                "attempt": self.settled_attempt,
+            },
+            "nonce": self.nonce,
+            "follows": self.follows,
+            "decided": self.decided,
+        }
+
+
+def settle_entry_text(entry: SettleAuditEntry) -> str:
+    """The stored text of a settle entry (``decided`` is never stored: it is read off)."""
+    fields = {key: value for key, value in entry.to_json().items() if key != "decided"}
+    del fields["sessionId"]
+    fields["v"] = _VERSION
+    return json.dumps(fields, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _parse_settle(session_id: str, text: object) -> SettleAuditEntry | None:
+    """The settle entry a record holds (``None``: not one, or from a newer version)."""
+    try:
+        raw = json.loads(text) if isinstance(text, str) else None
+        if not isinstance(raw, dict) or raw.get("v") != _VERSION or raw.get("kind") != "settle":
+            return None
+        settled = raw["settled"]
+        entry = SettleAuditEntry(
+            session_id,
+            raw["toolCallId"],
+            raw["tool"],
+            raw["version"],
+            raw["verdict"] == "ran",
+            raw["result"],
+            raw["principal"],
+            raw["via"],
+            raw["reason"],
+            raw["argsDigest"],
+            raw["at"],
+            raw["nonce"],
+            settled["state"],
+            settled["owner"],
+            settled["attempt"],
+            raw["follows"],
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+    texts = (
+        entry.tool_call_id,
+        entry.tool,
+        entry.via,
+        entry.args_digest,
+        entry.nonce,
+        entry.settled_state,
+        entry.settled_owner,
+    )
+    optional = (entry.principal, entry.reason, entry.follows)
+    numbers = (entry.version, entry.at_ms, entry.settled_attempt)
+    if (
+        not all(isinstance(t, str) for t in texts)
+        or not all(t is None or isinstance(t, str) for t in optional)
+        or not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers)
+    ):
+        return None
+    return entry
+
+
+def read_settle_entries(
+    session_id: str, stored: Iterable[tuple[str, object]]
+) -> list[SettleAuditEntry]:
+    """Parse ``(key, text)`` pairs of the settle prefix, per call in version order (then time);
+    unreadable ones are skipped."""
+    entries = [
+        _parse_settle(session_id, text)
+        for key, text in stored
+        if key.startswith(SETTLE_AUDIT_PREFIX)
+    ]
+    return sorted(
+        (e for e in entries if e is not None), key=lambda e: (e.tool_call_id, e.version, e.at_ms)
+    )
+
+
+def settle_decided(
+    entries: list[SettleAuditEntry], verdicts: dict[str, str | None]
+) -> list[SettleAuditEntry]:
+    """Mark every entry whose verdict applied. ``verdicts`` maps each call to the verdict nonce
+    its ledger entry carries now.
+
+    A settle's compare-and-set writes its own nonce into the ledger entry, and every later
+    write of that entry keeps it until the next verdict that applies replaces it; that one's
+    entry, written before its write, read it (``follows``). So a verdict applied if and only if
+    its nonce is the ledger's now or a later entry of the call follows it: a nonce whose write
+    lost was never stored, so nothing can name it."""
+    named: dict[str, set[str]] = {}
+    for call, nonce in verdicts.items():
+        if nonce is not None:
+            named.setdefault(call, set()).add(nonce)
+    for entry in entries:
+        if entry.follows is not None:
+            named.setdefault(entry.tool_call_id, set()).add(entry.follows)
+    out = []
+    for entry in entries:
+        value = entry.nonce in named.get(entry.tool_call_id, ())
+        out.append(entry if entry.decided is value else replace(entry, decided=value))
+    return out
+
+
+SETTLE_ENTRY_NOT_WRITTEN = (
+    "the settle's audit entry could not be written (a re-read did not find it), so the verdict "
+    "was not sent; nothing changed and a retry is safe"
+)
+
+
+def plan_create_settle_entry(session_id: str, entry: SettleAuditEntry, key: str) -> Plan[None]:
+    """Create a settle's entry under ``key`` (create-only, as a decision's); an unknown outcome
+    is settled by reading it back. Not ours when read: :class:`StorageUnavailable`, and the
+    caller sends no verdict."""
+    text = settle_entry_text(entry)
+    try:
+        created = yield from _create(session_id, key, text)
+    except StorageUnavailable as exc:
+        raise StorageUnavailable(SETTLE_ENTRY_NOT_WRITTEN) from exc
+    if not created:  # a fresh nonce's key holds another text: nothing of ours may follow it
+        raise StorageUnavailable(SETTLE_ENTRY_NOT_WRITTEN)
