@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ._audit_index import AUDIT_KEY_PREFIX, AuditQuery, check_audit_query
 from ._cas import (
     PreparedSave,
     check_record_key,
@@ -17,17 +18,16 @@ from ._cas import (
     prepare_save,
     prepare_stored_record,
 )
-from ._audit_index import AUDIT_KEY_PREFIX, AuditQuery, check_audit_query
 from ._pending import PendingQuery, check_pending_query
 from .port import AuditRef, PendingApproval
 
 __all__ = [
-    "AuditStatements",
-    "audit_refs",
     "PENDING_COLUMNS",
     "PENDING_INDEXES",
+    "AuditStatements",
     "PendingStatements",
     "SqlStatements",
+    "audit_refs",
     "found_session",
     "pending_items",
     "pending_params",

@@ -1,7 +1,7 @@
 """Whether a storage has an optional capability: the one check every layer decides by.
 
-A capability (records, the processing index, the pending index, the audit index; port.py) is present when every
-method of its protocol can be looked up on the storage and called. This is deliberately not
+A capability (records, the processing, pending and audit indexes; port.py) is present when
+every method of its protocol can be looked up on the storage and called. This is deliberately not
 ``isinstance(storage, RecordStorage)``: from Python 3.12 a runtime-checkable protocol looks
 attributes up statically (``inspect.getattr_static``), so a wrapper that forwards to its
 storage through ``__getattr__`` has the capability on 3.11 and lacks it on 3.12+. A session

@@ -10,6 +10,13 @@ from __future__ import annotations
 import threading
 
 from ..wire.session import SessionSnapshot
+from ._audit_index import (
+    audit_admits,
+    audit_indexed,
+    audit_sort_key,
+    check_audit_query,
+    make_audit_page,
+)
 from ._cas import (
     PendingRow,
     cas_allows,
@@ -21,8 +28,6 @@ from ._cas import (
     prepare_stored_record,
     record_prefix_matches_nothing,
 )
-from ._audit_index import audit_admits, audit_indexed, audit_sort_key, check_audit_query
-from ._audit_index import make_audit_page
 from ._closing import AsyncClosing, Closing
 from ._pending import admits, carry_since, check_pending_query, check_token, make_page, sort_key
 from .port import (
@@ -56,7 +61,7 @@ class MemoryStorage(Closing):
         # The pending index (ADR-0029), under the same lock: session id -> its pending rows.
         self._pending: dict[str, tuple[PendingApproval, ...]] = {}
         # The audit index (ADR-0139), under the same lock: session id -> audit key -> the
-        # instant the record was created.
+        # instant of the record's last write.
         self._audit: dict[str, dict[str, int]] = {}
 
     def load(self, session_id: str) -> str | None:
@@ -122,7 +127,7 @@ class MemoryStorage(Closing):
                 return False
             records[p.key] = (p.version, p.text, p.processing)
             if audit_indexed(p.key):
-                self._audit.setdefault(p.session_id, {}).setdefault(p.key, p.written_ms)
+                self._audit.setdefault(p.session_id, {})[p.key] = p.written_ms
             envelope, busy, _ = self._index.get(p.session_id, (False, frozenset(), 0))
             busy = busy | {p.key} if p.processing else busy - {p.key}
             self._index[p.session_id] = (envelope, busy, p.written_ms)

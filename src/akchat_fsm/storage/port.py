@@ -312,7 +312,7 @@ class AuditRef:
     session_id: str
     #: The record key (``audit:<token>:<cursor>``); read the entry with ``load_record``.
     key: str
-    #: The adapter's clock at the write that created the record (epoch ms).
+    #: The adapter's clock at the record's last write, its create for an entry (epoch ms).
     written_ms: int
 
 
@@ -329,10 +329,11 @@ class AuditRefPage:
 class AuditIndex(Protocol):
     """Lists the audit records of every session, oldest first, without loading envelopes.
 
-    Every record whose key starts with ``audit:`` is listed from the write that created it
-    (the same atomic write: an index entry exists iff the record does) until
-    ``delete_record`` or ``delete(session_id)`` removes it; a later update of the record
-    leaves its entry as it was. Order: ascending ``(written_ms, session_id, key)``, ids and
+    Every record whose key starts with ``audit:`` is listed, at the instant of its last write
+    (``written_ms``, the adapter's clock), by the same atomic write: an index entry exists
+    iff the record does, until ``delete_record`` or ``delete(session_id)`` removes it. Audit
+    entries are create-only (ADR-0132), so that instant is their create's. Order: ascending
+    ``(written_ms, session_id, key)``, ids and
     keys by code point. ``since_ms`` keeps entries with ``written_ms >= since_ms``;
     ``after`` is a page's ``next_after`` (keyset pagination: stable under concurrent writes,
     one indexed range read per page); ``limit`` is 1..1000. A bad argument is a

@@ -46,6 +46,7 @@ from psycopg.pq import TransactionStatus
 
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
+from ._audit_index import make_audit_page
 from ._cas import (
     DEFAULT_TABLE,
     PreparedSave,
@@ -57,7 +58,6 @@ from ._cas import (
     processing_statuses,
     record_prefix_matches_nothing,
 )
-from ._audit_index import make_audit_page
 from ._closing import AsyncClosing, Closing
 from ._pending import check_token, make_page
 from ._read_only import read_only_refusal

@@ -60,6 +60,13 @@ from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailab
 from ..wire.decode import decode_session_snapshot
 from ..wire.js import is_identifier
 from ..wire.session import SessionSnapshot
+from ._audit_index import (
+    AuditQuery,
+    audit_indexed,
+    audit_sort_key,
+    check_audit_query,
+    make_audit_page,
+)
 from ._cas import (
     PendingRow,
     check_limit,
@@ -72,8 +79,6 @@ from ._cas import (
     prepare_stored_record,
     record_prefix_matches_nothing,
 )
-from ._audit_index import AuditQuery, audit_indexed, audit_sort_key, check_audit_query
-from ._audit_index import make_audit_page
 from ._closing import AsyncClosing, Closing
 from ._pending import (
     PendingQuery,
@@ -298,9 +303,9 @@ end
 #: ARGV[1] written ms, ARGV[2] session id, ARGV[3] key, ARGV[4] expected version ("" =
 #: create-only), ARGV[5] new version, ARGV[6] text, ARGV[7] "1" if processing, ARGV[8] the
 #: audit index's sorted set when the key is an audit entry's (else ""), ARGV[9] written ms
-#: padded. An audit record is listed from its create: its member "<ms> <sid> <key>" (scored 0,
-#: ordered by bytes, so by ``audit_sort_key``), and ``a:<key>`` keeps the instant so a delete
-#: finds the member; an update of the record leaves both (ADR-0139).
+#: padded. An audit record is listed at its last write: its member "<ms> <sid> <key>" (scored
+#: 0, ordered by bytes, so by ``audit_sort_key``), and ``a:<key>`` keeps the instant so the
+#: next write or a delete finds the member (ADR-0139).
 RECORD_SCRIPT = (
     """\
 local v, p = 'v:' .. ARGV[3], 'p:' .. ARGV[3]
@@ -318,8 +323,12 @@ if not busy or not tonumber(ARGV[1]) or not string.match(ARGV[5] or '', '^%d+$')
 end
 local was = redis.call('HEXISTS', KEYS[2], p) == 1
 redis.call('HSET', KEYS[2], v, ARGV[5], 'b:' .. ARGV[3], ARGV[6])
-if ARGV[8] ~= '' and redis.call('HSETNX', KEYS[2], 'a:' .. ARGV[3], ARGV[9]) == 1 then
-  redis.call('ZADD', ARGV[8], 0, ARGV[9] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
+if ARGV[8] ~= '' then
+  local tail = ' ' .. ARGV[2] .. ' ' .. ARGV[3]
+  local listed = redis.call('HGET', KEYS[2], 'a:' .. ARGV[3])
+  if listed then redis.call('ZREM', ARGV[8], listed .. tail) end
+  redis.call('HSET', KEYS[2], 'a:' .. ARGV[3], ARGV[9])
+  redis.call('ZADD', ARGV[8], 0, ARGV[9] .. tail)
 end
 if ARGV[7] == '1' and not was then
   busy = busy + 1

@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
+from ._audit_index import make_audit_page
 from ._cas import (
     DEFAULT_TABLE,
     PreparedSave,
@@ -43,7 +44,6 @@ from ._cas import (
     processing_statuses,
     record_prefix_matches_nothing,
 )
-from ._audit_index import make_audit_page
 from ._closing import Closing
 from ._pending import carry_since, check_token, make_page
 from ._read_only import read_only_refusal
