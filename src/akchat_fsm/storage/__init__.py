@@ -12,12 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 from .memory import AsyncMemoryStorage, MemoryStorage
 from .port import (
+    AsyncAuditIndex,
     AsyncDeletableSessionStorage,
     AsyncManagedSessionStorage,
     AsyncPendingIndex,
     AsyncProcessingIndex,
     AsyncRecordStorage,
     AsyncSessionStorage,
+    AuditIndex,
+    AuditRef,
+    AuditRefPage,
     DeletableSessionStorage,
     ManagedSessionStorage,
     PendingApproval,
@@ -39,6 +43,7 @@ if TYPE_CHECKING:
     from .redis import AsyncRedisStorage, RedisStorage
 
 __all__ = [
+    "AsyncAuditIndex",
     "AsyncDeletableSessionStorage",
     "AsyncManagedSessionStorage",
     "AsyncMemoryStorage",
@@ -50,6 +55,9 @@ __all__ = [
     "AsyncRedisStorage",
     "AsyncSQLiteStorage",
     "AsyncSessionStorage",
+    "AuditIndex",
+    "AuditRef",
+    "AuditRefPage",
     "DeletableSessionStorage",
     "ManagedSessionStorage",
     "MemoryStorage",
