@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._audit_index import AUDIT_KEY_PREFIX
+from .capabilities import MissingCapability
 from .memory import AsyncMemoryStorage, MemoryStorage
 from .port import (
     AsyncAuditIndex,
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from .redis import AsyncRedisStorage, RedisStorage
 
 __all__ = [
+    "AUDIT_KEY_PREFIX",
     "AsyncAuditIndex",
     "AsyncDeletableSessionStorage",
     "AsyncManagedSessionStorage",
@@ -61,6 +64,7 @@ __all__ = [
     "DeletableSessionStorage",
     "ManagedSessionStorage",
     "MemoryStorage",
+    "MissingCapability",
     "MySQLStorage",
     "PendingApproval",
     "PendingIndex",

@@ -2,10 +2,10 @@
 
 A record created under ``audit:`` is listed from its create (by the same atomic write) until
 ``delete_record`` or ``delete`` removes it, at the instant of its last write; no other record
-is listed; a losing create changes nothing listed; pages are keyset pages in ``(written_ms, session_id, key)``
-order. The store may hold other data: every walk starts at ``since_ms`` a little before the
-check began and keeps only this check's sessions. A handful of writes: it runs on every
-adapter in CI.
+is listed; a losing create changes nothing listed; pages are keyset pages in
+``(written_ms, session_id, key)`` order. The store may hold other data: every walk starts at
+``since_ms`` a little before the check began and keeps only this check's sessions. A handful
+of writes: it runs on every adapter in CI.
 """
 
 from __future__ import annotations
