@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from ..storage._audit_index import check_audit_query
 from ..storage.capabilities import AUDIT_METHODS, MissingCapability, has_audit_index, keeps_records
-from ..storage.checks import check_session_id
+from ..storage.checks import check_audit_query, check_session_id
 from ..storage.port import AuditRefPage
 from ..wire.decode import decode_session_snapshot
 from ..wire.session import ConfirmationBinding
