@@ -23,8 +23,11 @@ Row = tuple[int, str, str]
 _TEXT = '{"v":1}'
 
 
-def _walk(storage: Any, since_ms: int, limit: int, pages: int = 50) -> list[Row]:
-    """Every row from ``since_ms`` on, page after page, as :data:`Row` tuples."""
+def _walk(
+    storage: Any, since_ms: int, limit: int, pages: int = 50, until_ms: int | None = None
+) -> list[Row]:
+    """Every row from ``since_ms`` on, page after page, as :data:`Row` tuples (``until_ms``:
+    stop once a page reaches past that instant; the store may hold others' entries)."""
     rows: list[Row] = []
     after = None
     for _ in range(pages):
@@ -33,7 +36,7 @@ def _walk(storage: Any, since_ms: int, limit: int, pages: int = 50) -> list[Row]
             raise AssertionError(f"list_audit(limit={limit}) returned {len(page.items)} rows")
         rows += [(item.written_ms, item.session_id, item.key) for item in page.items]
         after = page.next_after
-        if after is None:
+        if after is None or (until_ms is not None and rows and rows[-1][0] > until_ms):
             return rows
     raise AssertionError(f"list_audit(since_ms=...) did not end within {pages} pages of {limit}")
 
@@ -80,7 +83,8 @@ def audit_index(ctx: KitContext) -> str:
         raise AssertionError(
             f"list_audit's rows are not in ascending (written_ms, session_id, key) order: {listed}"
         )
-    if _ours(_walk(a, since, 1), mine) != listed:
+    first, last = listed[0][0], listed[-1][0]
+    if _ours(_walk(a, first, 1, pages=1000, until_ms=last), mine) != listed:
         raise AssertionError(
             "pages of 1 (following next_after) do not list the same rows in the same order as "
             "one page: a keyset page resumes right after its cursor's row"
