@@ -11,12 +11,13 @@ audit index only holds the audit entries, so the time should be flat in the numb
 records: the last line divides the ratio at the largest table by the one at the smallest.
 
     .venv/bin/python benchmarks/bench_audit.py [--records 20000,200000] [--audit 10000]
-        [--repeat 20] [--batch 10] [--only sqlite,postgres]
+        [--repeat 20] [--batch 10] [--only sqlite,postgres,redis]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 import uuid
@@ -100,9 +101,43 @@ def postgres_store(tmp: Path, records: int, audit: int) -> Iterator[Store]:
         adapter.close()
 
 
+@contextmanager
+def redis_store(tmp: Path, records: int, audit: int) -> Iterator[Store]:
+    """The records hashes and the audit set as the record script writes them (pipelined);
+    the raw side is one ``ZRANGEBYLEX … LIMIT 0 51`` of the set."""
+    import redis
+
+    from akchat_fsm.storage import RedisStorage
+
+    url = os.environ.get("AKCHAT_REDIS_URL", "redis://127.0.0.1:6379/0")
+    prefix = f"bench:{uuid.uuid4().hex[:10]}:"
+    adapter = RedisStorage(url, prefix=prefix)
+    raw = redis.Redis.from_url(url)
+    try:
+        pipe = raw.pipeline(transaction=False)
+        for n, (sid, key, version, body, _, ms) in enumerate(rows(records, audit)):
+            fields = {f"v:{key}": version, f"b:{key}": body}
+            if key.startswith("audit:"):
+                fields[f"a:{key}"] = f"{ms:016d}"
+                pipe.zadd(f"{prefix}#audit", {f"{ms:016d} {sid} {key}": 0})
+            pipe.hset(f"{prefix}{sid}#records", mapping=fields)
+            if n % 5000 == 4999:
+                pipe.execute()
+        pipe.set(f"{prefix}#audit:backfilled", "1")
+        pipe.execute()
+        yield adapter, lambda _: raw.zrangebylex(f"{prefix}#audit", "-", "+", 0, PAGE + 1), ""
+    finally:
+        names = list(raw.scan_iter(match=f"{prefix}*", count=10_000))
+        for i in range(0, len(names), 10_000):
+            raw.delete(*names[i : i + 10_000])
+        raw.close()
+        adapter.close()
+
+
 STORES: dict[str, Callable[[Path, int, int], AbstractContextManager[Store]]] = {
     "sqlite": sqlite_store,
     "postgres": postgres_store,
+    "redis": redis_store,
 }
 
 
@@ -121,7 +156,10 @@ def interleaved(calls: dict[str, Callable[[], Any]], repeat: int, batch: int) ->
 def measure(name: str, store: AbstractContextManager[Store], records: int, args: Any) -> float:
     with store as (adapter, raw, sql):
         page = adapter.list_audit(limit=PAGE)
-        expected = [str(row[2]) for row in raw(sql)[:PAGE]]
+        expected = [
+            bytes(row).decode().split(" ")[2] if isinstance(row, bytes) else str(row[2])
+            for row in raw(sql)[:PAGE]
+        ]
         if [ref.key for ref in page.items] != expected or page.next_after is None:
             raise RuntimeError(f"{name}: the first page disagrees with the raw query")
         after = page.next_after
