@@ -12,8 +12,10 @@ upgrades and refuses to answer from an index it knows to be missing.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -211,9 +213,16 @@ def test_mysql_a_store_without_the_index_is_upgraded_by_the_next_writer(
         pytest.raises(ConfigError, match="predates the audit index"),
     ):
         reader.list_audit()
-    with open_storage(url) as first, open_storage(url) as second:
-        assert _listed(first) == before
-        assert _listed(second) == before  # the second writer found the column there
+    # Writers connecting at once: one ALTER adds the column, the others find it there.
+    barrier = threading.Barrier(3)
+
+    def connect(_: int) -> list[tuple[int, str, str]]:
+        with open_storage(url) as writer:
+            barrier.wait(30)
+            return _listed(writer)
+
+    with ThreadPoolExecutor(3) as pool:
+        assert list(pool.map(connect, range(3))) == [before] * 3
     with open_storage(url, read_only=True) as reader:
         assert _listed(reader) == before
 
