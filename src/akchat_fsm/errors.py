@@ -18,6 +18,8 @@ Catch the narrowest class that matches what you can do about it::
     │   ├── StoredCursorMismatch   an adapter's cursor column disagrees with its stored body
     │   ├── InvalidConfirmationToken    unknown here, or another session's token (inert)
     │   ├── LimitExceeded          a documented bound would be crossed (before any side effect)
+    │   ├── MissingCapability      (akchat_fsm.storage) the adapter lacks a storage capability
+    │   │                          the call needs; .capability names it (nothing was read)
     │   └── ToolCallMismatch       (akchat_fsm.integrations.ledger) a call id reused for
     │                              another tool or other arguments; nothing ran
     ├── IllegalTransition          a machine refused (state, event); names both; unchanged

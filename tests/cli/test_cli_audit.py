@@ -82,3 +82,66 @@ def test_inspect_shows_the_trail_after_the_envelope(tmp_path: Path) -> None:
     assert approved in head  # the envelope first
     (ana,) = [line for line in trail.splitlines() if approved in line]
     assert "ana@example.com" in ana and " applied" in ana
+
+
+def _second_session(url: str) -> str:
+    """Another session, where bo rejected one call."""
+    now = iter(range(1_783_729_000_000, 1_783_729_000_000 + 10**6, 1_000))
+    storage = open_storage(url)
+    try:
+        session = resume_chat_session(
+            ChatDefinition("cli-test"),
+            session_id="chat-8",
+            storage=storage,
+            clock=lambda: next(now),
+        )
+        coordinator = session.confirmations_for(RecordingUpstream())
+        token = coordinator.propose("email.send", {"to": "c@example.com"}).token
+        coordinator.reject(token, reason="wrong person", decided_by="bo")
+    finally:
+        storage.close()
+    return token
+
+
+def test_without_a_session_every_session_is_exported_oldest_write_first(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    approved, expired = _decided(url)
+    rejected = _second_session(url)
+    result = run("audit", url, "--json")
+    assert result.exit_code == 0, result.stderr
+    entries = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(e["sessionId"], e["token"], e["principal"]) for e in entries] == [
+        ("chat-7", approved, "ana@example.com"),
+        ("chat-7", expired, None),
+        ("chat-8", rejected, "bo"),
+    ]
+    assert all(e["decided"] for e in entries)
+    table = run("audit", url, "--width", "220")
+    assert table.exit_code == 0, table.stderr
+    (bo,) = [line for line in table.stdout.splitlines() if rejected in line]
+    assert "chat-8" in bo and "bo" in bo and "wrong person" in bo
+    # --since is the store's clock at the write: every entry was written just now.
+    assert len(run("audit", url, "--json", "--since", "1h").stdout.splitlines()) == 3
+    future = str(10**15)
+    assert run("audit", url, "--json", "--since", "1s", "--now", future).stdout == ""
+
+
+def test_without_a_session_a_token_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    approved, _ = _decided(url)
+    result = run("audit", url, "--token", approved)
+    assert result.exit_code == 2 and "--token needs a SESSION" in result.stderr
+
+
+def test_without_a_session_a_store_without_the_audit_index_says_so(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "s.db"
+    url = f"sqlite:///{path}"
+    _decided(url)
+    with sqlite3.connect(path) as raw:  # as the builds before the index left it
+        raw.execute("DROP INDEX akchat_sessions__records_audit")
+    result = run("audit", url)  # read-only: it does not upgrade the store
+    assert result.exit_code == 2
+    assert "predates the audit index" in result.stderr
+    assert run("audit", url, "chat-7").exit_code == 0  # one session's trail needs no index

@@ -20,6 +20,7 @@ from akchat_fsm.errors import ConfigError
 from akchat_fsm.inbox.app import create_inbox
 from akchat_fsm.session import ChatDefinition, audit_trail, resume_chat_session
 from akchat_fsm.storage.capabilities import (
+    has_audit_index,
     has_pending_index,
     has_processing_index,
     keeps_records,
@@ -61,9 +62,10 @@ class ProposeDies(RecordingUpstream):
 def test_a_forwarding_wrapper_has_every_capability_of_what_it_wraps(inner: Any) -> None:
     wrapped = Forwarding(inner)
     assert keeps_records(wrapped) and has_processing_index(wrapped)
-    assert has_pending_index(wrapped)
+    assert has_pending_index(wrapped) and has_audit_index(wrapped)
     bare = Forwarding(object())
     assert not (keeps_records(bare) or has_processing_index(bare) or has_pending_index(bare))
+    assert not has_audit_index(bare)
 
 
 def test_a_session_over_a_forwarding_wrapper_writes_its_intent_and_its_audit_entry() -> None:

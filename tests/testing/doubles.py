@@ -470,6 +470,7 @@ class _MemoryView(MemoryStorage):
         self._records = store._records
         self._index = store._index
         self._pending = store._pending
+        self._audit = store._audit
 
 
 def shared_memory(cls: Callable[[MemoryStorage], T]) -> Callable[[], T]:
@@ -556,6 +557,37 @@ class OffsetPages(_MemoryView):
         items = whole[start : start + limit]
         more = start + limit < len(whole)
         return PendingPage(items, f"offset-{start + limit}" if more else None)
+
+
+class AuditOutsideTheWrite(_MemoryView):
+    """The audit index is stamped before the record's compare-and-set, so a create that
+    loses (the key exists) moves the entry (an index kept by a second write)."""
+
+    def save_record(
+        self,
+        session_id: str,
+        key: str,
+        text: str,
+        expected_version: int | None,
+        *,
+        processing: bool = False,
+    ) -> bool:
+        if key.startswith("audit:"):
+            # The second write's own clock, a second after the first's: it moves the entry.
+            with self._lock:
+                self._audit.setdefault(session_id, {})[key] = int(time.time() * 1000) + 1_000
+        return super().save_record(session_id, key, text, expected_version, processing=processing)
+
+
+class DeleteKeepsAudit(_MemoryView):
+    """delete(session_id) forgets the envelope, its records and indexes, not its audit rows."""
+
+    def delete(self, session_id: str) -> None:
+        with self._lock:
+            self._rows.pop(session_id, None)
+            self._records.pop(session_id, None)
+            self._index.pop(session_id, None)
+            self._pending.pop(session_id, None)
 
 
 class OnlyInThisProcess:

@@ -14,10 +14,12 @@ import pytest
 from doubles import (
     AcceptsStaleCursor,
     AsyncDictStorage,
+    AuditOutsideTheWrite,
     BucketedKey,
     CaseInsensitiveDelete,
     CheckThenAct,
     CreateOverwrites,
+    DeleteKeepsAudit,
     DeleteKeepsPending,
     DeleteKeepsRecords,
     DictStorage,
@@ -51,7 +53,7 @@ from akchat_fsm.storage import AsyncMemoryStorage, MemoryStorage
 from akchat_fsm.testing import CHECKS, FaultyStorage, check_session_storage
 from akchat_fsm.testing.conformance import PROPERTIES, UNTYPED_ERRORS, CheckOutcome
 
-PENDING_CHECKS = ("pending_index", "pending_index_filters", "pending_index_pages")
+PENDING_CHECKS = ("pending_index", "pending_index_filters", "pending_index_pages", "audit_index")
 
 
 def test_a_correct_adapter_passes_every_check() -> None:
@@ -264,6 +266,18 @@ BROKEN: list[tuple[str, Callable[[], Any], set[str], str]] = [
         shared_memory(OffsetPages),
         {"pending_index_pages"},
         "a keyset page resumes after the cursor's key",
+    ),
+    (
+        "AuditOutsideTheWrite",
+        shared_memory(AuditOutsideTheWrite),
+        {"audit_index"},
+        "a create that returned False (the key exists) changed the audit index",
+    ),
+    (
+        "DeleteKeepsAudit",
+        shared_memory(DeleteKeepsAudit),
+        {"audit_index"},
+        "both must unlist what they removed",
     ),
 ]
 

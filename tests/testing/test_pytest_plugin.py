@@ -48,6 +48,7 @@ class TestDictStorageThroughTheMixin(SessionStorageConformance):
             "pending_index",
             "pending_index_filters",
             "pending_index_pages",
+            "audit_index",
         }
     )
 

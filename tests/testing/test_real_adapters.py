@@ -110,6 +110,8 @@ def _not_provided(module: str, *names: str) -> frozenset[str]:
             missing.add("processing_index")
         if not callable(getattr(cls, "list_pending", None)):
             missing |= _PENDING_CHECKS
+        if not callable(getattr(cls, "list_audit", None)):
+            missing.add("audit_index")
     return frozenset(missing)
 
 

@@ -6,7 +6,7 @@ and async classes only pick the driver that runs it (:mod:`.drivers`).
 
 from __future__ import annotations
 
-from .audit import AuditEntry, audit_trail, audit_trail_async
+from .audit import AuditEntry, AuditPage, audit_log, audit_log_async, audit_trail, audit_trail_async
 from .definition import ChatDefinition, ConversationFlow, Route
 from .observers import Observer, SessionEvent, SessionEventKind
 from .ports import (
@@ -38,6 +38,7 @@ __all__ = [
     "AsyncToolCallStatusMemory",
     "AsyncUpstreamChat",
     "AuditEntry",
+    "AuditPage",
     "ChatDefinition",
     "ChatMemory",
     "ChatSession",
@@ -52,6 +53,8 @@ __all__ = [
     "ToolCallStatusMemory",
     "UpstreamChat",
     "UpstreamFailed",
+    "audit_log",
+    "audit_log_async",
     "audit_trail",
     "audit_trail_async",
     "reconcile",

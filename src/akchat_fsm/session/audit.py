@@ -3,31 +3,40 @@
 Every approve, reject and expire on a store with the records capability writes one entry
 before its claim (ADR-0132; the mechanism is in :mod:`._audit`). ``audit_trail(storage,
 session_id)`` reads them back, oldest cursor first per call, each marked ``decided`` when it
-is the claim that applied. Read-only: it needs no definition and writes nothing.
+is the claim that applied. ``audit_log(storage, since_ms=...)`` pages through the entries of
+every session, oldest write first, by the store's audit index (ADR-0139). Read-only: neither
+needs a definition nor writes anything.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from ..storage.capabilities import keeps_records
-from ..storage.checks import check_session_id
+from ..storage.capabilities import AUDIT_METHODS, MissingCapability, has_audit_index, keeps_records
+from ..storage.checks import check_audit_query, check_session_id
+from ..storage.port import AuditRefPage
 from ..wire.decode import decode_session_snapshot
 from ..wire.session import ConfirmationBinding
 from ._audit import AUDIT_PREFIX, AuditEntry, audit_key, check_decider, decided, read_entries
 from .drivers import Ports, run_async, run_sync
-from .effects import ListRecords, Load, LoadRecord, Plan
+from .effects import ListAudit, ListRecords, Load, LoadRecord, Plan
 
 __all__ = [
     "AUDIT_PREFIX",
     "AuditEntry",
+    "AuditPage",
     "audit_key",
+    "audit_log",
+    "audit_log_async",
     "audit_trail",
     "audit_trail_async",
     "check_decider",
+    "plan_audit_page",
     "plan_deciding_entry",
 ]
+
 
 NO_RECORDS = (
     "This storage has no records capability, so it keeps no audit trail: decisions on it are "
@@ -43,11 +52,105 @@ def _plan(session_id: str, token: str | None, since_ms: int | None) -> Plan[tupl
         record = yield LoadRecord(session_id, key)
         if record is not None:
             stored.append((key, record[1]))
-    raw = yield Load(session_id)
-    snapshot = decode_session_snapshot(raw[0] if isinstance(raw, tuple) else raw).snapshot
-    bindings = () if snapshot is None else snapshot.confirmations
+    bindings = yield from _bindings(session_id)
     entries = decided(read_entries(session_id, stored), bindings)
     return tuple(e for e in entries if since_ms is None or e.at_ms >= since_ms)
+
+
+def _bindings(session_id: str) -> Plan[tuple[ConfirmationBinding, ...]]:
+    """The session's confirmations as stored (none: deleted, or never saved)."""
+    raw = yield Load(session_id)
+    snapshot = decode_session_snapshot(raw[0] if isinstance(raw, tuple) else raw).snapshot
+    return () if snapshot is None else snapshot.confirmations
+
+
+@dataclass(frozen=True, slots=True)
+class AuditPage:
+    """One page of :func:`audit_log`: entries in the index's order, and the next page's cursor."""
+
+    entries: tuple[AuditEntry, ...]
+    #: Pass it as ``after`` for the next page; ``None`` when there is none. A page may hold
+    #: fewer entries than ``limit`` (an entry deleted, or unreadable) and still have a next.
+    next_after: str | None
+
+
+def plan_audit_page(since_ms: int | None, after: str | None, limit: int) -> Plan[AuditPage]:
+    """One page of the audit index, each entry read and marked ``decided`` as
+    :func:`audit_trail` marks it. Bounded by the page: per entry one record read, per
+    session one envelope read, per call one key listing and at most one more entry read (the
+    highest cursor, which decides whether this entry's claim applied)."""
+    page: AuditRefPage = yield ListAudit(since_ms, after, limit)
+    found: dict[str, dict[str, str]] = {}
+    for ref in page.items:
+        record = yield LoadRecord(ref.session_id, ref.key)
+        if record is not None:
+            found.setdefault(ref.session_id, {})[ref.key] = record[1]
+    marked: dict[tuple[str, str], AuditEntry] = {}
+    for sid, texts in found.items():
+        parsed = {key: read_entries(sid, [(key, text)]) for key, text in texts.items()}
+        mine = [(key, got[0]) for key, got in parsed.items() if got]
+        # The highest cursor of each call decides; read it where it is not on this page.
+        tops: list[AuditEntry] = []
+        for token in sorted({entry.token for _, entry in mine}):
+            keys = yield ListRecords(sid, f"{AUDIT_PREFIX}{token}:")
+            top = max(keys, default=None)
+            if top is not None and top not in texts:
+                record = yield LoadRecord(sid, top)
+                if record is not None:
+                    tops += read_entries(sid, [(top, record[1])])
+        bindings = yield from _bindings(sid)
+        judged = decided([entry for _, entry in mine] + tops, bindings)
+        for (key, _), entry in zip(mine, judged, strict=False):
+            marked[(sid, key)] = entry
+    entries = tuple(
+        marked[(ref.session_id, ref.key)]
+        for ref in page.items
+        if (ref.session_id, ref.key) in marked
+    )
+    return AuditPage(entries, page.next_after)
+
+
+def _log_plan(
+    storage: Any, since_ms: int | None, after: str | None, limit: int
+) -> tuple[Plan[AuditPage], Ports]:
+    """The plan and its ports, the capability and every argument checked first."""
+    if not has_audit_index(storage):
+        missing = tuple(m for m in AUDIT_METHODS if not callable(getattr(storage, m, None)))
+        raise MissingCapability("AuditIndex", missing, "An audit query across sessions", storage)
+    if not keeps_records(storage):
+        raise ConfigError(NO_RECORDS, hint="Use a shipped adapter, or one that keeps records.")
+    check_audit_query(since_ms=since_ms, after=after, limit=limit)
+    return plan_audit_page(since_ms, after, limit), Ports(storage)
+
+
+def audit_log(
+    storage: Any, *, since_ms: int | None = None, after: str | None = None, limit: int = 100
+) -> AuditPage:
+    """One page of the audit entries of every session, oldest write first (ADR-0139).
+
+    ``since_ms``: only entries the store wrote at or after that epoch-ms instant (the
+    adapter's clock at the write); ``after``: the previous page's ``next_after``; ``limit``:
+    1..1000 index rows a page. Each entry is marked ``decided`` as :func:`audit_trail` marks
+    it. :class:`~akchat_fsm.storage.capabilities.MissingCapability` (a ``ConfigError``) for
+    a storage without the ``AuditIndex`` capability, ``ConfigError`` for bad arguments, both
+    before any read.
+    """
+    return run_sync(*_log_plan(storage, since_ms, after, limit))
+
+
+async def audit_log_async(
+    storage: Any, *, since_ms: int | None = None, after: str | None = None, limit: int = 100
+) -> AuditPage:
+    """One page of the audit entries of every session, oldest write first (ADR-0139).
+
+    ``since_ms``: only entries the store wrote at or after that epoch-ms instant (the
+    adapter's clock at the write); ``after``: the previous page's ``next_after``; ``limit``:
+    1..1000 index rows a page. Each entry is marked ``decided`` as :func:`audit_trail` marks
+    it. :class:`~akchat_fsm.storage.capabilities.MissingCapability` (a ``ConfigError``) for
+    a storage without the ``AuditIndex`` capability, ``ConfigError`` for bad arguments, both
+    before any read.
+    """
+    return await run_async(*_log_plan(storage, since_ms, after, limit))
 
 
 def plan_deciding_entry(session_id: str, binding: ConfirmationBinding) -> Plan[AuditEntry | None]:

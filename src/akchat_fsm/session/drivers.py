@@ -39,6 +39,7 @@ from .effects import (
     Effect,
     Emit,
     ExpireListed,
+    ListAudit,
     ListPending,
     ListProcessing,
     ListRecords,
@@ -78,7 +79,7 @@ RIGHT_BRIDGE_API = {
 }
 RIGHT_SWEEP_API = {"async": "reconcile_all_async", "sync": "reconcile_all"}
 #: Which effects read storage (a failure changed nothing); every other storage effect writes.
-_READS = (Load, LoadRecord, ListRecords, ListProcessing, ListPending)
+_READS = (Load, LoadRecord, ListRecords, ListProcessing, ListPending, ListAudit)
 
 
 @dataclass
@@ -186,6 +187,7 @@ def _start(effect: PortEffect, ports: Ports) -> _Started:
             | ListRecords()
             | ListProcessing()
             | ListPending()
+            | ListAudit()
         ):
             return _store(effect, ports.storage)
         case ProposeUpstream(tool_call_id=tool_call_id, name=name, args=args):
@@ -254,9 +256,12 @@ def _store(effect: StorageEffect, storage: Any) -> _Started:
         case ListPending(expiring_before_ms=expiring_before_ms, after=after, limit=limit):
             method, args = "list_pending", ()
             kwargs = {"expiring_before_ms": expiring_before_ms, "after": after, "limit": limit}
+        case ListAudit(since_ms=since_ms, after=after, limit=limit):
+            method, args = "list_audit", ()
+            kwargs = {"since_ms": since_ms, "after": after, "limit": limit}
         case _:
             assert_never(effect)
-    records = isinstance(effect, LoadRecord | SaveRecord | DeleteRecord | ListRecords)
+    records = isinstance(effect, LoadRecord | SaveRecord | DeleteRecord | ListRecords | ListAudit)
     sweep = isinstance(effect, ListProcessing | ListPending)
     try:
         returned = getattr(storage, method)(*args, **kwargs)

@@ -34,6 +34,7 @@ __all__ = [
     "Emit",
     "ExpireListed",
     "Expired",
+    "ListAudit",
     "ListPending",
     "ListProcessing",
     "ListRecords",
@@ -197,6 +198,16 @@ class ListPending:
 
 
 @dataclass(frozen=True, slots=True)
+class ListAudit:
+    """``storage.list_audit(since_ms=..., after=..., limit=...)`` → one
+    :class:`~akchat_fsm.storage.port.AuditRefPage` of audit records across sessions."""
+
+    since_ms: int | None
+    after: str | None
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class AskHost:
     """``ports_for(session_id)``: what to reconcile this session with, or ``None``."""
 
@@ -256,6 +267,7 @@ StorageEffect: TypeAlias = (
     | ListRecords
     | ListProcessing
     | ListPending
+    | ListAudit
 )
 BridgeEffect: TypeAlias = StartRuntime | ResumeRuntime
 SweepEffect: TypeAlias = AskHost | ReconcileListed | ExpireListed | Progress

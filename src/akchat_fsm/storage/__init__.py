@@ -10,14 +10,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._audit_index import AUDIT_KEY_PREFIX
+from .capabilities import MissingCapability
 from .memory import AsyncMemoryStorage, MemoryStorage
 from .port import (
+    AsyncAuditIndex,
     AsyncDeletableSessionStorage,
     AsyncManagedSessionStorage,
     AsyncPendingIndex,
     AsyncProcessingIndex,
     AsyncRecordStorage,
     AsyncSessionStorage,
+    AuditIndex,
+    AuditRef,
+    AuditRefPage,
     DeletableSessionStorage,
     ManagedSessionStorage,
     PendingApproval,
@@ -39,6 +45,8 @@ if TYPE_CHECKING:
     from .redis import AsyncRedisStorage, RedisStorage
 
 __all__ = [
+    "AUDIT_KEY_PREFIX",
+    "AsyncAuditIndex",
     "AsyncDeletableSessionStorage",
     "AsyncManagedSessionStorage",
     "AsyncMemoryStorage",
@@ -50,9 +58,13 @@ __all__ = [
     "AsyncRedisStorage",
     "AsyncSQLiteStorage",
     "AsyncSessionStorage",
+    "AuditIndex",
+    "AuditRef",
+    "AuditRefPage",
     "DeletableSessionStorage",
     "ManagedSessionStorage",
     "MemoryStorage",
+    "MissingCapability",
     "MySQLStorage",
     "PendingApproval",
     "PendingIndex",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ._audit_index import AUDIT_KEY_PREFIX, AuditQuery, check_audit_query
 from ._cas import (
     PreparedSave,
     check_record_key,
@@ -18,13 +19,15 @@ from ._cas import (
     prepare_stored_record,
 )
 from ._pending import PendingQuery, check_pending_query
-from .port import PendingApproval
+from .port import AuditRef, PendingApproval
 
 __all__ = [
     "PENDING_COLUMNS",
     "PENDING_INDEXES",
+    "AuditStatements",
     "PendingStatements",
     "SqlStatements",
+    "audit_refs",
     "found_session",
     "pending_items",
     "pending_params",
@@ -176,3 +179,69 @@ def pending_params(items: Iterable[PendingApproval]) -> list[tuple[str, str, str
 def found_session(row: Sequence[Any] | None) -> str | None:
     """``find_token``'s answer from its one-row read."""
     return None if row is None else _text(row[0])
+
+
+# --------------------------------------------------------------------------- the audit index
+#
+# No table of its own (ADR-0139): the audit records are rows of `<table>__records`, and the
+# index is an index over them, restricted to keys under `audit:` (a partial index on SQLite and
+# PostgreSQL, an indexed generated column on MySQL/MariaDB). The database updates it in the very
+# statement that creates the record, so an entry exists iff the record does, and building it on
+# an existing table indexes the entries already stored (the backfill).
+
+#: The number of characters of the prefix, for the ``LEFT``/``substr`` of the predicates.
+AUDIT_PREFIX_LEN = len(AUDIT_KEY_PREFIX)
+
+
+class AuditStatements:
+    """The audit index's one query in one SQL dialect.
+
+    ``when``: the column holding an indexed row's instant (``written_ms``, or a generated
+    column that is NULL outside the prefix); ``where``: the index's own predicate, repeated
+    verbatim so the planner matches the partial index ("" when ``when`` already excludes
+    other keys); ``sid``/``key``: the id and key expressions in code-point order;
+    ``row_values``: the keyset as one row comparison (else spelled out, MySQL).
+    """
+
+    def __init__(
+        self,
+        records: str,
+        mark: str,
+        *,
+        when: str,
+        where: str,
+        sid: str = "session_id",
+        key: str = "key",
+        row_values: bool,
+    ) -> None:
+        self.table, self.mark, self.row_values = records, mark, row_values
+        self.when, self.where, self.sid, self.key = when, where, sid, key
+
+    def list_statement(self, **arguments: Any) -> tuple[AuditQuery, str, tuple[Any, ...]]:
+        """``list_audit(**arguments)`` checked (before any I/O), and its one indexed range read
+        of up to ``limit + 1`` rows in ``(when, session_id, key)`` order."""
+        query = check_audit_query(**arguments)
+        m, t, sid, key = self.mark, self.when, self.sid, self.key
+        where = [self.where] if self.where else []
+        where.append(f"{t} >= {m}")
+        params: list[Any] = [query.since_ms]
+        if query.after is not None:
+            if self.row_values:
+                where.append(f"({t}, {sid}, {key}) > ({m}, {m}, {m})")
+                params.extend(query.after)
+            else:
+                where.append(
+                    f"{t} >= {m} AND ({t} > {m} OR {sid} > {m} OR ({sid} = {m} AND {key} > {m}))"
+                )
+                ms, s, k = query.after
+                params.extend((ms, ms, s, s, k))
+        sql = (
+            f"SELECT {t}, session_id, {key} FROM {self.table} WHERE {' AND '.join(where)}"
+            f" ORDER BY {t}, {sid}, {key} LIMIT {m}"
+        )
+        return query, sql, (*params, query.limit + 1)
+
+
+def audit_refs(rows: Iterable[Sequence[Any]]) -> list[AuditRef]:
+    """Rows of :meth:`AuditStatements.list_statement` as :class:`AuditRef` values."""
+    return [AuditRef(_text(s), _text(k), int(ms)) for ms, s, k in rows]

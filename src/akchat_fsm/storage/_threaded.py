@@ -13,7 +13,7 @@ from typing import Generic, Protocol, TypeVar
 
 from ..wire.session import SessionSnapshot
 from ._closing import AsyncClosing
-from .port import PendingOrder, PendingPage, ProcessingSession, StoredRecord
+from .port import AuditRefPage, PendingOrder, PendingPage, ProcessingSession, StoredRecord
 
 __all__ = ["ThreadedAsyncStorage"]
 
@@ -58,6 +58,10 @@ class _Blocking(Protocol):
     ) -> PendingPage: ...
 
     def find_token(self, token: str) -> str | None: ...
+
+    def list_audit(
+        self, *, since_ms: int | None = None, after: str | None = None, limit: int = 100
+    ) -> AuditRefPage: ...
 
     def close(self) -> None: ...
 
@@ -156,6 +160,14 @@ class ThreadedAsyncStorage(AsyncClosing, Generic[S]):
     async def find_token(self, token: str) -> str | None:
         """The id of the session holding ``token`` pending, or ``None`` (see the port)."""
         return await asyncio.to_thread(self.sync.find_token, token)
+
+    async def list_audit(
+        self, *, since_ms: int | None = None, after: str | None = None, limit: int = 100
+    ) -> AuditRefPage:
+        """One page of the audit records across sessions, oldest first (see ``AuditIndex``)."""
+        return await asyncio.to_thread(
+            functools.partial(self.sync.list_audit, since_ms=since_ms, after=after, limit=limit)
+        )
 
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""

@@ -1,7 +1,7 @@
 """Whether a storage has an optional capability: the one check every layer decides by.
 
-A capability (records, the processing index, the pending index; port.py) is present when every
-method of its protocol can be looked up on the storage and called. This is deliberately not
+A capability (records, the processing, pending and audit indexes; port.py) is present when
+every method of its protocol can be looked up on the storage and called. This is deliberately not
 ``isinstance(storage, RecordStorage)``: from Python 3.12 a runtime-checkable protocol looks
 attributes up statically (``inspect.getattr_static``), so a wrapper that forwards to its
 storage through ``__getattr__`` has the capability on 3.11 and lacks it on 3.12+. A session
@@ -13,12 +13,16 @@ Either flavour passes: the sync and asyncio protocols name the same methods.
 
 from __future__ import annotations
 
-from .port import PendingIndex, ProcessingIndex, RecordStorage
+from ..errors import ConfigError
+from .port import AuditIndex, PendingIndex, ProcessingIndex, RecordStorage
 
 __all__ = [
+    "AUDIT_METHODS",
     "PENDING_METHODS",
     "PROCESSING_METHODS",
     "RECORD_METHODS",
+    "MissingCapability",
+    "has_audit_index",
     "has_pending_index",
     "has_processing_index",
     "keeps_records",
@@ -36,6 +40,7 @@ def _methods(protocol: type) -> tuple[str, ...]:
 RECORD_METHODS = _methods(RecordStorage)
 PROCESSING_METHODS = _methods(ProcessingIndex)
 PENDING_METHODS = _methods(PendingIndex)
+AUDIT_METHODS = _methods(AuditIndex)
 
 
 def provides(storage: object, methods: tuple[str, ...]) -> bool:
@@ -56,3 +61,24 @@ def has_processing_index(storage: object) -> bool:
 def has_pending_index(storage: object) -> bool:
     """Whether ``storage`` has the pending index (``PendingIndex``, either flavour)."""
     return provides(storage, PENDING_METHODS)
+
+
+def has_audit_index(storage: object) -> bool:
+    """Whether ``storage`` has the audit index (``AuditIndex``, either flavour)."""
+    return provides(storage, AUDIT_METHODS)
+
+
+class MissingCapability(ConfigError):
+    """A call needs a storage capability the adapter does not provide (a third-party adapter).
+
+    ``capability`` names it (``"AuditIndex"``, ...); ``methods`` are what the adapter lacks.
+    """
+
+    def __init__(self, capability: str, methods: tuple[str, ...], what: str, storage: object):
+        self.capability = capability
+        self.methods = methods
+        super().__init__(
+            f"{what} needs the {capability} capability, which {type(storage).__name__} does not "
+            f"provide (no {', '.join(methods)}).",
+            hint="Use a shipped adapter, or implement the capability (docs/adapters.md).",
+        )

@@ -7,6 +7,14 @@ I/O. The decisions themselves live once, in the adapters' shared module.
 
 from __future__ import annotations
 
+from ._audit_index import check_audit_query
 from ._cas import DEFAULT_TABLE, MAX_RECORD_CHARS, check_record_key, check_session_id, now_ms
 
-__all__ = ["DEFAULT_TABLE", "MAX_RECORD_CHARS", "check_record_key", "check_session_id", "now_ms"]
+__all__ = [
+    "DEFAULT_TABLE",
+    "MAX_RECORD_CHARS",
+    "check_audit_query",
+    "check_record_key",
+    "check_session_id",
+    "now_ms",
+]

@@ -10,6 +10,13 @@ from __future__ import annotations
 import threading
 
 from ..wire.session import SessionSnapshot
+from ._audit_index import (
+    audit_admits,
+    audit_indexed,
+    audit_sort_key,
+    check_audit_query,
+    make_audit_page,
+)
 from ._cas import (
     PendingRow,
     cas_allows,
@@ -23,7 +30,15 @@ from ._cas import (
 )
 from ._closing import AsyncClosing, Closing
 from ._pending import admits, carry_since, check_pending_query, check_token, make_page, sort_key
-from .port import PendingApproval, PendingOrder, PendingPage, ProcessingSession, StoredRecord
+from .port import (
+    AuditRef,
+    AuditRefPage,
+    PendingApproval,
+    PendingOrder,
+    PendingPage,
+    ProcessingSession,
+    StoredRecord,
+)
 
 __all__ = ["AsyncMemoryStorage", "MemoryStorage"]
 
@@ -45,6 +60,9 @@ class MemoryStorage(Closing):
         self._index: dict[str, tuple[bool, frozenset[str], int]] = {}
         # The pending index (ADR-0029), under the same lock: session id -> its pending rows.
         self._pending: dict[str, tuple[PendingApproval, ...]] = {}
+        # The audit index (ADR-0139), under the same lock: session id -> audit key -> the
+        # instant of the record's last write.
+        self._audit: dict[str, dict[str, int]] = {}
 
     def load(self, session_id: str) -> str | None:
         """The stored JSON text for ``session_id``, or ``None``."""
@@ -81,6 +99,7 @@ class MemoryStorage(Closing):
             self._records.pop(key, None)
             self._index.pop(key, None)
             self._pending.pop(key, None)
+            self._audit.pop(key, None)
 
     # ------------------------------------------------------------------ records capability
     def load_record(self, session_id: str, key: str) -> StoredRecord | None:
@@ -107,6 +126,8 @@ class MemoryStorage(Closing):
             if not cas_allows(None if row is None else row[0], p.expected):
                 return False
             records[p.key] = (p.version, p.text, p.processing)
+            if audit_indexed(p.key):
+                self._audit.setdefault(p.session_id, {})[p.key] = p.written_ms
             envelope, busy, _ = self._index.get(p.session_id, (False, frozenset(), 0))
             busy = busy | {p.key} if p.processing else busy - {p.key}
             self._index[p.session_id] = (envelope, busy, p.written_ms)
@@ -125,6 +146,7 @@ class MemoryStorage(Closing):
         sid, k = check_session_id(session_id), check_record_key(key)
         with self._lock:
             self._records.get(sid, {}).pop(k, None)
+            self._audit.get(sid, {}).pop(k, None)
             if sid in self._index:
                 envelope, busy, written = self._index[sid]
                 self._index[sid] = (envelope, busy - {k}, written)
@@ -183,6 +205,21 @@ class MemoryStorage(Closing):
                 sid for sid, items in self._pending.items() if any(i.token == wanted for i in items)
             ]
         return min(found, default=None)
+
+    # ------------------------------------------------------------------ audit index
+    def list_audit(
+        self, *, since_ms: int | None = None, after: str | None = None, limit: int = 100
+    ) -> AuditRefPage:
+        """One page of the audit records across sessions, oldest first (see ``AuditIndex``)."""
+        query = check_audit_query(since_ms=since_ms, after=after, limit=limit)
+        with self._lock:
+            rows = [
+                AuditRef(sid, key, ms)
+                for sid, keys in self._audit.items()
+                for key, ms in keys.items()
+            ]
+        found = sorted((r for r in rows if audit_admits(query, r)), key=audit_sort_key)
+        return make_audit_page(query, found[: query.limit + 1])
 
     def open_connections(self) -> int:
         """Always 0: nothing to leak (the leak-check capability of the conformance kit)."""
@@ -270,6 +307,12 @@ class AsyncMemoryStorage(AsyncClosing):
     async def find_token(self, token: str) -> str | None:
         """The id of the session holding ``token`` pending, or ``None`` (see the port)."""
         return self.sync.find_token(token)
+
+    async def list_audit(
+        self, *, since_ms: int | None = None, after: str | None = None, limit: int = 100
+    ) -> AuditRefPage:
+        """One page of the audit records across sessions, oldest first (see ``AuditIndex``)."""
+        return self.sync.list_audit(since_ms=since_ms, after=after, limit=limit)
 
     def open_connections(self) -> int:
         """Always 0: nothing to leak (the leak-check capability of the conformance kit)."""

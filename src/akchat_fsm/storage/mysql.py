@@ -44,6 +44,7 @@ from pymysql.constants import CLIENT  # type: ignore[import-untyped]
 
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
+from ._audit_index import make_audit_page
 from ._cas import (
     DEFAULT_TABLE,
     PreparedSave,
@@ -60,16 +61,19 @@ from ._closing import Closing
 from ._pending import carry_since, check_token, make_page
 from ._read_only import read_only_refusal
 from ._sql import (
+    AUDIT_PREFIX_LEN,
     PENDING_COLUMNS,
     PENDING_INDEXES,
+    AuditStatements,
     PendingStatements,
     SqlStatements,
+    audit_refs,
     found_session,
     pending_items,
     pending_params,
 )
 from ._threaded import ThreadedAsyncStorage
-from .port import PendingOrder, PendingPage, ProcessingSession, StoredRecord
+from .port import AuditRefPage, PendingOrder, PendingPage, ProcessingSession, StoredRecord
 
 __all__ = ["AsyncMySQLStorage", "MySQLStorage", "map_mysql_error"]
 
@@ -119,6 +123,12 @@ _EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
 }
 #: Columns compared as keys: a case-insensitive collation would alias ``A`` and ``a``.
 _KEY_COLUMNS = frozenset({"session_id", "key"})
+
+
+#: The generated column of the records table that the audit index is on (ADR-0139).
+AUDIT_COLUMN = "audit_ms"
+#: ER_DUP_FIELDNAME: another writer added the audit column first.
+_DUPLICATE_COLUMN = 1060
 
 
 def map_mysql_error(
@@ -229,6 +239,19 @@ class _Plan(SqlStatements):
         ids = "VARCHAR({n}) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
         body = "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
         tail = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+        # The audit index (ADR-0139): MySQL has no partial index, so a generated column holds
+        # the record's instant for keys under `audit:` (NULL otherwise) and is indexed. InnoDB
+        # updates it in the record's own INSERT; adding it to an existing table (one ALTER,
+        # atomic) indexes the entries already there.
+        audit_column = (
+            f"{AUDIT_COLUMN} BIGINT AS (IF(LEFT(`key`, {AUDIT_PREFIX_LEN}) = 'audit:',"
+            " written_ms, NULL)) VIRTUAL"
+        )
+        audit_key = f"KEY audit_idx ({AUDIT_COLUMN}, session_id, `key`)"
+        self.add_audit = f"ALTER TABLE {r} ADD COLUMN {audit_column}, ADD {audit_key}"
+        self.audit_sql = AuditStatements(
+            r, "%s", when=AUDIT_COLUMN, where="", key="`key`", row_values=False
+        )
         self.create = [
             f"CREATE TABLE IF NOT EXISTS {t} (session_id {ids.format(n=128)},"
             f" `cursor` BIGINT NOT NULL, body {body},"
@@ -237,7 +260,8 @@ class _Plan(SqlStatements):
             f"CREATE TABLE IF NOT EXISTS {r} (session_id {ids.format(n=128)},"
             f" `key` {ids.format(n=200)}, version BIGINT NOT NULL, body {body},"
             " processing BOOLEAN NOT NULL DEFAULT FALSE, written_ms BIGINT NOT NULL DEFAULT 0,"
-            " PRIMARY KEY (session_id, `key`), KEY processing_idx (processing, session_id))" + tail,
+            f" {audit_column}, PRIMARY KEY (session_id, `key`),"
+            f" KEY processing_idx (processing, session_id), {audit_key})" + tail,
         ]
         keys = "".join(
             f", KEY pending{suffix} ({columns})" for suffix, columns in PENDING_INDEXES.items()
@@ -403,6 +427,21 @@ class _Plan(SqlStatements):
             raise ConfigError(problem, hint=SCHEMA_HINT)
         return bool(found[False])
 
+    def audit_present(self, rows: list[tuple[Any, ...]]) -> bool:
+        """Whether the records table (``rows`` from ``columns``) has the audit column."""
+        return any(
+            not is_sessions and _text(name) == AUDIT_COLUMN for is_sessions, name, *_ in rows
+        )
+
+    def check_audit(self, records: bool, present: bool) -> None:
+        """A read-only adapter cannot add the audit index to an older store."""
+        if records and not present:
+            raise ConfigError(
+                f"MySQL table {self.records!r} predates the audit index and a read-only "
+                "adapter does not upgrade it.",
+                hint="Open it once without read_only (any host, or a writing verb).",
+            )
+
     def refuse_if_read_only(self, what: str) -> None:
         if self.read_only:
             raise read_only_refusal("MySQL storage", what)
@@ -482,6 +521,7 @@ class MySQLStorage(Closing):
         self.read_only = self._plan.read_only
         self._records = False
         self._pending = False
+        self._audit = False
         self._lock = threading.Lock()
         self._conn: Any = None
         self._closed = False
@@ -500,13 +540,17 @@ class MySQLStorage(Closing):
                 for statement in self._plan.setup(conn.get_server_info()):
                     cur.execute(statement)
                 cur.execute(self._plan.columns, self._plan.columns_params())
-                records = self._plan.layout(list(cur.fetchall()))
+                found = list(cur.fetchall())
+                records = self._plan.layout(found)
+                audit = self._plan.audit_present(found)
                 cur.execute(self._plan.has_pending, (self._plan.pending,))
                 pending = bool(cur.fetchone()[0])
                 if not self._plan.read_only:
                     for statement in self._plan.create:
                         cur.execute(statement)
-                    records = True
+                    if records and not audit:
+                        _add_audit_index(cur, self._plan, conn.get_server_info())
+                    records = audit = True
                     if not pending:
                         _add_pending_index(cur, self._plan, conn.get_server_info())
                         pending = True
@@ -517,6 +561,7 @@ class MySQLStorage(Closing):
             _close_quietly(conn)
             raise
         self._conn, self._records, self._pending = conn, records, pending
+        self._audit = audit
         return conn
 
     def _drop(self) -> None:
@@ -533,6 +578,7 @@ class MySQLStorage(Closing):
         records: bool = False,
         without_records: str | None = None,
         pending: bool = False,
+        audit: bool = False,
     ) -> Any:
         """Execute one statement: the rows (``every``), the first row, or the affected count.
 
@@ -548,8 +594,10 @@ class MySQLStorage(Closing):
             conn = self._connection()
             if pending:
                 self._plan.check_pending(self._pending)
+            if audit:
+                self._plan.check_audit(self._records, self._audit)
             if not self._records:
-                if records:
+                if records or audit:
                     return [] if every else None
                 sql = without_records or sql
 
@@ -705,6 +753,17 @@ class MySQLStorage(Closing):
         sql, params = self._plan.pending_sql.find_token, (check_token(token),)
         return found_session(self._run(sql, params, write=False, pending=True))
 
+    # ------------------------------------------------------------------ audit index
+    def list_audit(
+        self, *, since_ms: int | None = None, after: str | None = None, limit: int = 100
+    ) -> AuditRefPage:
+        """One page of the audit records across sessions, oldest first (see ``AuditIndex``)."""
+        query, sql, params = self._plan.audit_sql.list_statement(
+            since_ms=since_ms, after=after, limit=limit
+        )
+        rows = self._run(sql, params, write=False, every=True, audit=True)
+        return make_audit_page(query, audit_refs(rows))
+
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""
         return 0 if self._conn is None or not self._conn.open else 1
@@ -729,6 +788,25 @@ def _add_pending_index(cur: Any, plan: _Plan, server_info: str) -> None:
     for statement in unbounded:
         cur.execute(statement)
     _build_pending_index(cur, plan)
+    for statement in bounded:
+        cur.execute(statement)
+
+
+def _add_audit_index(cur: Any, plan: _Plan, server_info: str) -> None:
+    """Add the audit column and its index to a records table written before it (ADR-0139).
+
+    One ``ALTER TABLE``, atomic: it indexes the entries already stored. A writer that lost
+    the race to another finds the column there (error 1060) and goes on. Run without
+    ``statement_timeout_ms``, as the pending build is.
+    """
+    unbounded, bounded = plan.build_timeouts(server_info)
+    for statement in unbounded:
+        cur.execute(statement)
+    try:
+        cur.execute(plan.add_audit)
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] != _DUPLICATE_COLUMN:
+            raise
     for statement in bounded:
         cur.execute(statement)
 

@@ -34,12 +34,16 @@ from ..wire.session import SessionSnapshot
 from ._cas import check_session_id
 
 __all__ = [
+    "AsyncAuditIndex",
     "AsyncDeletableSessionStorage",
     "AsyncManagedSessionStorage",
     "AsyncPendingIndex",
     "AsyncProcessingIndex",
     "AsyncRecordStorage",
     "AsyncSessionStorage",
+    "AuditIndex",
+    "AuditRef",
+    "AuditRefPage",
     "DeletableSessionStorage",
     "ManagedSessionStorage",
     "PendingApproval",
@@ -299,3 +303,52 @@ class AsyncPendingIndex(Protocol):
     ) -> PendingPage: ...
 
     async def find_token(self, token: str) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRef:
+    """One audit entry as the audit index holds it: where it is, and when it was written."""
+
+    session_id: str
+    #: The record key (``audit:<token>:<cursor>``); read the entry with ``load_record``.
+    key: str
+    #: The adapter's clock at the record's last write, its create for an entry (epoch ms).
+    written_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRefPage:
+    """One page of :meth:`AuditIndex.list_audit`."""
+
+    items: tuple[AuditRef, ...]
+    #: Opaque keyset cursor: pass it as ``after`` for the next page; ``None`` when there is none.
+    next_after: str | None
+
+
+@runtime_checkable
+class AuditIndex(Protocol):
+    """Lists the audit records of every session, oldest first, without loading envelopes.
+
+    Every record whose key starts with ``audit:`` is listed, at the instant of its last write
+    (``written_ms``, the adapter's clock), by the same atomic write: an index entry exists
+    iff the record does, until ``delete_record`` or ``delete(session_id)`` removes it. Audit
+    entries are create-only (ADR-0132), so that instant is their create's. Order: ascending
+    ``(written_ms, session_id, key)``, ids and
+    keys by code point. ``since_ms`` keeps entries with ``written_ms >= since_ms``;
+    ``after`` is a page's ``next_after`` (keyset pagination: stable under concurrent writes,
+    one indexed range read per page); ``limit`` is 1..1000. A bad argument is a
+    :class:`~akchat_fsm.errors.ConfigError` before any I/O (ADR-0139).
+    """
+
+    def list_audit(
+        self, *, since_ms: int | None = None, after: str | None = None, limit: int = 100
+    ) -> AuditRefPage: ...
+
+
+@runtime_checkable
+class AsyncAuditIndex(Protocol):
+    """The asyncio twin of :class:`AuditIndex`."""
+
+    async def list_audit(
+        self, *, since_ms: int | None = None, after: str | None = None, limit: int = 100
+    ) -> AuditRefPage: ...

@@ -46,6 +46,7 @@ from psycopg.pq import TransactionStatus
 
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
+from ._audit_index import make_audit_page
 from ._cas import (
     DEFAULT_TABLE,
     PreparedSave,
@@ -61,14 +62,17 @@ from ._closing import AsyncClosing, Closing
 from ._pending import check_token, make_page
 from ._read_only import read_only_refusal
 from ._sql import (
+    AUDIT_PREFIX_LEN,
     PENDING_COLUMNS,
     PENDING_INDEXES,
+    AuditStatements,
     PendingStatements,
     SqlStatements,
+    audit_refs,
     found_session,
     pending_items,
 )
-from .port import PendingOrder, PendingPage, ProcessingSession, StoredRecord
+from .port import AuditRefPage, PendingOrder, PendingPage, ProcessingSession, StoredRecord
 
 __all__ = ["AsyncPostgresStorage", "PostgresStorage", "map_pg_error"]
 
@@ -264,12 +268,13 @@ def _idle_and_quiet(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
 
 
 class Layout(NamedTuple):
-    """What a connection found: a records table, the index columns on the sessions one, and
-    the pending table."""
+    """What a connection found: a records table, the index columns on the sessions one, the
+    pending table and the audit index."""
 
     records: bool
     indexed: bool
     pending: bool = False
+    audit: bool = False
 
 
 class _Plan(SqlStatements):
@@ -309,8 +314,18 @@ class _Plan(SqlStatements):
             self.setup.append(f"SET statement_timeout = {statement_timeout_ms}")
         self.records = r = derived_identifier(t, "__records")
         self.pending = p = derived_identifier(t, "__pending")
-        self.create = _schema(t, r, p)
-        self.has_pending = "SELECT to_regclass(%s) IS NOT NULL"
+        self.audit_index = derived_identifier(r, "_audit")
+        self.create = _schema(t, r, p, self.audit_index)
+        # What a read-only connection looks for: the pending table and the audit index.
+        self.has_pending = "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL"
+        self.audit_sql = AuditStatements(
+            r,
+            "%s",
+            when="written_ms",
+            where=AUDIT_WHERE,
+            sid='session_id COLLATE "C"',
+            row_values=True,
+        )
         self.pending_sql = PendingStatements(p, "%s", row_values=True)
         self.columns = (
             "SELECT a.attrelid = to_regclass(%s), a.attname, format_type(a.atttypid, a.atttypmod)"
@@ -375,6 +390,23 @@ class _Plan(SqlStatements):
             [row.action for row in p.pending],
             [row.expires_at_ms for row in p.pending],
         )
+
+    def has_pending_params(self) -> tuple[str, str]:
+        return self.pending, self.audit_index
+
+    def read_only_layout(self, layout: Layout, found: Any) -> Layout:
+        """``layout`` with what ``has_pending`` found (a read-only connection)."""
+        pending, audit = found if found else (False, False)
+        return layout._replace(pending=bool(pending), audit=bool(audit))
+
+    def check_audit(self, layout: Layout) -> None:
+        """A read-only adapter cannot add the audit index to an older store."""
+        if self.read_only and layout.records and not layout.audit:
+            raise ConfigError(
+                f"PostgreSQL table {self.table!r} predates the audit index and a read-only "
+                "adapter does not upgrade it.",
+                hint="Open it once without read_only (any host, or a writing verb).",
+            )
 
     def check_pending(self, layout: Layout) -> None:
         """A read-only adapter cannot add the pending index to an older store."""
@@ -469,7 +501,11 @@ def _with_pending(p: str, envelope: str) -> str:
     )
 
 
-def _schema(t: str, r: str, p: str) -> str:
+#: The audit index's predicate (ADR-0139), in the index and verbatim in its query.
+AUDIT_WHERE = f"left(key, {AUDIT_PREFIX_LEN}) = 'audit:'"
+
+
+def _schema(t: str, r: str, p: str, audit: str) -> str:
     """One ``DO`` block that creates the tables and indexes, or upgrades a 0.1.0 table.
 
     One statement, so the sync and async adapters run the same thing. It reads the catalog
@@ -491,7 +527,7 @@ DECLARE
 BEGIN
   IF to_regclass('{r}') IS NULL OR to_regclass('{index_t}') IS NULL
      OR to_regclass('{index_r}') IS NULL OR NOT {has_column.format(t=t, c="written_ms")}
-     OR to_regclass('{p}') IS NULL THEN
+     OR to_regclass('{p}') IS NULL OR to_regclass('{audit}') IS NULL THEN
     CREATE TABLE IF NOT EXISTS {t} (session_id text PRIMARY KEY, cursor bigint NOT NULL,
       body text NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(),
       processing boolean NOT NULL DEFAULT false, written_ms bigint NOT NULL DEFAULT 0);
@@ -517,6 +553,8 @@ BEGIN
       written_ms bigint NOT NULL DEFAULT 0, PRIMARY KEY (session_id, key));
     CREATE INDEX IF NOT EXISTS {index_t} ON {t} (written_ms) WHERE processing;
     CREATE INDEX IF NOT EXISTS {index_r} ON {r} (session_id) WHERE processing;
+    CREATE INDEX IF NOT EXISTS {audit} ON {r} (written_ms, session_id COLLATE "C", key)
+      WHERE {AUDIT_WHERE};
     IF to_regclass('{p}') IS NULL THEN
 {_pending_schema(t, p)}
     END IF;
@@ -647,10 +685,12 @@ class PostgresStorage(Closing):
                 # The table first: a short statement_timeout must not apply to the DDL.
                 with contextlib.suppress(*_CREATE_RACE):
                     conn.execute(self._plan.create)
-                layout = Layout(records=True, indexed=True, pending=True)
+                layout = Layout(records=True, indexed=True, pending=True, audit=True)
             else:
-                found = conn.execute(self._plan.has_pending, (self._plan.pending,)).fetchone()
-                layout = layout._replace(pending=bool(found and found[0]))
+                found = conn.execute(
+                    self._plan.has_pending, self._plan.has_pending_params()
+                ).fetchone()
+                layout = self._plan.read_only_layout(layout, found)
             info = conn.info
             setup = encoding_setup(info.parameter_status("server_encoding"), info.encoding)
             for statement in self._plan.setup + setup:
@@ -676,6 +716,7 @@ class PostgresStorage(Closing):
         records: bool = False,
         index: bool = False,
         pending: bool = False,
+        audit: bool = False,
         locking: str | None = None,
     ) -> Any:
         """Execute one statement; the first row, or ``None`` (no row, or a conflict).
@@ -693,7 +734,9 @@ class PostgresStorage(Closing):
                 self._plan.check_index(self._layout)
             if pending:
                 self._plan.check_pending(self._layout)
-            if records and self._plan.answer_without_records(self._layout):
+            if audit:
+                self._plan.check_audit(self._layout)
+            if (records or audit) and self._plan.answer_without_records(self._layout):
                 return [] if every else None
             for attempt in range(WRITE_ATTEMPTS):
                 try:
@@ -816,6 +859,16 @@ class PostgresStorage(Closing):
             self._run(self._plan.pending_sql.find_token, params, write=False, pending=True)
         )
 
+    def list_audit(
+        self, *, since_ms: int | None = None, after: str | None = None, limit: int = 100
+    ) -> AuditRefPage:
+        """One page of the audit records across sessions, oldest first (see ``AuditIndex``)."""
+        query, sql, params = self._plan.audit_sql.list_statement(
+            since_ms=since_ms, after=after, limit=limit
+        )
+        rows = self._run(sql, params, write=False, every=True, audit=True)
+        return make_audit_page(query, audit_refs(rows))
+
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""
         return 0 if self._conn is None or self._conn.closed else 1
@@ -874,11 +927,10 @@ class AsyncPostgresStorage(AsyncClosing):
             if not self._plan.read_only:
                 with contextlib.suppress(*_CREATE_RACE):
                     await conn.execute(self._plan.create)
-                layout = Layout(records=True, indexed=True, pending=True)
+                layout = Layout(records=True, indexed=True, pending=True, audit=True)
             else:
-                cur = await conn.execute(self._plan.has_pending, (self._plan.pending,))
-                found = await cur.fetchone()
-                layout = layout._replace(pending=bool(found and found[0]))
+                cur = await conn.execute(self._plan.has_pending, self._plan.has_pending_params())
+                layout = self._plan.read_only_layout(layout, await cur.fetchone())
             info = conn.info
             setup = encoding_setup(info.parameter_status("server_encoding"), info.encoding)
             for statement in self._plan.setup + setup:
@@ -904,6 +956,7 @@ class AsyncPostgresStorage(AsyncClosing):
         records: bool = False,
         index: bool = False,
         pending: bool = False,
+        audit: bool = False,
         locking: str | None = None,
     ) -> Any:
         if write:
@@ -914,7 +967,9 @@ class AsyncPostgresStorage(AsyncClosing):
                 self._plan.check_index(self._layout)
             if pending:
                 self._plan.check_pending(self._layout)
-            if records and self._plan.answer_without_records(self._layout):
+            if audit:
+                self._plan.check_audit(self._layout)
+            if (records or audit) and self._plan.answer_without_records(self._layout):
                 return [] if every else None
             for attempt in range(WRITE_ATTEMPTS):
                 try:
@@ -1033,6 +1088,16 @@ class AsyncPostgresStorage(AsyncClosing):
         return found_session(
             await self._run(self._plan.pending_sql.find_token, params, write=False, pending=True)
         )
+
+    async def list_audit(
+        self, *, since_ms: int | None = None, after: str | None = None, limit: int = 100
+    ) -> AuditRefPage:
+        """One page of the audit records across sessions, oldest first (see ``AuditIndex``)."""
+        query, sql, params = self._plan.audit_sql.list_statement(
+            since_ms=since_ms, after=after, limit=limit
+        )
+        rows = await self._run(sql, params, write=False, every=True, audit=True)
+        return make_audit_page(query, audit_refs(rows))
 
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""

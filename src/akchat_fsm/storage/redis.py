@@ -60,6 +60,13 @@ from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailab
 from ..wire.decode import decode_session_snapshot
 from ..wire.js import is_identifier
 from ..wire.session import SessionSnapshot
+from ._audit_index import (
+    AuditQuery,
+    audit_indexed,
+    audit_sort_key,
+    check_audit_query,
+    make_audit_page,
+)
 from ._cas import (
     PendingRow,
     check_limit,
@@ -84,6 +91,8 @@ from ._pending import (
 )
 from ._read_only import read_only_refusal
 from .port import (
+    AuditRef,
+    AuditRefPage,
     PendingApproval,
     PendingOrder,
     PendingPage,
@@ -292,7 +301,11 @@ end
 """
 
 #: ARGV[1] written ms, ARGV[2] session id, ARGV[3] key, ARGV[4] expected version ("" =
-#: create-only), ARGV[5] new version, ARGV[6] text, ARGV[7] "1" if processing.
+#: create-only), ARGV[5] new version, ARGV[6] text, ARGV[7] "1" if processing, ARGV[8] the
+#: audit index's sorted set when the key is an audit entry's (else ""), ARGV[9] written ms
+#: padded. An audit record is listed at its last write: its member "<ms> <sid> <key>" (scored
+#: 0, ordered by bytes, so by ``audit_sort_key``), and ``a:<key>`` keeps the instant so the
+#: next write or a delete finds the member (ADR-0139).
 RECORD_SCRIPT = (
     """\
 local v, p = 'v:' .. ARGV[3], 'p:' .. ARGV[3]
@@ -304,11 +317,19 @@ elseif stored ~= ARGV[4] then
 end
 local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '0')
 -- Checked before the first write (Redis never rolls a script back): all it parses.
-if not busy or not tonumber(ARGV[1]) or not string.match(ARGV[5] or '', '^%d+$') then
+if not busy or not tonumber(ARGV[1]) or not string.match(ARGV[5] or '', '^%d+$')
+   or (ARGV[8] ~= '' and not string.match(ARGV[9] or '', '^%d+$')) then
   return redis.error_reply('ERR akchat: a malformed written ms, version or record count')
 end
 local was = redis.call('HEXISTS', KEYS[2], p) == 1
 redis.call('HSET', KEYS[2], v, ARGV[5], 'b:' .. ARGV[3], ARGV[6])
+if ARGV[8] ~= '' then
+  local tail = ' ' .. ARGV[2] .. ' ' .. ARGV[3]
+  local listed = redis.call('HGET', KEYS[2], 'a:' .. ARGV[3])
+  if listed then redis.call('ZREM', ARGV[8], listed .. tail) end
+  redis.call('HSET', KEYS[2], 'a:' .. ARGV[3], ARGV[9])
+  redis.call('ZADD', ARGV[8], 0, ARGV[9] .. tail)
+end
 if ARGV[7] == '1' and not was then
   busy = busy + 1
   redis.call('HSET', KEYS[2], p, '1')
@@ -325,12 +346,18 @@ end
     + _INDEX
 )
 
-#: ARGV[1] written ms, ARGV[2] session id, ARGV[3] key. Leaves the score of a session that
-#: stays listed unchanged (a delete is not a write of state), like the memory adapter.
+#: ARGV[1] written ms, ARGV[2] session id, ARGV[3] key, ARGV[4] the audit index's sorted set.
+#: Leaves the score of a session that stays listed unchanged (a delete is not a write of
+#: state), like the memory adapter; an audit record leaves the audit index with it.
 DELETE_RECORD_SCRIPT = """\
 local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '1')
 if not busy then return redis.error_reply('ERR akchat: a malformed record count') end
 if redis.call('HDEL', KEYS[2], 'v:' .. ARGV[3], 'b:' .. ARGV[3]) == 0 then return 0 end
+local listed = redis.call('HGET', KEYS[2], 'a:' .. ARGV[3])
+if listed then
+  redis.call('ZREM', ARGV[4], listed .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
+  redis.call('HDEL', KEYS[2], 'a:' .. ARGV[3])
+end
 if redis.call('HDEL', KEYS[2], 'p:' .. ARGV[3]) == 0 then return 1 end
 busy = busy - 1
 if busy > 0 then
@@ -342,20 +369,46 @@ if redis.call('HGET', KEYS[1], 'processing') ~= '1' then redis.call('ZREM', KEYS
 return 1
 """
 
-#: ARGV[1] written ms (unused), ARGV[2] session id, ARGV[3] the pending index's key prefix:
-#: the envelope, its records, its processing index entry and its pending rows.
+#: ARGV[1] written ms (unused), ARGV[2] session id, ARGV[3] the pending index's key prefix,
+#: ARGV[4] the audit index's sorted set: the envelope, its records, its processing index
+#: entry, its pending rows and its audit index entries.
 DELETE_SCRIPT = (
     _PENDING
     + """\
 local old = rows_of(KEYS[4])
 local bad = malformed(old)
 if bad then return redis.error_reply(bad) end
+for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do
+  if string.sub(f, 1, 2) == 'a:' then
+    local ms = redis.call('HGET', KEYS[2], f)
+    redis.call('ZREM', ARGV[4], ms .. ' ' .. ARGV[2] .. ' ' .. string.sub(f, 3))
+  end
+end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
 unindex(ARGV[3], ARGV[2], KEYS[4], old)
 return 1
 """
 )
+
+#: The one-time backfill of audit records written before the audit index (ADR-0139): KEYS[2]
+#: the records hash, ARGV[1] the sorted set, ARGV[2] the session id, ARGV[3] the backfill's
+#: clock padded, ARGV[4..] record keys. Each still stored and not yet listed is listed now.
+AUDIT_BACKFILL_SCRIPT = """\
+if not string.match(ARGV[3] or '', '^%d+$') then
+  return redis.error_reply('ERR akchat: a malformed backfill instant')
+end
+local n = 0
+for i = 4, #ARGV do
+  local k = ARGV[i]
+  if redis.call('HEXISTS', KEYS[2], 'v:' .. k) == 1
+     and redis.call('HSETNX', KEYS[2], 'a:' .. k, ARGV[3]) == 1 then
+    redis.call('ZADD', ARGV[1], 0, ARGV[3] .. ' ' .. ARGV[2] .. ' ' .. k)
+    n = n + 1
+  end
+end
+return n
+"""
 
 CAS_SHA = hashlib.sha1(CAS_SCRIPT.encode()).hexdigest()
 _SOURCES = {
@@ -367,6 +420,7 @@ _SOURCES = {
         DELETE_SCRIPT,
         BACKFILL_SCRIPT,
         PAGE_SCRIPT,
+        AUDIT_BACKFILL_SCRIPT,
     )
 }
 _SHA = {source: sha for sha, source in _SOURCES.items()}
@@ -580,6 +634,8 @@ class _Plan:
         # The pending index's shared keys (see _PENDING) and the backfill's marker (ADR-0088).
         self.pending = prefix + "#pending:"
         self.backfilled = self.pending + "backfilled"
+        # The audit index's marker of its one backfill (ADR-0139).
+        self.audit_backfilled = prefix + "#audit:backfilled"
         #: Cluster mode: the bucket count, stored once in bucket 0 and checked by every
         #: instance before its first command, since another count would re-home sessions.
         self.layout = self.bases[0] + "#shards"
@@ -605,6 +661,10 @@ class _Plan:
 
     def pending_of(self, session_id: str) -> str:
         return self.base(session_id) + "#pending:"
+
+    def audit_of(self, session_id: str) -> str:
+        """The audit index's sorted set of ``session_id``'s bucket (ADR-0139)."""
+        return self.base(session_id) + "#audit"
 
     def check_layout(self, read_only: bool) -> _Steps[None]:
         """Cluster mode: the store's bucket count is this instance's (``ConfigError`` if not)."""
@@ -664,7 +724,7 @@ class _Plan:
 
     def delete_command(self, session_id: str) -> tuple[Any, ...]:
         sid = check_session_id(session_id)
-        return self._script(DELETE_SCRIPT, sid, 0, self.pending_of(sid))
+        return self._script(DELETE_SCRIPT, sid, 0, self.pending_of(sid), self.audit_of(sid))
 
     def save_command(self, snapshot: Any, expected_cursor: Any) -> tuple[Any, ...]:
         p = prepare_save(snapshot, expected_cursor)
@@ -684,12 +744,13 @@ class _Plan:
     ) -> tuple[Any, ...]:
         p = prepare_stored_record(session_id, key, text, expected, processing)
         was = "" if p.expected is None else str(p.expected)
-        args = (p.key, was, str(p.version), p.text, "1" if p.processing else "0")
-        return self._script(RECORD_SCRIPT, p.session_id, p.written_ms, *args)
+        audit = self.audit_of(p.session_id) if audit_indexed(p.key) else ""
+        args = (p.key, was, str(p.version), p.text, "1" if p.processing else "0", audit)
+        return self._script(RECORD_SCRIPT, p.session_id, p.written_ms, *args, _pad(p.written_ms))
 
     def delete_record_command(self, session_id: str, key: str) -> tuple[Any, ...]:
         sid, k = check_session_id(session_id), check_record_key(key)
-        return self._script(DELETE_RECORD_SCRIPT, sid, 0, k)
+        return self._script(DELETE_RECORD_SCRIPT, sid, 0, k, self.audit_of(sid))
 
     def list_processing(
         self, written_before_ms: Any, limit: Any
@@ -820,6 +881,79 @@ class _Plan:
                 break
         if not read_only:
             yield ("SET", self.backfilled, "1"), True
+
+    # -------------------------------------------------------------- the audit index
+    def list_audit(self, query: AuditQuery) -> _Steps[AuditRefPage]:
+        """One ZRANGEBYLEX per bucket from the same lower bound, merged (ADR-0139)."""
+        lo = "[" + _pad(query.since_ms)
+        if query.after is not None:
+            after = _audit_member(*query.after)
+            if after >= lo[1:]:
+                lo = "(" + after
+        found: list[AuditRef] = []
+        for base in self.bases:
+            command = ("ZRANGEBYLEX", base + "#audit", lo, "+", "LIMIT", 0, query.limit + 1)
+            found += [_audit_ref(m) for m in (yield command, False)]
+        found.sort(key=audit_sort_key)
+        return make_audit_page(query, found[: query.limit + 1])
+
+    def audit_backfill(self, read_only: bool) -> _Steps[None]:
+        """List, once per store, the audit records written before the audit index.
+
+        As :meth:`backfill`: a marker written last, a run cut short runs again and changes
+        nothing already listed; a read-only adapter writes nothing and raises ``ConfigError``
+        at the first audit record not listed. Their instant is the backfill's clock (the
+        store kept none), so a ``since_ms`` query lists them rather than misses them. A
+        cluster-mode store is skipped, as for the pending index.
+        """
+        if self.cluster is not None:
+            return
+        if (yield ("EXISTS", self.audit_backfilled), False):
+            return
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix) + "*#records"
+        cursor: Any = 0
+        while True:
+            cursor, names = yield ("SCAN", cursor, "MATCH", pattern, "COUNT", 1000), False
+            for name in names:
+                text = bytes(name).decode("utf-8", "replace")
+                sid = text[len(self.prefix) : -len("#records")]
+                if not is_identifier(sid):
+                    continue
+                fields = {
+                    bytes(f).decode("utf-8", "replace") for f in (yield ("HKEYS", name), False)
+                }
+                unlisted = sorted(
+                    f[2:]
+                    for f in fields
+                    if f.startswith("v:") and audit_indexed(f[2:]) and "a:" + f[2:] not in fields
+                )
+                if not unlisted:
+                    continue
+                if read_only:
+                    raise _unbackfilled_audit(sid)
+                args = (self.audit_of(sid), sid, _pad(now_ms()), *unlisted)
+                yield ("EVALSHA", _SHA[AUDIT_BACKFILL_SCRIPT], 2, self.key(sid), name, *args), True
+            if int(cursor) == 0:
+                break
+        if not read_only:
+            yield ("SET", self.audit_backfilled, "1"), True
+
+
+def _audit_member(ms: int, session_id: str, key: str) -> str:
+    return f"{_pad(ms)} {session_id} {key}"
+
+
+def _audit_ref(member: Any) -> AuditRef:
+    ms, sid, key = bytes(member).decode("ascii").split(" ")
+    return AuditRef(sid, key, int(ms))
+
+
+def _unbackfilled_audit(session_id: str) -> ConfigError:
+    return ConfigError(
+        f"This Redis store was never backfilled: session {session_id!r} has audit records "
+        "written before the audit index, so a read-only adapter would answer without them.",
+        hint="Open the store once writable and call list_audit to backfill it (ADR-0139).",
+    )
 
 
 def _unbackfilled(session_id: str) -> ConfigError:
@@ -976,6 +1110,7 @@ class RedisStorage(Closing):
         self.read_only = bool(read_only)
         self._closed = False
         self._backfill_checked = False
+        self._audit_checked = False
         self._layout_checked = False
         self._pools: dict[_Node, Any] = {}
         try:
@@ -1145,6 +1280,18 @@ class RedisStorage(Closing):
             self._backfill_checked = True
         return self._run(steps)
 
+    # ------------------------------------------------------------------ audit index
+    def list_audit(
+        self, *, since_ms: int | None = None, after: str | None = None, limit: int = 100
+    ) -> AuditRefPage:
+        """One page of the audit records across sessions, oldest first (see ``AuditIndex``)."""
+        query = check_audit_query(since_ms=since_ms, after=after, limit=limit)
+        # The first audit read of an instance backfills a store written before the index.
+        if not self._audit_checked:
+            self._run(self._plan.audit_backfill(self.read_only))
+            self._audit_checked = True
+        return self._run(self._plan.list_audit(query))
+
     def _run(self, steps: _Steps[T]) -> T:
         reply: Any = None
         while True:
@@ -1188,6 +1335,7 @@ class AsyncRedisStorage(AsyncClosing):
         self.read_only = bool(read_only)
         self._closed = False
         self._backfill_checked = False
+        self._audit_checked = False
         self._layout_checked = False
         self._pools: dict[_Node, Any] = {}
         try:
@@ -1362,6 +1510,17 @@ class AsyncRedisStorage(AsyncClosing):
             await self._run(self._plan.backfill(self.read_only))
             self._backfill_checked = True
         return await self._run(steps)
+
+    async def list_audit(
+        self, *, since_ms: int | None = None, after: str | None = None, limit: int = 100
+    ) -> AuditRefPage:
+        """One page of the audit records across sessions, oldest first (see ``AuditIndex``)."""
+        query = check_audit_query(since_ms=since_ms, after=after, limit=limit)
+        # The first audit read of an instance backfills a store written before the index.
+        if not self._audit_checked:
+            await self._run(self._plan.audit_backfill(self.read_only))
+            self._audit_checked = True
+        return await self._run(self._plan.list_audit(query))
 
     async def _run(self, steps: _Steps[T]) -> T:
         reply: Any = None

@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 from ..errors import ConfigError, OutcomeUnknown, StorageError, StorageUnavailable
 from ..wire.session import SessionSnapshot
+from ._audit_index import make_audit_page
 from ._cas import (
     DEFAULT_TABLE,
     PreparedSave,
@@ -47,15 +48,18 @@ from ._closing import Closing
 from ._pending import carry_since, check_token, make_page
 from ._read_only import read_only_refusal
 from ._sql import (
+    AUDIT_PREFIX_LEN,
     PENDING_COLUMNS,
     PENDING_INDEXES,
+    AuditStatements,
     PendingStatements,
+    audit_refs,
     found_session,
     pending_items,
     pending_params,
 )
 from ._threaded import ThreadedAsyncStorage
-from .port import PendingOrder, PendingPage, ProcessingSession, StoredRecord
+from .port import AuditRefPage, PendingOrder, PendingPage, ProcessingSession, StoredRecord
 
 __all__ = ["AsyncSQLiteStorage", "SQLiteStorage"]
 
@@ -96,11 +100,13 @@ def read_only_uri(path: str) -> str:
 
 
 class _Layout(NamedTuple):
-    """The columns of the sessions, records and pending tables as found (empty: no table)."""
+    """The columns of the sessions, records and pending tables as found (empty: no table),
+    and whether the audit index is there."""
 
     sessions: frozenset[str]
     records: frozenset[str]
     pending: frozenset[str] = frozenset()
+    audit: bool = False
 
     @property
     def indexed(self) -> bool:
@@ -327,17 +333,21 @@ class SQLiteStorage(Closing):
         records: bool = False,
         index: bool = False,
         pending: bool = False,
+        audit: bool = False,
     ) -> list[Any]:
         """Rows of one query. ``records``: it reads the records table, which a read-only
         adapter may find missing (no records); ``index``/``pending``: it needs the processing
         / pending index, which a read-only adapter cannot add to an older table
-        (``ConfigError``)."""
+        (``ConfigError``); ``audit``: it needs the audit index (a store without records has no
+        entries: the empty answer)."""
         with self._lock:
             conn = self._connection()
-            if records and not self._layout.records:
+            if (records or audit) and not self._layout.records:
                 return []
-            missing = (index and not self._layout.indexed and "processing") or (
-                pending and not self._layout.pending and "pending"
+            missing = (
+                (index and not self._layout.indexed and "processing")
+                or (pending and not self._layout.pending and "pending")
+                or (audit and not self._layout.audit and "audit")
             )
             if missing:
                 raise ConfigError(
@@ -431,6 +441,16 @@ class SQLiteStorage(Closing):
         rows = self._read(self._schema.pending_sql.find_token, (check_token(token),), pending=True)
         return found_session(rows[0] if rows else None)
 
+    # ------------------------------------------------------------------ audit index
+    def list_audit(
+        self, *, since_ms: int | None = None, after: str | None = None, limit: int = 100
+    ) -> AuditRefPage:
+        """One page of the audit records across sessions, oldest first (see ``AuditIndex``)."""
+        query, sql, params = self._schema.audit_sql.list_statement(
+            since_ms=since_ms, after=after, limit=limit
+        )
+        return make_audit_page(query, audit_refs(self._read(sql, params, audit=True)))
+
     # ------------------------------------------------------------------ lifecycle
     def open_connections(self) -> int:
         """1 while a connection is open, else 0 (the kit's leak check)."""
@@ -465,10 +485,16 @@ class _Schema:
     def __init__(self, table: str) -> None:
         t, r, p = table, f"{table}__records", f"{table}__pending"
         self.table, self.records, self.pending = t, r, p
+        # The audit index (ADR-0139): the records under `audit:`, a partial index on the
+        # records table, so the record's own INSERT writes it; building it on an existing
+        # table (the upgrade) indexes the entries already there.
+        self.audit_index = f"{r}_audit"
+        audit_where = f"substr(key, 1, {AUDIT_PREFIX_LEN}) = 'audit:'"
         self.indexes = (
             f"{t}__processing",
             f"{r}_processing",
             *(f"{p}{suffix}" for suffix in PENDING_INDEXES),
+            self.audit_index,
         )
         self.create = (
             f"CREATE TABLE IF NOT EXISTS {t} (session_id TEXT PRIMARY KEY NOT NULL,"
@@ -489,6 +515,11 @@ class _Schema:
                 f"CREATE INDEX IF NOT EXISTS {p}{suffix} ON {p} ({columns})"
                 for suffix, columns in PENDING_INDEXES.items()
             ),
+            f"CREATE INDEX IF NOT EXISTS {self.audit_index} ON {r}"
+            f" (written_ms, session_id, key) WHERE {audit_where}",
+        )
+        self.audit_sql = AuditStatements(
+            r, "?", when="written_ms", where=audit_where, row_values=True
         )
         # The pending rows of envelopes written before the pending index (ADR-0029), once:
         # with the table. A binding's `since` is its envelope's last write when known (it was
@@ -556,7 +587,12 @@ class _Schema:
         def columns(table: str) -> frozenset[str]:
             return frozenset(str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})"))
 
-        return _Layout(columns(self.table), columns(self.records), columns(self.pending))
+        audit = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (self.audit_index,)
+        ).fetchall()
+        return _Layout(
+            columns(self.table), columns(self.records), columns(self.pending), bool(audit)
+        )
 
     def replace_pending(self, conn: sqlite3.Connection, p: PreparedSave) -> None:
         """Replace the session's pending rows, inside the transaction of its envelope's save."""

@@ -44,6 +44,7 @@ _OPTIONAL = (
     "delete_record",
     "list_processing",
     "list_pending",
+    "list_audit",
     "find_token",
 )
 

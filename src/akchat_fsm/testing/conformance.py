@@ -15,7 +15,7 @@ Every instance ``make_storage()`` returns must work on one shared store, as inst
 one database do: the checks write through one instance and read, race and delete through
 others (ADR-0097). The store may be shared with earlier calls: every check uses fresh random
 session ids and never assumes an empty store. Checks that need an optional capability
-(``delete``, records, the processing and pending indexes, ``open_connections()``, a faulty
+(``delete``, records, the processing, pending and audit indexes, ``open_connections()``, a faulty
 factory, processes) are *skipped*, not failed, when it is absent; ``report.ok`` is true when nothing
 failed.
 """
@@ -29,7 +29,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import AkchatError, ConfigError
-from . import _concurrent, _ids, _pending_index, _processes, _records, _sequential
+from . import (
+    _audit_index,
+    _concurrent,
+    _ids,
+    _pending_index,
+    _processes,
+    _records,
+    _sequential,
+)
 from ._bridge import AsyncBridge, EventLoopThread
 from ._kit import PROFILES, UNTYPED_ERRORS, AdapterRaised, CheckSkipped, KitContext, describe
 
@@ -78,6 +86,7 @@ CHECKS: dict[str, Callable[[KitContext], str]] = {
     "pending_index": _pending_index.pending_index,
     "pending_index_filters": _pending_index.pending_index_filters,
     "pending_index_pages": _pending_index.pending_index_pages,
+    "audit_index": _audit_index.audit_index,
     "no_open_connections": _sequential.no_open_connections,
 }
 
@@ -144,6 +153,10 @@ PROPERTIES: dict[str, str] = {
     "before) and both orders must agree with the saved envelopes",
     "pending_index_pages": "list_pending's keyset pages must be disjoint, in order, and cover "
     "every row pending throughout a walk, while other writes happen",
+    "audit_index": "list_audit must list every record created under audit: (and no other) "
+    "from the write that creates it, in (written_ms, session_id, key) order and in keyset "
+    "pages; a losing create changes nothing listed, an update lists it once at its last "
+    "write; delete_record and delete unlist",
     "no_open_connections": "close() must release every connection",
 }
 
