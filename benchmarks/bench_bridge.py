@@ -1,10 +1,10 @@
 """Bridge benchmark (not a test): the pydantic-ai bridge's cost per approved tool call.
 
 One approved call end to end through ``PydanticAIBridge.approve``: the resolution (two CAS of
-the envelope, the audit entry before the claim), the continuation claim on the run record, its
-decision record, the ledger's claim and outcome, the agent's continuation (pydantic-ai with its
-offline ``FunctionModel``) and the run's persist. Baselines are measured in the same run,
-interleaved (their order rotates), on the same SQLite file:
+the envelope, the audit entry before the claim), the call's decision record, the continuation
+claim on the run record, the ledger's claim and outcome, the agent's continuation
+(pydantic-ai with its offline ``FunctionModel``) and the run's persist. Baselines are measured
+in the same run, interleaved (their order rotates), on the same SQLite file:
 
 * the agent alone: the same continuation as a host that keeps the run's history in storage
   would run it without the bridge: parse the stored history JSON (``messages``), build the
@@ -191,8 +191,8 @@ def measure(calls: int, path: Path) -> None:
     print(f"pydantic-ai bridge: one approved tool call, SQLite file, same run ({clock.__name__})")
     print(f"  calls            {calls}")
     print(
-        f"  writes per call  {writes_per_call}  (audit entry, envelope CAS x2, run claim, "
-        "decision record, ledger x2, persist)"
+        f"  writes per call  {writes_per_call}  (audit entry, envelope CAS x2, decision record, "
+        "run claim, ledger x2, persist)"
     )
     print(f"  approve          median {approve * 1e3:8.3f} ms  (resolution + continuation)")
     print(
