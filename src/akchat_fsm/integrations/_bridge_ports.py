@@ -360,6 +360,7 @@ class BridgeSession:
         # The ports the session checks (flavour) before it builds a plan; never called here.
         self._upstream: type[Any] = AsyncBridgeUpstream if asyncio else BridgeUpstream
         self._memory: type[Any] = AsyncLedgerMemory if asyncio else LedgerMemory
+        self._built: Any = None
 
     @property
     def observers(self) -> Any:
@@ -367,8 +368,14 @@ class BridgeSession:
         return self.session._ports.observers
 
     def _coordinator(self) -> Any:
-        upstream = self._upstream(self.storage, self.session_id)
-        return self.session.confirmations_for(upstream, ttl_ms=self.ttl_ms)
+        """The session's coordinator over the bridge's upstream, built once: both hold only
+        their options (the upstream has no call; the coordinator reads the session and its
+        observers anew on every plan), and building one checks every port's flavour, which
+        each decision would otherwise pay again (ADR-0134)."""
+        if self._built is None:
+            upstream = self._upstream(self.storage, self.session_id)
+            self._built = self.session.confirmations_for(upstream, ttl_ms=self.ttl_ms)
+        return self._built
 
     def cached_bindings(self) -> tuple[ConfirmationBinding, ...]:
         """The session object's copy: as of its last read or applied save (no I/O)."""
