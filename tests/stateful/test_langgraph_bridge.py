@@ -33,6 +33,7 @@ body is checked as it happens by ``_history.BridgeChecker`` (docs/proof.md, "Cod
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import sys
 import threading
@@ -48,10 +49,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from langchain_core.messages import ToolMessage, message_to_dict
+from langgraph.types import Command
 
 from akchat_fsm import reconcile_all
-from akchat_fsm.errors import AkchatError, OutcomeUnknown, StorageUnavailable
-from akchat_fsm.integrations.langgraph import LangGraphBridge
+from akchat_fsm.errors import AkchatError, ConfirmationError, OutcomeUnknown, StorageUnavailable
+from akchat_fsm.integrations.langgraph import LangGraphBridge, use_guard
 from akchat_fsm.session import ChatDefinition, resume_chat_session
 from akchat_fsm.session.sweep import SweepPorts
 from akchat_fsm.storage.sqlite import SQLiteStorage
@@ -104,6 +106,7 @@ FLOOR = (
     "saver:crash-after",
     "body:crash-after",
     "race:continuing",
+    "fork:ConfirmationError",
     "sweep:took-over",
     "recover:settled-unknown",
 )
@@ -279,6 +282,8 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
             outcome = self._bridge(0).run(USER, thread_id=self.thread_id, run_id="r1")
         assert outcome.status == "paused", outcome
         assert sorted(b.tool_call_id for b in outcome.pending) == ["c1", "c2"]
+        #: Every pause the run was saved at (the snapshot: its checkpoint id, interrupt ids).
+        self.pauses = [json.loads(outcome.snapshot)]
 
     # ------------------------------------------------------------------ the world
     def _clock(self) -> int:
@@ -405,6 +410,7 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
             self.storage.arm("", 0)
             self.dead = False
             self.rejecting = None
+        self._saw_pauses()
 
     # ------------------------------------------------------------------ rules
     @rule(
@@ -455,6 +461,35 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
     @rule()
     def operator_settles(self) -> None:
         self._settle()
+
+    @rule(index=st.integers(0, 2), host=st.integers(0, HOSTS - 1))
+    def fork_an_old_pause(self, index: int, host: int) -> None:
+        """A host drives LangGraph itself and resumes an old paused checkpoint id (a fork),
+        answering every interrupt "approve" (under the bridge's guard, holding no decision):
+        the boundary must refuse every gated call, replay what already ran, and the bridge
+        must still finish the run from the thread's head."""
+        pause = self.pauses[index % len(self.pauses)]
+        graph = self.hosts.graphs[host]
+        head = graph.get_state({"configurable": {"thread_id": self.thread_id}}).config
+        if head["configurable"]["checkpoint_id"] == pause["checkpoint_id"]:
+            # Not a fork: a foreign answer on the head's own interrupts is a known bug (the
+            # xfail tests at the end of this file).
+            return
+        fork_of = {"thread_id": self.thread_id, "checkpoint_id": pause["checkpoint_id"]}
+        config = {"configurable": fork_of}
+        answer = Command(resume={i: {"type": "approve"} for i in pause["interrupts"].values()})
+
+        def fork(bridge: LangGraphBridge) -> None:
+            with use_guard(bridge.execution_guard()):
+                graph.invoke(answer, config, version="v2")
+
+        self._act("fork", host, "", 0, fork, kind="rogue")
+
+    def _saw_pauses(self) -> None:
+        run = self._bridge(0).run_record("r1")
+        snapshot = None if run is None else json.loads(run.snapshot)
+        if snapshot and snapshot["interrupts"] and snapshot not in self.pauses:
+            self.pauses.append(snapshot)
 
     # ------------------------------------------------------------------ invariants
     @invariant()
@@ -601,6 +636,9 @@ def pinned_programs(machine: type[LangGraphBridgeProtocol]) -> None:
             (lambda: m.arm_the_next_body("race"), ""),
             # the second turn: c3 pending, u2 ran; an unavailable store refuses the decision
             (lambda: m.continue_run(1, "", 1), "race:continuing"),
+            # a host resumes the first pause's checkpoint id itself (LangGraph forks the thread)
+            # answering "approve": c2's task runs again, and the boundary refuses it
+            (lambda: m.fork_an_old_pause(0, 0), "fork:ConfirmationError"),
             (lambda: m.decide(2, True, 0, "unavailable", 1), "fault:unavailable"),
             (lambda: m.expire(0, "", 1), "expire:ok"),
         )
@@ -676,3 +714,74 @@ def test_langgraph_bridge_on_postgres_with_postgressaver(pg_url: str) -> None:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
             conn.execute(f"DROP TABLE IF EXISTS {name}, {name}__records")
+
+
+# --------------------------------------------------------------------------- known bugs
+# A resume sent outside the bridge on the paused head (a host or a tool answering the
+# interrupt through LangGraph itself) is the answer LangGraph keeps: ``interrupt()`` returns
+# the first ``__resume__`` written for its task, and the bridge's own ``Command(resume=...)``,
+# sent later with the session's decision, is ignored. The boundary keeps the bodies safe (no
+# unapproved body runs, none runs twice), but the session's decision does not reach the run.
+# The machine above forks only pauses that are no longer the head, for this reason.
+def _paused_with_a_foreign_answer(tmp_path: Path, answer: dict[str, str]) -> tuple[Any, Any]:
+    """A run paused on ``c1`` (``send_email``), then answered ``answer`` by a host driving
+    LangGraph itself on the thread's head (under the bridge's guard, holding no decision)."""
+    store = SQLiteStorage(tmp_path / "sessions.db")
+    saver, close = open_saver(f"sqlite:{tmp_path / 'checkpoints.db'}")
+    counts = Counts()
+    graph = build_graph(FIRST[:1], counts, saver)
+
+    def bridge() -> LangGraphBridge:
+        session = resume_chat_session(DEFINITION, session_id="s1", storage=store)
+        return LangGraphBridge(graph, session, store)
+
+    paused = bridge().run(USER, thread_id="t1", run_id="r1")
+    interrupt = json.loads(paused.snapshot)["interrupts"]["c1"]
+    with contextlib.suppress(AkchatError), use_guard(bridge().execution_guard()):
+        graph.invoke(Command(resume={interrupt: answer}), {"configurable": {"thread_id": "t1"}})
+    assert counts.bodies == []  # the boundary refused an approve; a reject runs nothing
+    return (bridge, paused.pending[0].token, counts), (store, close)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="a foreign reject on the paused head wins: the reviewer's approval is recorded, the "
+    "run completes with the foreign rejection handed to the model, and the approved body never "
+    "runs (the bridge cannot tell its resume was not the one LangGraph used)",
+)
+def test_a_foreign_answer_on_the_head_cannot_override_the_sessions_approval(
+    tmp_path: Path,
+) -> None:
+    (bridge, token, counts), (store, close) = _paused_with_a_foreign_answer(
+        tmp_path, {"type": "reject", "message": "someone else says no"}
+    )
+    try:
+        decided = bridge().approve(token)
+        assert decided.run is not None and decided.run.status == "completed"
+        assert counts.bodies == ["send_email:a@x"], (counts.bodies, decided.run.output)
+        assert decided.run.output == "c1=sent to a@x"
+    finally:
+        close()
+        store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ConfirmationError,
+    reason="a foreign approve on the paused head is refused by the boundary, but LangGraph keeps "
+    "it: every continuation after the reviewer's reject re-reads that approve and is refused "
+    "again (ConfirmationError), so the run never completes",
+)
+def test_a_refused_foreign_answer_on_the_head_does_not_wedge_the_run(tmp_path: Path) -> None:
+    (bridge, token, counts), (store, close) = _paused_with_a_foreign_answer(
+        tmp_path, {"type": "approve"}
+    )
+    try:
+        decided = bridge().reject(token, REASONS["c1"])
+        assert decided.run is not None and decided.run.status == "completed"
+        assert decided.run.output == f"c1={expected('c1', ConfirmationStatus.REJECTED)}"
+        assert counts.bodies == []
+    finally:
+        close()
+        store.close()
