@@ -11,9 +11,12 @@ order; any of a process's writes to the session's store (envelope ``save`` or ``
 audit entries, decisions, run claims, ledger claims and outcomes, the run's persist) may crash
 before or after it applies, apply with an unknown outcome, or fail; one of its checkpointer
 writes (``put`` / ``put_writes``) may crash before or after; a tool body may crash after its
-side effect, or another process may try to continue the run while a body runs. A crashed
-process writes nothing more (LangGraph may swallow an exception on its own writer thread:
-the process is dead all the same). The host continues runs, the start-up sweep
+side effect, or another process may try to continue the run while a body runs; a host may
+resume an old paused checkpoint id through LangGraph itself (a fork), answering "approve" to
+every interrupt under the bridge's guard (a foreign answer on the paused *head* is a known bug,
+pinned by the two strict xfails at the end of this file). A crashed process writes nothing
+more (LangGraph may swallow an exception on its own writer thread: the process is dead all
+the same). The host continues runs, the start-up sweep
 (``reconcile_all`` with the bridge hook) runs, and an operator settles unknown executions
 from the truth.
 
@@ -637,7 +640,8 @@ def pinned_programs(machine: type[LangGraphBridgeProtocol]) -> None:
             # the second turn: c3 pending, u2 ran; an unavailable store refuses the decision
             (lambda: m.continue_run(1, "", 1), "race:continuing"),
             # a host resumes the first pause's checkpoint id itself (LangGraph forks the thread)
-            # answering "approve": c2's task runs again, and the boundary refuses it
+            # answering "approve": c1's task runs again (its first run died in the body), and
+            # the boundary refuses it, since the host's guard holds no decision
             (lambda: m.fork_an_old_pause(0, 0), "fork:ConfirmationError"),
             (lambda: m.decide(2, True, 0, "unavailable", 1), "fault:unavailable"),
             (lambda: m.expire(0, "", 1), "expire:ok"),
