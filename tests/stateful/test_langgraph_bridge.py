@@ -152,6 +152,7 @@ class ChaosStorage:
         self.fault, self.at = fault, at if fault else 0
 
     def _write(self, write: Callable[[], bool]) -> bool:
+        self.machine.hold()
         if self.machine.dead:
             raise Crash()
         fault = ""
@@ -191,6 +192,7 @@ class ChaosStorage:
         return list(self.inner.list_records(session_id, prefix))
 
     def delete_record(self, session_id: str, key: str) -> None:
+        self.machine.hold()
         if self.machine.dead:
             raise Crash()
         self.inner.delete_record(session_id, key)
@@ -274,6 +276,9 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
         #: the model then reads the generic sentence).
         self.reject_faulted: set[str] = set()
         self.dead = False
+        #: Held while a rival process runs inside a body (``_race``), and that rival's thread.
+        self.quiet = threading.Lock()
+        self.racer: int | None = None
         self.rejecting: str | None = None
         self.body_fault = ""
         self.saver_fault, self.saver_at = "", 0
@@ -306,6 +311,7 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
 
     def body(self, call: str) -> None:
         """A tool body's side effect (the truth), in whatever process runs it."""
+        self.hold()
         if self.dead:
             raise Crash()
         if self.check_history:
@@ -336,6 +342,15 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
             self.die()
         return result
 
+    def hold(self) -> None:
+        """While a rival process runs (``_race``), the acting process's other threads wait
+        before any write or body: the history checker follows one process at a time. A
+        rival that needs them (it ran the graph while the continuation was live) fails."""
+        if self.quiet.locked() and threading.get_ident() != self.racer:
+            if not self.quiet.acquire(timeout=60):
+                raise AssertionError("a rival ran the graph beside a live continuation")
+            self.quiet.release()
+
     def _race(self) -> None:
         """While this body runs, another host process continues the same run (on a thread of
         its own: the body runs inside the boundary's event loop): it must find the run held
@@ -343,6 +358,7 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
         found: list[Any] = []
 
         def other() -> None:
+            self.racer = threading.get_ident()
             with self._process("racer"):
                 found.append(self._bridge(1).continue_run("r1"))
 
@@ -350,8 +366,10 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
         self.storage.arm("", 0)
         self.saver_fault, self.saver_at = "", 0
         racer = threading.Thread(target=other)
-        racer.start()
-        racer.join()
+        with self.quiet:
+            racer.start()
+            racer.join()
+            self.racer = None
         self.storage.fault, self.storage.at, self.saver_fault, self.saver_at = saved
         assert [o.status for o in found] == ["continuing"], found
         self.coverage["race:continuing"] += 1
