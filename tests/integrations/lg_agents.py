@@ -41,6 +41,8 @@ class Counts:
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: Called inside every body once it is counted (a long body, a sweep meanwhile).
     inside: Callable[[str], None] | None = None
+    #: Every tool message the model was handed, as (tool-call id, text), request by request.
+    handed: list[tuple[str, str]] = field(default_factory=list)
 
     def body(self, text: str) -> None:
         with self.lock:
@@ -85,6 +87,9 @@ class ScriptedModel(FakeMessagesListChatModel):
         if self.counts is not None:
             with self.counts.lock:
                 self.counts.requests += 1
+                self.counts.handed += [
+                    (m.tool_call_id, m.text) for m in messages if isinstance(m, ToolMessage)
+                ]
                 failing = self.counts.fail_next_answer > 0 and any(
                     isinstance(m, ToolMessage) for m in messages
                 )

@@ -506,3 +506,80 @@ def test_bridge_mutant_is_caught_by_the_history_checker(
     # Hypothesis' reproducer (the pinned program, run after the generated ones, has none).
     notes = "\n".join(getattr(info.value, "__notes__", ()))
     assert "state = Protocol()" in notes and "state.advance(" in notes, notes
+
+
+# --------------------------------------------------------------------------- the LangGraph bridge
+# Broken LangGraph boundaries and bridges run through the LangGraph machine
+# (``test_langgraph_bridge.py``, SQLite with ``SqliteSaver``): its invariants must catch each on
+# their own, and the history checker must refuse the body run without its claim.
+def boundary_without_ledger(self: Any, request: Any, handler: Any) -> Any:
+    """The boundary runs every body straight through: no ledger claim (nor the gate)."""
+    return handler(request)
+
+
+def reasons_dropped(real: Any) -> Any:
+    """Continuations send every rejection without its message: the model never reads why."""
+
+    def resume_command(run: Any, decisions: Any) -> Any:
+        return real(run, [d if d.approved else replace(d, message="") for d in decisions])
+
+    return resume_command
+
+
+#: name -> (attribute of the langgraph module, the mutant, what the invariants' failure says)
+LANGGRAPH_MUTANTS: dict[str, tuple[str, Any, str]] = {
+    "boundary-without-ledger": ("wrap_tool_call", boundary_without_ledger, "': 2"),
+    "reason-dropped": ("resume_command", reasons_dropped, "User rejected the tool call for"),
+}
+
+
+def _run_langgraph(tmp_path: Any, check_history: bool) -> None:
+    from akchat_fsm.storage.sqlite import SQLiteStorage
+
+    from .test_langgraph_bridge import run_protocol
+
+    store = SQLiteStorage(tmp_path / "sessions.db")
+    try:
+        run_protocol(
+            store,
+            f"sqlite:{tmp_path / 'checkpoints.db'}",
+            cls={"check_history": check_history},
+            max_examples=20,
+            database=None,
+            print_blob=False,
+            report_multiple_bugs=False,
+            derandomize=True,
+            phases=[Phase.explicit, Phase.generate],
+        )
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("mutant", sorted(LANGGRAPH_MUTANTS))
+def test_langgraph_mutant_is_caught_by_the_invariants(
+    mutant: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from akchat_fsm.integrations import langgraph
+
+    name, broken, symptom = LANGGRAPH_MUTANTS[mutant]
+    if name == "wrap_tool_call":
+        monkeypatch.setattr(langgraph.ToolBoundaryMiddleware, name, broken)
+    else:
+        monkeypatch.setattr(langgraph, name, broken(getattr(langgraph, name)))
+    with pytest.raises((AssertionError, Flaky)) as info:
+        _run_langgraph(tmp_path, check_history=False)
+    message = str(info.value)
+    print(f"{mutant}: {message[:300]}")
+    assert not isinstance(info.value, Disallowed) and symptom in message, message
+
+
+def test_langgraph_body_without_its_claim_is_refused_by_the_history_checker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from akchat_fsm.integrations import langgraph
+
+    monkeypatch.setattr(langgraph.ToolBoundaryMiddleware, "wrap_tool_call", boundary_without_ledger)
+    with pytest.raises(Disallowed) as info:
+        _run_langgraph(tmp_path, check_history=True)
+    message = str(info.value)
+    assert "rule broken: claim-first: a body runs only under its own stored claim" in message
