@@ -9,6 +9,7 @@ edited, and a refused edit writes nothing.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -336,3 +337,23 @@ def test_an_edit_holding_a_lone_surrogate_is_stored_and_read_back(
     )
     (entry,) = audit_trail(records_backend.sync(), SID)
     assert entry.edited_args == edited and entry.effective_digest == arguments_digest(edited)
+
+
+def test_an_edit_that_cannot_be_read_back_runs_neither_set_of_arguments(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent, paused = _start(records_backend, [REFUND], counts)
+    (call,) = paused.pending
+    _bridge(records_backend, agent).edit(
+        call.token, {"amount": 50}, args_digest=arguments_digest(call.input), continue_run=False
+    )
+    storage = records_backend.sync()
+    (key,) = [k for k in storage.list_records(SID) if k.startswith("audit:")]
+    version, text = storage.load_record(SID, key)
+    raw = json.loads(text)
+    raw["editedArgs"] = {"amount": 5000}  # no longer what its effectiveDigest names
+    assert storage.save_record(SID, key, json.dumps(raw), version)
+    with pytest.raises(ConfigError, match="cannot be read back"):
+        _bridge(records_backend, agent).continue_run("r1")
+    assert counts.bodies == []

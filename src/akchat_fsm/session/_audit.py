@@ -204,8 +204,8 @@ def _parse(session_id: str, text: object) -> AuditEntry | None:
             raw["reason"],
             raw["argsDigest"],
             raw["at"],
-            edited_args=raw.get("editedArgs"),
-            effective_digest=raw.get("effectiveDigest"),
+            edited_args=raw.get("editedArgs") if raw["intent"] == EDIT else None,
+            effective_digest=raw.get("effectiveDigest") if raw["intent"] == EDIT else None,
         )
     except (ValueError, KeyError, TypeError):
         return None
