@@ -182,6 +182,21 @@ def test_a_call_decided_otherwise_refuses_the_edit(records_backend: RecordsBacke
     assert counts.bodies == ["refund:500"]
 
 
+def test_approving_as_shown_a_call_that_runs_an_edit_is_not_the_same_decision(
+    records_backend: RecordsBackend,
+) -> None:
+    counts = Counts()
+    agent, paused = _start(records_backend, [REFUND], counts)
+    (call,) = paused.pending
+    shown = arguments_digest(call.input)
+    _bridge(records_backend, agent).edit(call.token, {"amount": 50}, args_digest=shown)
+    with pytest.raises(AlreadyResolved, match="reviewer's edit"):
+        _bridge(records_backend, agent).approve(call.token, args_digest=shown)
+    with pytest.raises(AlreadyResolved, match="other arguments"):
+        _bridge(records_backend, agent).edit(call.token, {"amount": 60}, args_digest=shown)
+    assert counts.bodies == ["refund:50"] and len(audit_trail(records_backend.sync(), SID)) == 1
+
+
 def test_an_editor_killed_after_its_claim_is_finished_by_the_sweep_and_runs_once(
     records_backend: RecordsBackend,
 ) -> None:

@@ -49,7 +49,7 @@ from ..session.drivers import Ports, run_async, run_sync
 from ..session.effects import ResumeRuntime, StartRuntime
 from ..session.session import ReconcileOutcome
 from ..storage.checks import check_session_id, now_ms
-from ..wire.digest import arguments_digest, edited_arguments
+from ..wire.digest import EditedArguments, arguments_digest, edited_arguments
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
 from ._bridge_io import (
@@ -667,6 +667,27 @@ def _binding(bindings: Iterable[ConfirmationBinding], token: str) -> Confirmatio
     return next((b for b in bindings if b.token == token), None)
 
 
+def _same_approval(
+    ctx: BridgeContext, binding: ConfirmationBinding, edit: EditedArguments | None
+) -> Plan[None]:
+    """An approved call answers a repeat only if the approval that applied is this one:
+    the same edit (``edit``), or no edit (a plain approve). The other way round is
+    :class:`AlreadyResolved`: approving as shown a call that runs a reviewer's edit, or
+    editing a call approved as shown or for other arguments, is not the same decision."""
+    if binding.status is not ConfirmationStatus.APPROVED:
+        return
+    entry = yield from plan_deciding_entry(ctx.session_id, binding)
+    applied = entry.effective_digest if entry is not None and entry.is_edit else None
+    wanted = None if edit is None else edit.digest
+    if applied != wanted:
+        raise AlreadyResolved(
+            "This call was already approved "
+            + ("with a reviewer's edit" if applied else "as shown")
+            + ", which runs other arguments than this decision's; nothing was recorded.",
+            record=binding,
+        )
+
+
 def plan_decide(
     ctx: BridgeContext,
     token: str,
@@ -686,6 +707,8 @@ def plan_decide(
     binding: ConfirmationBinding = yield from ctx.confirmations().resolve(
         token, intent, reason, args_digest, decided_by, via
     )
+    if intent is ConfirmationEvent.APPROVE:
+        yield from _same_approval(ctx, binding, None)
     if not go_on:
         return Decided(binding, None)
     run_id = yield from plan_find_run(ctx, binding.tool_call_id)
@@ -745,14 +768,7 @@ def plan_edit(
     decided: ConfirmationBinding = yield from ctx.confirmations().resolve(
         token, ConfirmationEvent.APPROVE, reason, args_digest, decided_by, via, edit
     )
-    if decided.status is ConfirmationStatus.APPROVED:
-        entry = yield from plan_deciding_entry(ctx.session_id, decided)
-        if entry is None or not entry.is_edit or entry.effective_digest != edit.digest:
-            raise AlreadyResolved(
-                "This call was already approved for other arguments than this edit's; "
-                "nothing was recorded.",
-                record=decided,
-            )
+    yield from _same_approval(ctx, decided, edit)
     if not go_on or run_id is None:
         return Decided(decided, None)
     return Decided(decided, (yield from plan_continue(ctx, run_id, {})))
