@@ -29,6 +29,8 @@ Catch the narrowest class that matches what you can do about it::
     │   ├── ResolutionInProgress   another client holds the claim (approving/rejecting/expiring)
     │   ├── ArgumentsMismatch      the decision named arguments other than the stored call's;
     │   │                          nothing was written or called
+    │   ├── EditNotAllowed         a reviewer edit the call's runtime or tool config does not
+    │   │                          offer; nothing was written or called
     │   └── UpstreamFailed         (akchat_fsm.session) upstream raised; the record stays
     │                              processing, never falsely complete: reconcile it
     ├── BridgeError                (akchat_fsm.integrations) a bridge or ledger call did not
@@ -65,6 +67,7 @@ __all__ = [
     "ArgumentsMismatch",
     "ConfigError",
     "ConfirmationError",
+    "EditNotAllowed",
     "IllegalTransition",
     "IncompatibleSession",
     "InvalidConfirmationToken",
@@ -241,6 +244,16 @@ class ArgumentsMismatch(ConfirmationError):
         super().__init__(message, record=record)
         self.expected = expected
         self.given = given
+
+
+class EditNotAllowed(ConfirmationError):
+    """A reviewer edit (new arguments for the call) that this call does not accept: its
+    runtime has no edits (the OpenAI Agents SDK), or its tool's configuration does not allow
+    them (LangGraph's ``allowed_decisions``, the pydantic-ai bridge's ``editable_tools``).
+
+    Refused before any write: the call stays as it was, to approve or reject as shown.
+    ``record`` is the stored binding (``None`` when the call was not read).
+    """
 
 
 # --------------------------------------------------------------------------- persistence

@@ -758,7 +758,7 @@ def test_the_suite_bites_a_bridge_that_ignores_its_decision_records(
     from akchat_fsm.integrations import _bridge
 
     def no_records(ctx: Any, calls: Any) -> Any:
-        return {}
+        return {}, {}  # no statuses, no edits
         yield  # a plan that reads nothing
 
     monkeypatch.setattr(_bridge, "_recorded_decisions", no_records)

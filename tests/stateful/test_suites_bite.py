@@ -435,7 +435,7 @@ def no_lease(run: Any, now_ms: int) -> bool:
 def no_decision_records(ctx: Any, calls: Any) -> Any:
     """Readiness never reads the ``decided:`` records: a call retention pruned is proposed
     again (the reviewer asked twice)."""
-    return {}
+    return {}, {}  # no statuses, no edits
     yield  # a plan that reads nothing
 
 

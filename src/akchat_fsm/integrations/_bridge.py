@@ -35,13 +35,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from ..core.confirmations import check_arguments_digest
-from ..errors import ConfigError, OutcomeUnknown, StorageError
+from ..errors import (
+    AlreadyResolved,
+    ConfigError,
+    EditNotAllowed,
+    InvalidConfirmationToken,
+    OutcomeUnknown,
+    StorageError,
+)
 from ..machines.confirmation import ConfirmationEvent
 from ..session.audit import check_decider, plan_deciding_entry
 from ..session.drivers import Ports, run_async, run_sync
 from ..session.effects import ResumeRuntime, StartRuntime
 from ..session.session import ReconcileOutcome
 from ..storage.checks import check_session_id, now_ms
+from ..wire.digest import EditedArguments, arguments_digest, edited_arguments
 from ..wire.enums import ConfirmationStatus
 from ..wire.session import ConfirmationBinding
 from ._bridge_io import (
@@ -77,6 +85,7 @@ from ._bridge_runs import (
     decide_renew_run,
     decide_settle_run,
     decide_start_run,
+    decision_args,
     decision_key,
     decision_status,
     decision_text,
@@ -238,16 +247,22 @@ class BridgeContext:
             raise ConfigError("This bridge plan needs its session.")
         return self.session
 
-    def guard(self, approved: frozenset[str], run: RunRecord | None = None) -> ExecutionGuard:
+    def guard(
+        self,
+        approved: frozenset[str],
+        run: RunRecord | None = None,
+        edited: Mapping[str, str] | None = None,
+    ) -> ExecutionGuard:
         """The guard for tool bodies; inside our continuation of ``run`` (with a lease), each
-        body first renews the claim's lease, and does not start if the claim was lost."""
+        body first renews the claim's lease, and does not start if the claim was lost.
+        ``edited``: the digest of each edited approval's arguments, the only ones it runs."""
         lease = None
         if run is not None and self.lease_ms is not None and run.claim is not None:
             run_id, claim, lease_ms = run.run_id, run.claim, self.lease_ms
             lease = BodyLease(
                 lambda: plan_renew(self, run_id, claim, lease_ms), self.ledger._io, lease_ms
             )
-        return ExecutionGuard(self.ledger, approved, self.idempotent_tools, lease)
+        return ExecutionGuard(self.ledger, approved, self.idempotent_tools, lease, edited)
 
 
 def plan_renew(ctx: BridgeContext, run_id: str, claim: str, lease_ms: int) -> Plan[None]:
@@ -409,13 +424,18 @@ def _readiness(ctx: BridgeContext, run: RunRecord, external: Mapping[str, Any]) 
         bindings = yield from ctx.confirmations().bindings()
         readiness = decide_readiness(run, bindings, {}, external)
     recorded: dict[str, ConfirmationStatus] = {}
+    recorded_edits: dict[str, Mapping[str, Any]] = {}
     if readiness.unproposed:  # never proposed, or decided and then pruned by retention
-        recorded = yield from _recorded_decisions(ctx, readiness.unproposed)
+        recorded, recorded_edits = yield from _recorded_decisions(ctx, readiness.unproposed)
         readiness = decide_readiness(run, bindings, {}, external, recorded)
     if readiness.unproposed:
         yield from _propose_all(ctx, readiness.unproposed)
         bindings = yield from ctx.confirmations().bindings()
         readiness = decide_readiness(run, bindings, {}, external, recorded)
+    # What each approved call runs: a reviewer's edit, read from the claim that decided it,
+    # before its decision record is written (the record keeps it past retention, ADR-0135).
+    edits = yield from _edits(ctx, readiness.decisions, bindings, recorded_edits)
+    readiness = decide_readiness(run, bindings, {}, external, recorded, edits)
     # Keep what is decided beyond the envelope's retention (ADR-0013): while the run waits,
     # and also once it is ready, before the continuation claim. A claimant that dies while
     # continuing leaves the run ``continuing``; if retention prunes its decided calls before
@@ -423,21 +443,58 @@ def _readiness(ctx: BridgeContext, run: RunRecord, external: Mapping[str, Any]) 
     yield from _record_decisions(ctx, readiness.decisions, recorded)
     if readiness.ready and any(not d.approved for d in readiness.decisions):
         denials = yield from _denials(ctx, run, bindings, recorded)
-        readiness = decide_readiness(run, bindings, denials, external, recorded)
+        readiness = decide_readiness(run, bindings, denials, external, recorded, edits)
     return readiness
+
+
+def _edits(
+    ctx: BridgeContext,
+    decisions: Sequence[CallDecision],
+    bindings: Sequence[ConfirmationBinding],
+    recorded: Mapping[str, Mapping[str, Any]],
+) -> Plan[dict[str, Mapping[str, Any]]]:
+    """The reviewers' arguments of the approved calls that were edited (ADR-0135).
+
+    An edit is an approve whose audit entry holds the new arguments; the entry with the
+    highest cursor is the claim that applied, so only that one is read, for approved calls
+    only. A call retention pruned keeps its edit in its decision record (``recorded``). An
+    edit whose arguments cannot be read stops the run: running the call's own arguments
+    instead would be a silent change of what the reviewer decided.
+    """
+    approved = {d.tool_call_id for d in decisions if d.approved}
+    edits = {k: v for k, v in recorded.items() if k in approved}
+    for binding in bindings:
+        if binding.tool_call_id not in approved or binding.tool_call_id in edits:
+            continue
+        entry = yield from plan_deciding_entry(ctx.session_id, binding)
+        if entry is None or not entry.is_edit:
+            continue
+        if not isinstance(entry.edited_args, dict):
+            raise ConfigError(
+                f"Tool call {binding.tool_call_id!r} was approved with a reviewer's edit that "
+                "cannot be read back; refusing to run it with any arguments.",
+                hint=STORED_RECORD_HINT,
+            )
+        edits[binding.tool_call_id] = entry.edited_args
+    return edits
 
 
 def _recorded_decisions(
     ctx: BridgeContext, calls: Sequence[PendingCall]
-) -> Plan[dict[str, ConfirmationStatus]]:
-    """The decision records of ``calls`` (read only for calls the envelope has no binding of)."""
+) -> Plan[tuple[dict[str, ConfirmationStatus], dict[str, Mapping[str, Any]]]]:
+    """The decision records of ``calls`` (read only for calls the envelope has no binding of):
+    each one's status, and the reviewer's arguments of an edited approval."""
     found: dict[str, ConfirmationStatus] = {}
+    edits: dict[str, Mapping[str, Any]] = {}
     for call in calls:
-        key = decision_key(call.tool_call_id)
-        status = decision_status((yield LoadRecord(ctx.session_id, key)))
+        stored = yield LoadRecord(ctx.session_id, decision_key(call.tool_call_id))
+        status = decision_status(stored)
         if status is not None:
             found[call.tool_call_id] = status
-    return found
+        args = decision_args(stored)
+        if args is not None:
+            edits[call.tool_call_id] = args
+    return found, edits
 
 
 def _record_decisions(
@@ -450,7 +507,7 @@ def _record_decisions(
     for decision in decisions:
         if decision.status is None or decision.tool_call_id in recorded:
             continue
-        text = decision_text(decision.status)
+        text = decision_text(decision.status, decision.args)
         # A lost record only narrows what survives retention; the envelope still holds it, so
         # a failed write never fails the decision that was just made.
         with contextlib.suppress(StorageError):
@@ -526,8 +583,14 @@ def _resume(
 ) -> Plan[RunOutcome]:
     """Resume the runtime from our claim and save the run's next state from that claim."""
     approved = frozenset(d.tool_call_id for d in decisions if d.approved)
+    edited = {
+        d.tool_call_id: arguments_digest(d.args)
+        for d in decisions
+        if d.approved and d.args is not None
+    }
     try:
-        result: RuntimeResult = yield ResumeRuntime(run, decisions, ctx.guard(approved, run))
+        guard = ctx.guard(approved, run, edited)
+        result: RuntimeResult = yield ResumeRuntime(run, decisions, guard)
     except Exception:  # never on GeneratorExit or a kill: a dead process releases nothing
         # Every body that ran is in the ledger, so the run may go back to paused: the next
         # continuation replays those bodies. If this save fails, reconcile recovers the claim.
@@ -604,6 +667,27 @@ def _binding(bindings: Iterable[ConfirmationBinding], token: str) -> Confirmatio
     return next((b for b in bindings if b.token == token), None)
 
 
+def _same_approval(
+    ctx: BridgeContext, binding: ConfirmationBinding, edit: EditedArguments | None
+) -> Plan[None]:
+    """An approved call answers a repeat only if the approval that applied is this one:
+    the same edit (``edit``), or no edit (a plain approve). The other way round is
+    :class:`AlreadyResolved`: approving as shown a call that runs a reviewer's edit, or
+    editing a call approved as shown or for other arguments, is not the same decision."""
+    if binding.status is not ConfirmationStatus.APPROVED:
+        return
+    entry = yield from plan_deciding_entry(ctx.session_id, binding)
+    applied = entry.effective_digest if entry is not None and entry.is_edit else None
+    wanted = None if edit is None else edit.digest
+    if applied != wanted:
+        raise AlreadyResolved(
+            "This call was already approved "
+            + ("with a reviewer's edit" if applied else "as shown")
+            + ", which runs other arguments than this decision's; nothing was recorded.",
+            record=binding,
+        )
+
+
 def plan_decide(
     ctx: BridgeContext,
     token: str,
@@ -623,12 +707,71 @@ def plan_decide(
     binding: ConfirmationBinding = yield from ctx.confirmations().resolve(
         token, intent, reason, args_digest, decided_by, via
     )
+    if intent is ConfirmationEvent.APPROVE:
+        yield from _same_approval(ctx, binding, None)
     if not go_on:
         return Decided(binding, None)
     run_id = yield from plan_find_run(ctx, binding.tool_call_id)
     if run_id is None:
         return Decided(binding, None)
     return Decided(binding, (yield from plan_continue(ctx, run_id, {})))
+
+
+#: Why a call may not be edited (``None``: it may), from the call as its run recorded it
+#: (``None`` when no run of the session holds it) and its binding; each runtime supplies one.
+EditRefusal = Callable[[PendingCall | None, ConfirmationBinding], str | None]
+NO_EDITS = "This bridge's runtime offers no reviewer edits; approve or reject the call as shown."
+
+
+def plan_edit(
+    ctx: BridgeContext,
+    token: str,
+    args: Any,
+    args_digest: str,
+    reason: str | None,
+    go_on: bool,
+    decided_by: str | None,
+    via: str,
+    refusal: EditRefusal,
+) -> Plan[Decided]:
+    """Approve ``token`` for the reviewer's ``args`` instead of the call's (ADR-0135).
+
+    Every refusal comes before anything is written: the decider, the arguments (bounded
+    like any input), the digest of the arguments the reviewer was shown (required), whether
+    the call's runtime and tool offer edits. Then the session's approve, whose audit entry
+    (written before its claim) records the edit; the continuation reads it there and runs
+    the body once, with the edited arguments. A repeat of the same edit returns the record;
+    a call decided otherwise is :class:`AlreadyResolved`.
+    """
+    check_decider(decided_by, via)
+    edit = edited_arguments(args)
+    if not isinstance(args_digest, str):
+        raise ConfigError(
+            "An edit needs args_digest: the digest of the arguments the reviewer was shown.",
+            hint="Pass args_digest=arguments_digest(binding.input).",
+        )
+    binding = _binding(ctx.confirmations().cached_bindings(), token)
+    if binding is None:
+        binding = _binding((yield from ctx.confirmations().bindings()), token)
+    if binding is None:
+        raise InvalidConfirmationToken()
+    check_arguments_digest(binding, args_digest)
+    run_id = yield from plan_find_run(ctx, binding.tool_call_id)
+    run = None if run_id is None else (yield from _load_run(ctx, run_id))
+    call = next(
+        (c for c in (run.approvals if run else ()) if c.tool_call_id == binding.tool_call_id),
+        None,
+    )
+    why = refusal(call, binding)
+    if why is not None:
+        raise EditNotAllowed(why, record=binding)
+    decided: ConfirmationBinding = yield from ctx.confirmations().resolve(
+        token, ConfirmationEvent.APPROVE, reason, args_digest, decided_by, via, edit
+    )
+    yield from _same_approval(ctx, decided, edit)
+    if not go_on or run_id is None:
+        return Decided(decided, None)
+    return Decided(decided, (yield from plan_continue(ctx, run_id, {})))
 
 
 def plan_expire_due(ctx: BridgeContext) -> Plan[tuple[RunOutcome, ...]]:
@@ -747,6 +890,11 @@ class _BridgeBase:
 
     def _runtime(self) -> Any:  # pragma: no cover - each runtime module supplies its port
         raise NotImplementedError
+
+    def _edit_refusal(self, call: PendingCall | None, binding: ConfirmationBinding) -> str | None:
+        """Why ``call`` may not be edited (``None``: it may); a runtime that offers edits
+        overrides this with its own rule."""
+        return NO_EDITS
 
 
 def _check_lease(lease_ms: object) -> int | None:
@@ -896,6 +1044,40 @@ class Bridge(_BridgeBase):
             )
         )
 
+    def edit(
+        self,
+        token: str,
+        args: Mapping[str, Any],
+        *,
+        args_digest: str,
+        reason: str | None = None,
+        continue_run: bool = True,
+        decided_by: str | None = None,
+        via: str = "api",
+    ) -> Decided:
+        """Approve the call for the reviewer's ``args`` instead of its own (ADR-0135); then
+        continue the run if this was its last undecided call.
+
+        ``args_digest``: :func:`~akchat_fsm.arguments_digest` of the arguments the reviewer
+        was shown (required). The audit entry records intent ``edit``, that digest, the edited
+        arguments and their digest, ``reason``, ``decided_by`` and ``via``; the body runs
+        once, with ``args``. A runtime or tool that does not offer edits is
+        :class:`~akchat_fsm.errors.EditNotAllowed`, and nothing is written.
+        """
+        return self._run(
+            plan_edit(
+                self._ctx,
+                token,
+                args,
+                args_digest,
+                reason,
+                continue_run,
+                decided_by,
+                via,
+                self._edit_refusal,
+            )
+        )
+
     def expire(
         self,
         token: str,
@@ -1026,6 +1208,40 @@ class AsyncBridge(_BridgeBase):
                 args_digest,
                 decided_by,
                 via,
+            )
+        )
+
+    async def edit(
+        self,
+        token: str,
+        args: Mapping[str, Any],
+        *,
+        args_digest: str,
+        reason: str | None = None,
+        continue_run: bool = True,
+        decided_by: str | None = None,
+        via: str = "api",
+    ) -> Decided:
+        """Approve the call for the reviewer's ``args`` instead of its own (ADR-0135); then
+        continue the run if this was its last undecided call.
+
+        ``args_digest``: :func:`~akchat_fsm.arguments_digest` of the arguments the reviewer
+        was shown (required). The audit entry records intent ``edit``, that digest, the edited
+        arguments and their digest, ``reason``, ``decided_by`` and ``via``; the body runs
+        once, with ``args``. A runtime or tool that does not offer edits is
+        :class:`~akchat_fsm.errors.EditNotAllowed`, and nothing is written.
+        """
+        return await self._run(
+            plan_edit(
+                self._ctx,
+                token,
+                args,
+                args_digest,
+                reason,
+                continue_run,
+                decided_by,
+                via,
+                self._edit_refusal,
             )
         )
 

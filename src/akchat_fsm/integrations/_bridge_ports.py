@@ -26,13 +26,14 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from ..core.records import EXPIRED_REASON, RECONCILED_REJECT_REASON
-from ..errors import ConfigError, ConfirmationError, OutcomeUnknown
+from ..errors import ArgumentsMismatch, ConfigError, ConfirmationError, OutcomeUnknown
 from ..machines.confirmation import ConfirmationEvent
 from ..session.drivers import Ports, _advance, run_async, run_sync
 from ..session.effects import CallApprove, CallDeny, Effect, MemoryRead, ProposeUpstream, ReadMemory
 from ..session.ports import ToolCallProposal
 from ..storage.checks import check_session_id, now_ms
 from ..wire.bounded import thaw
+from ..wire.digest import EditedArguments, arguments_digest
 from ..wire.session import ConfirmationBinding
 from ._bridge_io import ListRecords, LoadRecord, Plan, SaveRecord, require_records
 from ._bridge_runs import RUN_PREFIX, PendingCall, RunRecord, denial_key
@@ -86,9 +87,12 @@ class ExecutionGuard:
         approved: frozenset[str],
         idempotent_tools: frozenset[str] = frozenset(),
         lease: BodyLease | None = None,
+        edited: Mapping[str, str] | None = None,
     ) -> None:
         self.ledger = ledger
         self.approved = approved
+        #: Each edited approval's arguments digest (ADR-0135): it runs with those or not at all.
+        self.edited: Mapping[str, str] = dict(edited or {})
         self.idempotent_tools = idempotent_tools
         #: Inside a leased continuation: the lease, renewed before each body and kept alive
         #: while one runs (ADR-0106).
@@ -115,12 +119,23 @@ class ExecutionGuard:
             await asyncio.wait(tuple(self._in_flight))
 
     async def execute(self, tool_call_id: str, tool: str, args: Args, body: Body) -> Execution:
-        """Run an approved call's ``body`` once (a repeat replays); refuse an unapproved one."""
+        """Run an approved call's ``body`` once (a repeat replays); refuse an unapproved one,
+        and an edited one that reached execution with arguments other than the reviewer's."""
         if tool_call_id not in self.approved:
             raise ConfirmationError(
                 f"Tool call {tool_call_id!r} reached execution without an approved "
                 "confirmation in this session; refusing to run it."
             )
+        expected = self.edited.get(tool_call_id)
+        if expected is not None:
+            given = arguments_digest(json.loads(args) if isinstance(args, str) else args or {})
+            if given != expected:
+                raise ArgumentsMismatch(
+                    f"Tool call {tool_call_id!r} reached execution with arguments other than "
+                    "the reviewer's edit; refusing to run it.",
+                    expected=expected,
+                    given=given,
+                )
         return await self.execute_ungated(tool_call_id, tool, args, body)
 
     async def execute_ungated(
@@ -398,9 +413,10 @@ class BridgeSession:
         args_digest: str | None = None,
         decided_by: str | None = None,
         via: str = "api",
+        edit: EditedArguments | None = None,
     ) -> Plan[ConfirmationBinding]:
         plan = self._coordinator()._resolve(
-            token, intent, None, reason, args_digest, decided_by, via
+            token, intent, None, reason, args_digest, decided_by, via, edit
         )
         return _bridged(plan, self.session_id)
 

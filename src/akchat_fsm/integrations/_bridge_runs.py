@@ -32,7 +32,9 @@ from ..errors import ConfigError
 from ..machines.run import RunEvent, RunState
 from ..machines.tables import MACHINES, RUN_TABLE, step
 from ..storage.checks import check_record_key
+from ..wire.bounded import thaw
 from ..wire.enums import ConfirmationStatus
+from ..wire.js import escape_surrogates
 from ..wire.session import ConfirmationBinding
 from ._bridge_io import BridgeError, stored_json
 
@@ -57,6 +59,7 @@ __all__ = [
     "decide_renew_run",
     "decide_settle_run",
     "decide_start_run",
+    "decision_args",
     "decision_key",
     "denial_key",
     "lease_expired",
@@ -141,8 +144,25 @@ def decision_key(tool_call_id: str) -> str:
     return DECISION_PREFIX + ledger_key(tool_call_id)[len("call:") :]
 
 
-def decision_text(status: ConfirmationStatus) -> str:
-    return json.dumps({"v": 1, "status": status.value}, separators=(",", ":"))
+def decision_text(status: ConfirmationStatus, args: Mapping[str, Any] | None = None) -> str:
+    """A decision record; an edited approval keeps the reviewer's arguments too (ADR-0135),
+    so a run whose binding retention pruned still runs what the reviewer decided."""
+    body: dict[str, Any] = {"v": 1, "status": status.value}
+    if args is not None:
+        body["args"] = thaw(args)
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return escape_surrogates(text)
+
+
+def decision_args(stored: tuple[int, str] | None) -> dict[str, Any] | None:
+    """The edited arguments a decision record keeps (``None``: none, or no record)."""
+    if stored is None:
+        return None
+    raw = stored_json(stored[1], "stored decision record")
+    args = raw.get("args") if isinstance(raw, dict) else None
+    if args is not None and not isinstance(args, dict):
+        raise ConfigError("A decision record's edited arguments are not an object.")
+    return args
 
 
 def decision_status(stored: tuple[int, str] | None) -> ConfirmationStatus | None:
@@ -282,6 +302,8 @@ class CallDecision:
     message: str | None = None
     #: The confirmation's terminal status the decision comes from (kept in decision records).
     status: ConfirmationStatus | None = None
+    #: A reviewer's edit: the arguments to run instead of the call's (``None``: as proposed).
+    args: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +331,7 @@ def decide_readiness(
     denials: Mapping[str, str],
     external: Mapping[str, Any],
     recorded: Mapping[str, ConfirmationStatus] | None = None,
+    edits: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Readiness:
     """Map each approval call to its confirmation's terminal status (pure).
 
@@ -316,6 +339,7 @@ def decide_readiness(
     reads: the reviewer's reason when one was given (``denials``), else a fixed sentence.
     ``recorded``: the statuses kept in decision records, for calls whose confirmation
     retention pruned from the envelope (a binding, when there is one, is the same status).
+    ``edits``: the reviewers' arguments of approved calls that were edited (ADR-0135).
     """
     by_call = {b.tool_call_id: b for b in bindings}
     decisions: list[CallDecision] = []
@@ -327,7 +351,8 @@ def decide_readiness(
         if status is None:
             unproposed.append(call)
         elif status is ConfirmationStatus.APPROVED:
-            decisions.append(CallDecision(call.tool_call_id, True, None, status))
+            edited = (edits or {}).get(call.tool_call_id)
+            decisions.append(CallDecision(call.tool_call_id, True, None, status, edited))
         elif status is ConfirmationStatus.REJECTED:
             reason = denials.get(call.tool_call_id) or REJECTED_MESSAGE
             decisions.append(CallDecision(call.tool_call_id, False, reason, status))

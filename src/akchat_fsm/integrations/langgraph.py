@@ -11,7 +11,8 @@ What this module adds to the shared bridge (:mod:`._bridge`) is only LangGraph's
   interrupt's tool call (id, tool, args) a confirmation; the snapshot is only what resuming
   needs (thread id, the paused checkpoint id, the interrupt id of each call), never the state;
 * continuing sends one ``Command(resume={interrupt_id: decision})`` with every decision, which
-  the session already holds (approve, or reject with the reviewer's reason or the expiry
+  the session already holds (approve; edit, with the reviewer's arguments, for a tool whose
+  HITL config allows it, ADR-0135; or reject with the reviewer's reason or the expiry
   sentence, which HITL hands the model as the tool's message), on the thread's head;
 * :class:`ToolBoundaryMiddleware`, listed after HITL, runs every tool body through the
   execution guard keyed by the tool-call id (the ledger binds the id to the effective args),
@@ -35,6 +36,8 @@ from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict, m
 from langgraph.types import Command
 
 from ..errors import ConfigError, ConfirmationError
+from ..wire.bounded import thaw
+from ..wire.session import ConfirmationBinding
 from ._bridge import (
     AsyncBridge,
     Bridge,
@@ -94,9 +97,10 @@ def use_guard(guard: ExecutionGuard) -> Iterator[ExecutionGuard]:
 def pending_calls(interrupts: Sequence[Any]) -> tuple[PendingCall, ...]:
     """The approval calls of a pause: one per per-call ``tool_approval`` interrupt (by call id).
 
-    The interrupt id and the reviewer's description ride in each call's ``metadata``. Any other
-    interrupt (batched HITL, a node's own ``interrupt()``) is refused: its answer cannot be
-    tied to one tool call.
+    The interrupt id, the reviewer's description and the decisions the interrupt accepts
+    (read off its ``response_schema``, the one LangGraph checks the answer against; ``[]``
+    when it has none) ride in each call's ``metadata``. Any other interrupt (batched HITL, a
+    node's own ``interrupt()``) is refused: its answer cannot be tied to one tool call.
     """
     calls = []
     for found in interrupts:
@@ -112,7 +116,11 @@ def pending_calls(interrupts: Sequence[Any]) -> tuple[PendingCall, ...]:
                 f"A tool_approval interrupt lacks its tool call (id, name, args): {value!r:.200}.",
                 hint=MALFORMED_HINT,
             )
-        metadata = {"interrupt_id": found.id, "description": str(value.get("description", ""))}
+        metadata = {
+            "interrupt_id": found.id,
+            "description": str(value.get("description", "")),
+            "decisions": _accepted(getattr(found, "response_schema", None)),
+        }
         calls.append(PendingCall(call_id, name, dict(args or {}), "approval", metadata))
     ids = [c.tool_call_id for c in calls]
     if len(set(ids)) != len(ids):  # one answer per interrupt: a repeated id would lose one
@@ -125,11 +133,38 @@ def pending_calls(interrupts: Sequence[Any]) -> tuple[PendingCall, ...]:
 MALFORMED_HINT = "Each pending tool call needs its own non-empty id (HITL per_call mode)."
 
 
+def _accepted(schema: object) -> list[str]:
+    """The decision types a per-call interrupt's JSON schema accepts: its discriminator's
+    mapping (HITL builds one union member per allowed decision), sorted; ``[]`` if unknown."""
+    if not isinstance(schema, Mapping):
+        return []
+    mapping = schema.get("discriminator", {})
+    mapping = mapping.get("mapping") if isinstance(mapping, Mapping) else None
+    if not isinstance(mapping, Mapping):
+        return []
+    return sorted(str(kind) for kind in mapping)
+
+
+def _refusal(call: PendingCall | None) -> str | None:
+    """Why LangGraph will not take an edit of ``call`` (``None``: HITL allows one)."""
+    metadata = call.metadata if call is not None else None
+    decisions = metadata.get("decisions") if isinstance(metadata, Mapping) else None
+    if isinstance(decisions, list) and "edit" in decisions:
+        return None
+    tool = "this call's tool" if call is None else repr(call.tool)
+    return (
+        f"HumanInTheLoopMiddleware does not allow edits of {tool} "
+        '(allowed_decisions has no "edit"); approve or reject the call as shown.'
+    )
+
+
 def _named(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and value != ""
 
 
-def _decision(decision: CallDecision) -> dict[str, str]:
+def _decision(decision: CallDecision, tool: str) -> dict[str, Any]:
+    if decision.approved and decision.args is not None:  # a reviewer's edit (ADR-0135)
+        return {"type": "edit", "edited_action": {"name": tool, "args": thaw(decision.args)}}
     if decision.approved:
         return {"type": "approve"}
     return {"type": "reject", "message": decision.message or ""}
@@ -138,7 +173,13 @@ def _decision(decision: CallDecision) -> dict[str, str]:
 def resume_command(run: RunRecord, decisions: Sequence[CallDecision]) -> Command[Any]:
     """The ``Command(resume=...)`` answering every interrupt of ``run`` with ``decisions``."""
     interrupts = json.loads(run.snapshot)["interrupts"]
-    return Command(resume={interrupts[d.tool_call_id]: _decision(d) for d in decisions})
+    tools = {c.tool_call_id: c.tool for c in run.calls}
+    return Command(
+        resume={
+            interrupts[d.tool_call_id]: _decision(d, tools.get(d.tool_call_id, ""))
+            for d in decisions
+        }
+    )
 
 
 def _snapshot(thread_id: str, checkpoint_id: str | None, calls: Sequence[PendingCall]) -> str:
@@ -371,6 +412,9 @@ class LangGraphBridge(Bridge):
     def _runtime(self) -> _Runtime:
         return _Runtime(self.graph, self.durability, self.execution_guard)
 
+    def _edit_refusal(self, call: PendingCall | None, binding: ConfirmationBinding) -> str | None:
+        return _refusal(call)
+
     def run(self, input: Any, *, thread_id: str, run_id: str | None = None) -> RunOutcome:
         """Run the graph on ``input`` in LangGraph thread ``thread_id`` (``graph.invoke``;
         ``await graph.ainvoke`` for the asyncio twin); a pause is saved and its calls proposed."""
@@ -391,6 +435,9 @@ class AsyncLangGraphBridge(AsyncBridge):
 
     def _runtime(self) -> _AsyncRuntime:
         return _AsyncRuntime(self.graph, self.durability, self.execution_guard)
+
+    def _edit_refusal(self, call: PendingCall | None, binding: ConfirmationBinding) -> str | None:
+        return _refusal(call)
 
     async def run(self, input: Any, *, thread_id: str, run_id: str | None = None) -> RunOutcome:
         """Run the graph on ``input`` in LangGraph thread ``thread_id`` (``graph.invoke``;

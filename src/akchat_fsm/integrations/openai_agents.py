@@ -12,6 +12,10 @@ compare-and-set, continuing exactly once, reconcile. This module is only the SDK
   run record, approving or rejecting each interruption as the confirmations were decided (a
   rejection's or an expiry's message reaches the model as the tool's output);
 * :class:`OpenAIAgentsBridge` / :class:`AsyncOpenAIAgentsBridge` put the two together.
+
+The SDK approves or rejects an interruption, nothing else: it has no way to run a call with
+other arguments, so ``edit`` is refused (:class:`~akchat_fsm.errors.EditNotAllowed`, nothing
+written; ADR-0135).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from agents.tool_context import ToolContext
 
 from ..errors import AkchatError, ConfigError
 from ..session.session import AsyncChatSession, ChatSession
+from ..wire.session import ConfirmationBinding
 from ._bridge import (
     AsyncBridge,
     Bridge,
@@ -53,6 +58,11 @@ __all__ = [
 ]
 
 RUNTIME = "openai-agents"
+#: Why ``edit`` is refused here: the SDK has no edited approval (ADR-0135).
+NO_EDITS = (
+    "The OpenAI Agents SDK approves or rejects a tool call as the model made it and cannot run "
+    "it with other arguments, so this bridge offers no reviewer edits; approve or reject it."
+)
 T = TypeVar("T")
 Invoke = Callable[[ToolContext[Any], str], Awaitable[Any]]
 #: Runs one tool invocation: ``(inner, ctx, args_json) -> output``.
@@ -247,6 +257,9 @@ class OpenAIAgentsBridge(Bridge):
     def _runtime(self) -> _SyncRuntime:
         return _SyncRuntime(self.runtime)
 
+    def _edit_refusal(self, call: PendingCall | None, binding: ConfirmationBinding) -> str | None:
+        return NO_EDITS
+
     def run(self, input: Any, *, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
         """Run the agent on ``input``; ``paused`` (its pending confirmations) or ``completed``."""
         return self._start(run_id, (input,), kwargs)
@@ -271,6 +284,9 @@ class AsyncOpenAIAgentsBridge(AsyncBridge):
 
     def _runtime(self) -> OpenAIRuntime:
         return self.runtime
+
+    def _edit_refusal(self, call: PendingCall | None, binding: ConfirmationBinding) -> str | None:
+        return NO_EDITS
 
     async def run(self, input: Any, *, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
         """Run the agent on ``input``; ``paused`` (its pending confirmations) or ``completed``."""

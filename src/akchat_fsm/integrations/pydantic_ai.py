@@ -8,9 +8,10 @@ of pydantic-ai's per-call ways). What this module adds to the shared bridge
 * a run that ends with ``DeferredToolRequests`` becomes a paused run: its message history JSON
   is the run's snapshot, each ``approvals`` call a confirmation, each ``calls`` entry (external
   execution) a call passed through to the host untouched;
-* continuing builds ``DeferredToolResults`` from the decisions (``True``, or ``ToolDenied`` with
-  the reviewer's reason or the expiry sentence, so the model reads why) plus the host's external
-  results, and resumes ``agent.run(message_history=..., deferred_tool_results=...)``;
+* continuing builds ``DeferredToolResults`` from the decisions (``True``; ``ToolApproved(
+  override_args=...)`` for a reviewer's edit, ADR-0135; or ``ToolDenied`` with the reviewer's
+  reason or the expiry sentence, so the model reads why) plus the host's external results, and
+  resumes ``agent.run(message_history=..., deferred_tool_results=...)``;
 * a capability's ``wrap_tool_execute`` sends every approved call's body through the ledger: a
   repeat continuation (a recovery after a crash, a second process) replays the recorded result.
 
@@ -20,7 +21,7 @@ of pydantic-ai's per-call ways). What this module adds to the shared bridge
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic_ai import (
@@ -29,12 +30,16 @@ from pydantic_ai import (
     DeferredToolRequests,
     DeferredToolResults,
     ModelRetry,
+    ToolApproved,
     ToolDenied,
 )
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 from pydantic_core import to_jsonable_python
 
+from ..errors import ConfigError
+from ..wire.bounded import thaw
+from ..wire.session import ConfirmationBinding
 from ._bridge import (
     AsyncBridge,
     Bridge,
@@ -96,11 +101,17 @@ def pending_calls(requests: DeferredToolRequests) -> tuple[PendingCall, ...]:
     return tuple(calls)
 
 
+def _approval(decision: CallDecision) -> Any:
+    if not decision.approved:
+        return ToolDenied(decision.message or "")
+    if decision.args is not None:  # a reviewer's edit: the body runs with these arguments
+        return ToolApproved(override_args=thaw(decision.args))
+    return True
+
+
 def deferred_results(run: RunRecord, decisions: Sequence[CallDecision]) -> DeferredToolResults:
     """pydantic-ai's ``DeferredToolResults`` for ``decisions`` and the run's external results."""
-    approvals: dict[str, Any] = {
-        d.tool_call_id: True if d.approved else ToolDenied(d.message or "") for d in decisions
-    }
+    approvals: dict[str, Any] = {d.tool_call_id: _approval(d) for d in decisions}
     metadata = {
         c.tool_call_id: dict(c.metadata) for c in run.calls if isinstance(c.metadata, Mapping)
     }
@@ -202,20 +213,51 @@ class _AsyncRuntime(_Runtime):
 # --------------------------------------------------------------------------- facades
 
 
+def _check_editable(tools: object) -> frozenset[str]:
+    names = () if isinstance(tools, str) or not isinstance(tools, Iterable) else tuple(tools)
+    if isinstance(tools, str) or not all(isinstance(t, str) for t in names):
+        raise ConfigError("editable_tools must be a sequence of tool names (str).")
+    return frozenset(names)
+
+
+def _refusal(editable: frozenset[str], binding: ConfirmationBinding) -> str | None:
+    """pydantic-ai takes ``override_args`` for any approval; the host names the tools whose
+    arguments a reviewer may change (none unless named: an edit is opted into per tool)."""
+    if binding.action in editable:
+        return None
+    return (
+        f"Tool {binding.action!r} is not in this bridge's editable_tools; approve or reject "
+        "the call as shown, or name the tool in editable_tools=."
+    )
+
+
 class PydanticAIBridge(Bridge):
     """A pydantic-ai ``agent`` whose approvals live in a :class:`ChatSession` (sync).
 
     ``PydanticAIBridge(agent, session, storage, ttl_ms=300_000, owner=None,
-    idempotent_tools=())``: ``storage`` is the session's storage (it must have the
-    ``RecordStorage`` capability); ``idempotent_tools`` names tools whose unknown executions
-    may be run again.
+    idempotent_tools=(), editable_tools=())``: ``storage`` is the session's storage (it must
+    have the ``RecordStorage`` capability); ``idempotent_tools`` names tools whose unknown
+    executions may be run again; ``editable_tools`` names the tools a reviewer may
+    :meth:`~Bridge.edit` (pydantic-ai's ``ToolApproved(override_args=...)``; none by default).
     """
 
     runtime_name = RUNTIME
 
-    def __init__(self, agent: Any, session: Any, storage: Any, **options: Any) -> None:
+    def __init__(
+        self,
+        agent: Any,
+        session: Any,
+        storage: Any,
+        *,
+        editable_tools: Sequence[str] = (),
+        **options: Any,
+    ) -> None:
         super().__init__(session, storage, **options)
         self.agent = agent
+        self.editable_tools = _check_editable(editable_tools)
+
+    def _edit_refusal(self, call: PendingCall | None, binding: ConfirmationBinding) -> str | None:
+        return _refusal(self.editable_tools, binding)
 
     def _runtime(self) -> _Runtime:
         return _Runtime(self.agent, self.execution_guard())
@@ -231,9 +273,21 @@ class AsyncPydanticAIBridge(AsyncBridge):
 
     runtime_name = RUNTIME
 
-    def __init__(self, agent: Any, session: Any, storage: Any, **options: Any) -> None:
+    def __init__(
+        self,
+        agent: Any,
+        session: Any,
+        storage: Any,
+        *,
+        editable_tools: Sequence[str] = (),
+        **options: Any,
+    ) -> None:
         super().__init__(session, storage, **options)
         self.agent = agent
+        self.editable_tools = _check_editable(editable_tools)
+
+    def _edit_refusal(self, call: PendingCall | None, binding: ConfirmationBinding) -> str | None:
+        return _refusal(self.editable_tools, binding)
 
     def _runtime(self) -> _AsyncRuntime:
         return _AsyncRuntime(self.agent, self.execution_guard())

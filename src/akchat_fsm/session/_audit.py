@@ -12,6 +12,11 @@ above ``C`` exists for that round (every later read sees the claim): **the entry
 highest cursor is the decision that applied**, with no write after the claim, so a decider
 killed right after its claim is still named. Entries are never updated; they outlive the
 bindings retention prunes.
+
+A reviewer edit (ADR-0135) is an approve whose entry also holds the new arguments: intent
+``edit``, ``argsDigest`` the digest of the arguments the reviewer was shown (the stored call's),
+``editedArgs`` the arguments to run and ``effectiveDigest`` theirs. The envelope's binding is
+the reference's plain ``approved``; the deciding entry is where a bridge reads what to run.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from typing import Any, Literal
 
 from .. import core
 from ..errors import ConfigError, OutcomeUnknown, SessionConflict, StorageUnavailable
-from ..wire.digest import arguments_digest
+from ..wire.bounded import thaw
+from ..wire.digest import EditedArguments, arguments_digest
 from ..wire.enums import ConfirmationStatus
-from ..wire.js import utf16_len
+from ..wire.js import escape_surrogates, utf16_len
 from ..wire.session import ConfirmationBinding
 from ._state import MAX_STALLS, SessionHolder, apply, reload, save_step
 from .effects import LoadRecord, Plan, SaveRecord
@@ -61,10 +67,12 @@ def audit_key(token: str, cursor: int) -> str:
 @dataclass(frozen=True, slots=True)
 class Decider:
     """Who is deciding: the principal the host authenticated (``None``: not named) and from
-    where (``api``, ``inbox``, ``cli`` or ``sweep``)."""
+    where (``api``, ``inbox``, ``cli`` or ``sweep``); ``edit``: the reviewer's new arguments,
+    when the decision is an edit (an approve of other arguments than the call's)."""
 
     principal: str | None = None
     via: Via = "api"
+    edit: EditedArguments | None = None
 
 
 def check_decider(principal: object, via: object) -> Decider:
@@ -105,9 +113,23 @@ class AuditEntry:
     args_digest: str
     at_ms: int
     decided: bool = False
+    #: An ``edit``'s arguments to run (JSON) and their digest; ``None`` for any other intent.
+    edited_args: Any = None
+    effective_digest: str | None = None
+
+    @property
+    def is_edit(self) -> bool:
+        """A reviewer's edit: an approve for ``edited_args`` instead of the call's (ADR-0135)."""
+        return self.intent == EDIT
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON-able form (``akchat-fsm audit --json`` writes one per line)."""
+        """The JSON-able form (``akchat-fsm audit --json`` writes one per line; an edit's
+        also holds ``editedArgs`` and ``effectiveDigest``)."""
+        edit = (
+            {}
+            if not self.is_edit
+            else {"editedArgs": self.edited_args, "effectiveDigest": self.effective_digest}
+        )
         return {
             "sessionId": self.session_id,
             "token": self.token,
@@ -122,7 +144,12 @@ class AuditEntry:
             "argsDigest": self.args_digest,
             "at": self.at_ms,
             "decided": self.decided,
+            **edit,
         }
+
+
+#: The intent an edit's entry records (its claim is an approve's: ``approving``).
+EDIT = "edit"
 
 
 def _entry_text(
@@ -150,7 +177,12 @@ def _entry_text(
         "argsDigest": arguments_digest(binding.input),
         "at": now_ms,
     }
-    return json.dumps(fields, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    if decider.edit is not None:
+        fields["intent"] = EDIT
+        fields["editedArgs"] = thaw(decider.edit.args)
+        fields["effectiveDigest"] = decider.edit.digest
+    text = json.dumps(fields, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return escape_surrogates(text)  # a lone surrogate (ADR-0080) as its JSON escape
 
 
 def _parse(session_id: str, text: object) -> AuditEntry | None:
@@ -172,6 +204,8 @@ def _parse(session_id: str, text: object) -> AuditEntry | None:
             raw["reason"],
             raw["argsDigest"],
             raw["at"],
+            edited_args=raw.get("editedArgs") if raw["intent"] == EDIT else None,
+            effective_digest=raw.get("effectiveDigest") if raw["intent"] == EDIT else None,
         )
     except (ValueError, KeyError, TypeError):
         return None
@@ -184,7 +218,21 @@ def _parse(session_id: str, text: object) -> AuditEntry | None:
         isinstance(n, int) and not isinstance(n, bool) for n in (entry.cursor, entry.at_ms)
     ):
         return None
+    if entry.intent == EDIT and not _edit_intact(entry):
+        # Still the entry of its cursor (it fenced the claims below it), but what it would
+        # run is unreadable: a bridge refuses to run the call rather than run other args.
+        return replace(entry, edited_args=None, effective_digest=None)
     return entry
+
+
+def _edit_intact(entry: AuditEntry) -> bool:
+    try:
+        return (
+            isinstance(entry.edited_args, dict)
+            and arguments_digest(entry.edited_args) == entry.effective_digest
+        )
+    except (TypeError, ValueError, RecursionError):
+        return False
 
 
 def read_entries(session_id: str, stored: Iterable[tuple[str, object]]) -> list[AuditEntry]:

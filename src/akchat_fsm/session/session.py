@@ -11,12 +11,14 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from .. import core
 from ..errors import ConfigError
 from ..machines.confirmation import ConfirmationEvent
 from ..storage.capabilities import keeps_records
+from ..wire.digest import EditedArguments
 from ..wire.enums import DecisionKind, TurnOutcome
 from ..wire.session import ConfirmationBinding, RouteDecision, SessionSnapshot
 from . import _confirm, _ops
@@ -228,8 +230,15 @@ class _CoordinatorBase(Generic[SessionT]):
         args_digest: str | None = None,
         decided_by: str | None = None,
         via: str = "api",
+        edit: EditedArguments | None = None,
     ) -> Plan[ConfirmationBinding]:
+        """``edit``: a reviewer's new arguments (a bridge's edit, ADR-0135), recorded in the
+        audit entry before the approve's claim; a store without records cannot keep one."""
         decider = check_decider(decided_by, via)  # refused before the plan's first read
+        if edit is not None:
+            if not self.session._keeps_intents:  # pragma: no cover - bridges require records
+                raise ConfigError("A reviewer edit is kept in the audit trail: it needs records.")
+            decider = replace(decider, edit=edit)
         return _confirm.plan_resolve(
             self.session._holder,
             token,

@@ -22,12 +22,21 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from ..errors import LimitExceeded
+from .bounded import BoundedJsonError, FrozenDict, freeze_bounded_object
 from .js import escape_surrogates, js_form
 from .session import encode_js_json
 
-__all__ = ["DIGEST_PREFIX", "arguments_digest", "canonical_json"]
+__all__ = [
+    "DIGEST_PREFIX",
+    "EditedArguments",
+    "arguments_digest",
+    "canonical_json",
+    "edited_arguments",
+]
 
 #: The algorithm a digest names; a digest without it is not one of ours.
 DIGEST_PREFIX = "sha256:"
@@ -71,3 +80,25 @@ def arguments_digest(value: Any) -> str:
     """``sha256:`` and the hex SHA-256 of :func:`canonical_json` of ``value``'s UTF-8 bytes."""
     text = canonical_json(value)
     return DIGEST_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class EditedArguments:
+    """A reviewer's new arguments for a call (ADR-0135): bounded JSON, frozen, and their
+    :func:`arguments_digest` (the ``effectiveDigest`` the audit entry records)."""
+
+    args: FrozenDict
+    digest: str
+
+
+def edited_arguments(args: object) -> EditedArguments:
+    """``args`` as :class:`EditedArguments`, bounded like a proposed call's input (a JSON
+    object of at most 1,000 nodes, depth 20, strings of 16,384 UTF-16 units, finite numbers);
+    :class:`~akchat_fsm.LimitExceeded` otherwise, before anything is read or written."""
+    try:
+        frozen = freeze_bounded_object(args)
+    except (BoundedJsonError, TypeError, ValueError, RecursionError) as exc:
+        raise LimitExceeded(
+            "Edited arguments are not a bounded JSON object.", limit="input"
+        ) from exc
+    return EditedArguments(frozen, arguments_digest(frozen))
