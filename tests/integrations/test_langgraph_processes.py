@@ -41,7 +41,6 @@ from lg_agents import open_saver
 from lg_worker import DEFINITION, LINES, OUTPUT, SID, USER, bridge_on, graph_on
 from process_helpers import new_store_spec, open_store, sweep_leaves_only_people
 
-from akchat_fsm import ConfigError
 from akchat_fsm.integrations.langgraph import LangGraphBridge
 from akchat_fsm.integrations.ledger import ExecutionState
 from akchat_fsm.integrations.runs import RunState
@@ -54,10 +53,10 @@ TOOLS = {"c1": "send_email", "u1": "lookup"}
 
 
 def as_recorded(call_id: str) -> dict[str, Any]:
-    """An operator's verdict "it ran, with this result", in the one form the LangGraph bridge
-    replays today: the ``ToolMessage`` as the ledger records it. A plain result (what
-    ``akchat-fsm settle --result`` and the other bridges take) wedges the run instead: see
-    :func:`test_a_plain_settled_result_is_replayed_to_the_model` (xfail)."""
+    """An operator's verdict "it ran, with this result", in the form the ledger records a
+    ``ToolMessage``; a plain result (what ``akchat-fsm settle --result`` and the other bridges
+    take) is handed to the model as the call's message too:
+    :func:`test_a_plain_settled_result_is_replayed_to_the_model`."""
     message = ToolMessage(RESULTS[call_id], tool_call_id=call_id, name=TOOLS[call_id])
     return {"message": message_to_dict(message)}
 
@@ -259,13 +258,6 @@ def test_sigkill_at_every_point_on_every_server_then_the_sweep(cases: Cases) -> 
 
 
 @pytest.mark.parametrize("cases", ["sqlite"], indirect=True)
-@pytest.mark.xfail(
-    strict=True,
-    raises=ConfigError,
-    reason="langgraph._replayed replays only the ledger's own {'message': ...} record: an "
-    "operator's settled result (a plain JSON value, as `akchat-fsm settle --result` and the "
-    "other bridges take) raises ConfigError on every continuation, so the run never completes",
-)
 def test_a_plain_settled_result_is_replayed_to_the_model(cases: Cases) -> None:
     """Killed inside the body after its side effect: the operator reads the bodies file and
     settles ``c1`` as run, with the tool's result as the body would have returned it; the

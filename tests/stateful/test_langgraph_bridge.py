@@ -51,7 +51,6 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
-from langchain_core.messages import ToolMessage, message_to_dict
 from langgraph.types import Command
 
 from akchat_fsm import reconcile_all
@@ -123,15 +122,6 @@ def expected(call: str, status: ConfirmationStatus | None) -> str:
     if status is ConfirmationStatus.EXPIRED:
         return f"User rejected the tool call for `{tool}` with reason: {EXPIRED}"
     return RESULTS[call]
-
-
-def as_recorded(call: str) -> dict[str, Any]:
-    """An operator's verdict "it ran, with this result", in the form the ledger records a
-    ``ToolMessage``. KNOWN BUG (test_langgraph_processes.py pins it with a strict xfail): a
-    plain result (``settle_execution(id, ran=True, result="...")``) wedges the LangGraph run
-    (the boundary's replay raises ConfigError), so the operator here settles the recorded way."""
-    message = ToolMessage(RESULTS[call], tool_call_id=call, name=CALLS[call].tool)
-    return {"message": message_to_dict(message)}
 
 
 class Crash(BaseException):
@@ -573,8 +563,9 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
             call = entry.tool_call_id
             ran = self.executed[call] > 0
             with self._operator():
-                # The recorded form, not a plain result: the known bug in as_recorded's doc.
-                bridge.settle_execution(call, ran=ran, result=as_recorded(call) if ran else None)
+                # A plain result, as `akchat-fsm settle --result` takes it: the model reads it
+                # as the call's message, the same text the body returns.
+                bridge.settle_execution(call, ran=ran, result=RESULTS[call] if ran else None)
             self.coverage["recover:settled-unknown"] += 1
 
     def teardown(self) -> None:

@@ -239,10 +239,20 @@ def _record(message: Any) -> Any:
     return {"unreplayable": type(message).__name__}
 
 
+#: What the model reads for a call an operator settled as run without giving its result.
+SETTLED_WITHOUT_RESULT = "The tool ran; an operator recorded that, without its result."
+
+
 def _replayed(entry: LedgerEntry) -> ToolMessage:
     if entry.outcome == "raised":
         raise recorded_failure(entry)
     result = entry.result if isinstance(entry.result, Mapping) else {}
+    if entry.outcome == "settled" and "message" not in result:
+        # An operator's verdict holds the tool's result as any JSON value (what `akchat-fsm
+        # settle --result` and the other bridges take), not the ledger's recorded message.
+        return ToolMessage(
+            _settled_content(entry.result), tool_call_id=entry.tool_call_id, name=entry.tool
+        )
     if "message" not in result:
         raise ConfigError(
             f"Tool call {entry.tool_call_id!r} already ran and returned something other than a "
@@ -252,6 +262,14 @@ def _replayed(entry: LedgerEntry) -> ToolMessage:
     message = messages_from_dict([result["message"]])[0]
     assert isinstance(message, ToolMessage)
     return message
+
+
+def _settled_content(result: object) -> str:
+    if result is None:
+        return SETTLED_WITHOUT_RESULT
+    if isinstance(result, str):
+        return result
+    return json.dumps(thaw(result), ensure_ascii=False, separators=(",", ":"))
 
 
 class ToolBoundaryMiddleware(AgentMiddleware[Any, Any, Any]):
