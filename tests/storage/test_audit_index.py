@@ -95,8 +95,8 @@ def test_a_settle_entry_is_listed_as_a_decision_is(harness: Harness) -> None:
     a, b = harness.client(), harness.client()
     settle = "audit-settle:c1:0000000000000002:n1"
     assert a.save_record("s-a", settle, TEXT, None)
-    assert a.save_record("s-a", "audit-settlex:c1", TEXT, None)  # neither prefix
-    assert a.save_record("s-b", "audit-settle", TEXT, None)
+    assert a.save_record("s-a", "auditor:c1", TEXT, None)  # neither prefix
+    assert a.save_record("s-b", "audit", TEXT, None)
     assert a.save_record("s-b", "audit:t2:0000000000000001", TEXT, None)
     assert sorted(keys(walk(b))) == [("s-a", settle), ("s-b", "audit:t2:0000000000000001")]
     assert not b.save_record("s-a", settle, '{"v":2}', None)  # create-only: listed once

@@ -2,8 +2,9 @@
 
 Reads a session's audit entries (one per claim attempt, written before the claim) and marks
 the one whose claim applied; without SESSION, every session's, oldest write first, page by
-page through the store's audit index, the operators' settles (ADR-0136) among them. Read-only: the store is opened read-only and never
-changed. ``--json`` prints JSON Lines, one entry a line, for an export.
+page through the store's audit index, the operators' settles (ADR-0136) among them.
+Read-only: the store is opened read-only and never changed. ``--json`` prints JSON Lines, one
+entry a line, for an export.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The audit index's decisions, shared by every adapter and made once without I/O (ADR-0139).
 
 Every record whose key starts with one of :data:`AUDIT_KEY_PREFIXES` is an audit entry: a
-decision's under ``audit:`` (ADR-0132), an operator's settle under ``audit-settle:`` (ADR-0136).
+decision's under ``audit:`` (ADR-0132), any other kind under ``audit-<kind>:`` (an operator's
+settle, ``audit-settle:``, ADR-0136).
 The adapter lists it across sessions by ``(written_ms, session_id, key)``, the index entry written
 by the very write that creates the record (as the processing index is, ADR-0085). Which keys are
 indexed is :func:`audit_indexed`; a query's arguments are checked by :func:`check_audit_query`;
@@ -28,8 +29,8 @@ __all__ = [
     "AUDIT_HINT",
     "AUDIT_KEY_PREFIX",
     "AUDIT_KEY_PREFIXES",
+    "AUDIT_KIND_PREFIX",
     "MAX_AUDIT_LIMIT",
-    "SETTLE_KEY_PREFIX",
     "AuditQuery",
     "audit_admits",
     "audit_indexed",
@@ -43,13 +44,13 @@ __all__ = [
 
 #: The record key prefix of the decisions' audit entries (ADR-0132).
 AUDIT_KEY_PREFIX: Final = "audit:"
-#: The record key prefix of the operators' settle entries (ADR-0136; the session layer's
-#: ``SETTLE_AUDIT_PREFIX``, which a test holds equal).
-SETTLE_KEY_PREFIX: Final = "audit-settle:"
+#: The prefix of every other kind of audit entry, ``audit-<kind>:`` (an operator's settle,
+#: ``audit-settle:``, ADR-0136). The storage layer reserves the namespace and knows no kind.
+AUDIT_KIND_PREFIX: Final = "audit-"
 #: The one rule of the audit index: a record created under any of these is indexed, and no
 #: other record is. Every adapter applies it: in Python (memory, Redis), or as the SQL of
 #: :func:`audit_sql_predicate` (the partial indexes, MySQL's generated column).
-AUDIT_KEY_PREFIXES: Final = (AUDIT_KEY_PREFIX, SETTLE_KEY_PREFIX)
+AUDIT_KEY_PREFIXES: Final = (AUDIT_KEY_PREFIX, AUDIT_KIND_PREFIX)
 #: The largest page :meth:`~akchat_fsm.storage.port.AuditIndex.list_audit` returns.
 MAX_AUDIT_LIMIT: Final = 1000
 

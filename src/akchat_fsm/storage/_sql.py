@@ -185,7 +185,7 @@ def found_session(row: Sequence[Any] | None) -> str | None:
 #
 # No table of its own (ADR-0139): the audit records are rows of `<table>__records`, and the
 # index is an index over them, restricted to the keys `audit_indexed` admits, `audit:` and
-# `audit-settle:` (a partial index on SQLite and
+# `audit-` (a partial index on SQLite and
 # PostgreSQL, an indexed generated column on MySQL/MariaDB). The database updates it in the very
 # statement that creates the record, so an entry exists iff the record does, and building it on
 # an existing table indexes the entries already stored (the backfill).

@@ -330,10 +330,10 @@ class AuditRefPage:
 class AuditIndex(Protocol):
     """Lists the audit records of every session, oldest first, without loading envelopes.
 
-    Every record whose key starts with ``audit:`` (a decision, ADR-0132) or ``audit-settle:``
-    (an operator's settle, ADR-0136) is listed, at the instant of its last write
-    (``written_ms``, the adapter's clock), by the same atomic write: an index entry exists
-    iff the record does, until ``delete_record`` or ``delete(session_id)`` removes it. Audit
+    Every record whose key starts with ``audit:`` (a decision, ADR-0132) or ``audit-`` (another
+    kind: ``audit-settle:``, an operator's settle, ADR-0136) is listed, at the instant of its
+    last write (``written_ms``, the adapter's clock), by the same atomic write: an index entry
+    exists iff the record does, until ``delete_record`` or ``delete(session_id)`` removes it. Audit
     entries are create-only, so that instant is their create's. Order: ascending
     ``(written_ms, session_id, key)``, ids and
     keys by code point. ``since_ms`` keeps entries with ``written_ms >= since_ms``;
