@@ -61,7 +61,8 @@ def sqlite_store(tmp: Path, records: int, audit: int) -> Iterator[Store]:
     raw.execute("COMMIT")
     raw.execute("ANALYZE")
     try:
-        where = "substr(key, 1, 6) = 'audit:'"
+        # The index's own predicate (ADR-0139, amended: the audit namespace), as the adapter's.
+        where = "(substr(key, 1, 6) = 'audit:' OR substr(key, 1, 6) = 'audit-')"
         sql = (
             "SELECT written_ms, session_id, key FROM akchat_sessions__records WHERE"
             f" {where} ORDER BY written_ms, session_id, key LIMIT {PAGE + 1}"
@@ -91,8 +92,9 @@ def postgres_store(tmp: Path, records: int, audit: int) -> Iterator[Store]:
                     copy.write_row((*row[:4], bool(row[4]), row[5]))
         raw.execute(f"ANALYZE {table}__records")
         sql = (
-            f"SELECT written_ms, session_id, key FROM {table}__records WHERE left(key, 6) ="
-            " 'audit:' ORDER BY written_ms, session_id COLLATE \"C\", key LIMIT 51"
+            f"SELECT written_ms, session_id, key FROM {table}__records WHERE (left(key, 6) ="
+            " 'audit:' OR left(key, 6) = 'audit-') ORDER BY written_ms, session_id COLLATE \"C\","
+            " key LIMIT 51"
         )
         yield adapter, lambda _: raw.execute(sql).fetchall(), sql
     finally:
@@ -123,7 +125,7 @@ def redis_store(tmp: Path, records: int, audit: int) -> Iterator[Store]:
             pipe.hset(f"{prefix}{sid}#records", mapping=fields)
             if n % 5000 == 4999:
                 pipe.execute()
-        pipe.set(f"{prefix}#audit:backfilled", "1")
+        pipe.set(f"{prefix}#audit:backfilled2", "1")
         pipe.execute()
         yield adapter, lambda _: raw.zrangebylex(f"{prefix}#audit", "-", "+", 0, PAGE + 1), ""
     finally:

@@ -140,8 +140,51 @@ def test_without_a_session_a_store_without_the_audit_index_says_so(tmp_path: Pat
     url = f"sqlite:///{path}"
     _decided(url)
     with sqlite3.connect(path) as raw:  # as the builds before the index left it
-        raw.execute("DROP INDEX akchat_sessions__records_audit")
+        raw.execute("DROP INDEX akchat_sessions__records_audit2")
     result = run("audit", url)  # read-only: it does not upgrade the store
     assert result.exit_code == 2
     assert "predates the audit index" in result.stderr
     assert run("audit", url, "chat-7").exit_code == 0  # one session's trail needs no index
+
+
+def test_without_a_session_the_settles_are_listed_in_index_order(tmp_path: Path) -> None:
+    from akchat_fsm.integrations.ledger import ClaimRequest, ToolLedger, args_digest, plan_execute
+    from akchat_fsm.session.effects import LoadRecord, RunBody
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    approved, _ = _decided(url)
+    storage = open_storage(url)
+    try:  # a claimant dies inside c1's body in chat-8, and cy settles it
+        plan = plan_execute("chat-8", ClaimRequest("c1", "send", args_digest({}), "dead", "n", 5))
+        effect = next(plan)
+        while not isinstance(effect, RunBody):
+            if isinstance(effect, LoadRecord):
+                effect = plan.send(storage.load_record(effect.session_id, effect.key))
+            else:
+                effect = plan.send(
+                    storage.save_record(
+                        effect.session_id, effect.key, effect.text, None, processing=True
+                    )
+                )
+        plan.close()
+        ToolLedger(storage, "chat-8").settle("c1", ran=True, result=1, operator="cy", via="cli")
+    finally:
+        storage.close()
+    rejected = _second_session(url)
+    result = run("audit", url, "--json")
+    assert result.exit_code == 0, result.stderr
+    entries = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(e.get("kind"), e["sessionId"], e["principal"]) for e in entries] == [
+        (None, "chat-7", "ana@example.com"),
+        (None, "chat-7", None),
+        ("settle", "chat-8", "cy"),
+        (None, "chat-8", "bo"),
+    ]
+    assert entries[2]["toolCallId"] == "c1" and entries[2]["decided"] is True
+    assert entries[3]["token"] == rejected
+    table = run("audit", url, "--width", "220")
+    assert table.exit_code == 0, table.stderr
+    lines = table.stdout.splitlines()
+    (cy,) = [line for line in lines if " cy " in line]
+    assert "chat-8" in cy and "c1" in cy and "applied" in cy and "not applied" not in cy
+    assert [n for n, line in enumerate(lines) if approved in line or rejected in line]

@@ -14,6 +14,15 @@ from typing import Any
 import pytest
 
 from akchat_fsm import AlreadyResolved, ConfigError
+from akchat_fsm.integrations.ledger import (
+    SETTLE_AUDIT_PREFIX,
+    ClaimRequest,
+    SettleAuditEntry,
+    ToolLedger,
+    args_digest,
+    plan_execute,
+    settle_trail,
+)
 from akchat_fsm.session import ChatDefinition, resume_chat_session
 from akchat_fsm.session.audit import (
     AUDIT_PREFIX,
@@ -23,8 +32,10 @@ from akchat_fsm.session.audit import (
     audit_log_async,
     audit_trail,
 )
+from akchat_fsm.session.effects import LoadRecord, RunBody, SaveRecord
 from akchat_fsm.storage import (
     AUDIT_KEY_PREFIX,
+    AUDIT_KEY_PREFIXES,
     AsyncMemoryStorage,
     MemoryStorage,
     MissingCapability,
@@ -160,3 +171,56 @@ def test_the_asyncio_twin_reads_the_same_pages() -> None:
 
 def test_the_entries_are_written_under_the_prefix_the_storage_indexes() -> None:
     assert AUDIT_PREFIX == AUDIT_KEY_PREFIX
+
+
+def _settled(storage: MemoryStorage, session_id: str, call: str) -> None:
+    """A claimant dies inside ``call``'s body; ana settles it (did not run)."""
+    request = ClaimRequest(call, "send", args_digest({}), "dead", "nonce", 5)
+    plan = plan_execute(session_id, request)
+    effect = next(plan)
+    while not isinstance(effect, RunBody):
+        if isinstance(effect, LoadRecord):
+            value: Any = storage.load_record(effect.session_id, effect.key)
+        else:
+            assert isinstance(effect, SaveRecord)
+            value = storage.save_record(
+                effect.session_id,
+                effect.key,
+                effect.text,
+                effect.expected_version,
+                processing=effect.processing,
+            )
+        effect = plan.send(value)
+    plan.close()
+    ToolLedger(storage, session_id).settle(call, ran=False, operator="ana", via="cli")
+
+
+def test_the_settles_are_listed_among_the_decisions_in_index_order() -> None:
+    # Issue #23: every decision, an operator's settle included, is in the cross-session audit.
+    storage = MemoryStorage()
+    _decided_in_two_sessions(storage)
+    _settled(storage, "s-2", "c1")
+    every = _walk(storage, 1)
+    assert [type(e).__name__ for e in every] == ["AuditEntry", "AuditEntry", "SettleAuditEntry"]
+    (settle,) = [e for e in every if isinstance(e, SettleAuditEntry)]
+    assert settle == settle_trail(storage, "s-2")[0] and settle.decided
+    assert (settle.session_id, settle.principal, settle.via) == ("s-2", "ana", "cli")
+    assert asyncio.run(audit_log_async(AsyncMemoryStorage(storage), limit=1000)).entries == tuple(
+        every
+    )
+
+
+def test_a_page_of_one_marks_a_settle_a_later_verdict_followed() -> None:
+    # ana's release applied, then bo's verdict on the re-run: the ledger names bo's nonce, and
+    # ana's applied because bo's entry (a later attempt, read off its page) follows it.
+    storage = MemoryStorage()
+    _settled(storage, "s-3", "c1")
+    _settled(storage, "s-3", "c1")
+    walked = _walk(storage, 1)
+    assert len(walked) == 2 and all(isinstance(e, SettleAuditEntry) for e in walked)
+    assert walked == list(settle_trail(storage, "s-3"))
+    assert [e.decided for e in walked] == [True, True]
+
+
+def test_the_index_covers_both_prefixes_of_the_session_layer() -> None:
+    assert AUDIT_PREFIX in AUDIT_KEY_PREFIXES and SETTLE_AUDIT_PREFIX.startswith(AUDIT_KEY_PREFIXES)

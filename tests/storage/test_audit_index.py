@@ -15,6 +15,17 @@ import pytest
 from storage_harness import Client, Harness
 
 from akchat_fsm import ConfigError
+from akchat_fsm.integrations.ledger import (
+    ClaimRequest,
+    SettleAuditEntry,
+    SettleRefused,
+    args_digest,
+    plan_execute,
+    plan_settle_unknown,
+)
+from akchat_fsm.session.audit import AuditPage, audit_log, audit_log_async
+from akchat_fsm.session.effects import LoadRecord, RunBody, SaveRecord
+from akchat_fsm.session.settle_audit import Decider
 from akchat_fsm.storage import AsyncAuditIndex, AuditIndex, AuditRef, AuditRefPage
 
 AUDIT_BACKENDS = [
@@ -77,6 +88,86 @@ def test_an_audit_record_is_listed_by_its_create_and_no_other_record_is(harness:
     # A losing create changes nothing; the record keeps its text and its entry.
     assert not b.save_record("s-a", "audit:t1:0000000000000003", '{"v":2}', None)
     assert walk(a) == rows
+
+
+def test_a_settle_entry_is_listed_as_a_decision_is(harness: Harness) -> None:
+    # ADR-0139 amended: an operator's settle (ADR-0136) is in the cross-session audit too.
+    a, b = harness.client(), harness.client()
+    settle = "audit-settle:c1:0000000000000002:n1"
+    assert a.save_record("s-a", settle, TEXT, None)
+    assert a.save_record("s-a", "auditor:c1", TEXT, None)  # neither prefix
+    assert a.save_record("s-b", "audit", TEXT, None)
+    assert a.save_record("s-b", "audit:t2:0000000000000001", TEXT, None)
+    assert sorted(keys(walk(b))) == [("s-a", settle), ("s-b", "audit:t2:0000000000000001")]
+    assert not b.save_record("s-a", settle, '{"v":2}', None)  # create-only: listed once
+    a.delete_record("s-a", settle)
+    assert keys(walk(b)) == [("s-b", "audit:t2:0000000000000001")]
+
+
+def _effect(c: Client, effect: Any) -> Any:
+    if isinstance(effect, LoadRecord):
+        return c.load_record(effect.session_id, effect.key)
+    assert isinstance(effect, SaveRecord), effect
+    return c.save_record(
+        effect.session_id,
+        effect.key,
+        effect.text,
+        effect.expected_version,
+        processing=effect.processing,
+    )
+
+
+def _audit_log(harness: Harness, c: Client, **kwargs: Any) -> AuditPage:
+    if not harness.is_async:
+        return audit_log(c.adapter, **kwargs)
+    assert c._runner is not None
+    return c._runner.run(audit_log_async(c.adapter, **kwargs))
+
+
+def test_audit_log_lists_the_settles_and_a_lost_one_is_not_applied(harness: Harness) -> None:
+    # ADR-0136's entries through ADR-0139's index: ana's settle applied, bo's lost its race.
+    c = harness.client()
+    request = ClaimRequest("c1", "send", args_digest({}), "dead", "nonce", 5)
+    claim = plan_execute("s-l", request)  # a claimant that died inside the body
+    effect = next(claim)
+    while not isinstance(effect, RunBody):
+        effect = claim.send(_effect(c, effect))
+    claim.close()
+
+    def settle(operator: str) -> Any:
+        return plan_settle_unknown(
+            "s-l",
+            "c1",
+            ran=False,
+            result=None,
+            operator=operator,
+            now_ms=1,
+            settler=Decider(operator),
+        )
+
+    bo = settle("bo")
+    load = next(bo)
+    create = bo.send(_effect(c, load))
+    cas = bo.send(_effect(c, create))  # bo's entry is written; its compare-and-set is next
+    ana = settle("ana")
+    effect = next(ana)
+    with pytest.raises(StopIteration):
+        while True:
+            effect = ana.send(_effect(c, effect))
+    reread = bo.send(_effect(c, cas))  # lost: ana's write came first
+    with pytest.raises(SettleRefused):
+        bo.send(_effect(c, reread))
+    walked: list[Any] = []
+    after = None
+    for _ in range(5):  # pages of one: the marks do not depend on the page
+        got = _audit_log(harness, c, after=after, limit=1)
+        walked += got.entries
+        if (after := got.next_after) is None:
+            break
+    assert all(isinstance(e, SettleAuditEntry) for e in walked)
+    assert sorted((e.principal, e.decided) for e in walked) == [("ana", True), ("bo", False)]
+    assert [e.to_json()["kind"] for e in walked] == ["settle", "settle"]
+    assert walked == list(_audit_log(harness, c, limit=10).entries)
 
 
 def test_delete_record_and_delete_unlist(harness: Harness) -> None:

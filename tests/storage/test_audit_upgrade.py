@@ -67,7 +67,7 @@ def test_sqlite_a_page_is_one_read_of_the_audit_index(tmp_path: Path) -> None:
     assert len(sent) == 1, sent  # one read per page
     with sqlite3.connect(path) as conn:
         plan = " | ".join(str(row[-1]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sent[0]}"))
-    assert "INDEX akchat_sessions__records_audit" in plan, plan
+    assert "INDEX akchat_sessions__records_audit2" in plan, plan
     assert "TEMP B-TREE" not in plan, plan  # no sort: the index is the order
 
 
@@ -76,7 +76,7 @@ def test_sqlite_a_store_without_the_index_is_upgraded_by_the_next_writer(tmp_pat
     with SQLiteStorage(path) as storage:
         before = _write(storage)
     with sqlite3.connect(path) as raw:
-        raw.execute("DROP INDEX akchat_sessions__records_audit")
+        raw.execute("DROP INDEX akchat_sessions__records_audit2")
     with SQLiteStorage(path, read_only=True) as reader:
         with pytest.raises(ConfigError, match="predates the audit index"):
             reader.list_audit()
@@ -85,6 +85,28 @@ def test_sqlite_a_store_without_the_index_is_upgraded_by_the_next_writer(tmp_pat
         assert _listed(writer) == before  # the entries already stored, at their own instants
     with SQLiteStorage(path, read_only=True) as reader:
         assert _listed(reader) == before
+
+
+def test_sqlite_a_dev_store_indexed_without_settles_is_reindexed(tmp_path: Path) -> None:
+    # The 0.2.0 dev builds before ADR-0139's amendment indexed `audit:` only, under another
+    # name: such a store reads as lacking the index, and the next writer's index has its settle.
+    path = tmp_path / "dev.db"
+    settle = "audit-settle:c1:0000000000000001:n1"
+    with SQLiteStorage(path) as storage:
+        before = _write(storage)
+    with sqlite3.connect(path) as raw:
+        raw.execute("DROP INDEX akchat_sessions__records_audit2")
+        raw.execute(
+            "CREATE INDEX akchat_sessions__records_audit ON akchat_sessions__records"
+            " (written_ms, session_id, key) WHERE substr(key, 1, 6) = 'audit:'"
+        )
+        raw.execute(
+            f"INSERT INTO akchat_sessions__records VALUES ('s-9', '{settle}', 1, '{{}}', 0, 7)"
+        )
+    with SQLiteStorage(path, read_only=True) as reader, pytest.raises(ConfigError):
+        reader.list_audit()
+    with SQLiteStorage(path) as writer:
+        assert _listed(writer) == sorted([*before, (7, "s-9", settle)])
 
 
 # --------------------------------------------------------------------------- PostgreSQL
@@ -124,7 +146,7 @@ def test_postgres_a_page_is_one_read_of_the_audit_index(pg_url: str, pg_table: s
             limit=50, after=first.next_after, since_ms=10
         )
     plan = "\n".join(str(row[0]) for row in _pg(pg_url, f"EXPLAIN {sql}", params))
-    assert f"{pg_table}__records_audit" in plan, plan
+    assert f"{pg_table}__records_audit2" in plan, plan
     assert "Seq Scan" not in plan and "Sort" not in plan, plan
 
 
@@ -136,7 +158,7 @@ def test_postgres_a_store_without_the_index_is_upgraded_by_the_next_writer(
 
     with PostgresStorage(pg_url, table=pg_table) as storage:
         before = _write(storage)
-    _pg(pg_url, f"DROP INDEX {pg_table}__records_audit")
+    _pg(pg_url, f"DROP INDEX {pg_table}__records_audit2")
     with (
         PostgresStorage(pg_url, table=pg_table, read_only=True) as reader,
         pytest.raises(ConfigError, match="predates the audit index"),
@@ -195,7 +217,7 @@ def test_mysql_a_page_is_one_read_of_the_audit_index(mysql_url: str, my_table: s
         )
     plan = _my(mysql_url, f"EXPLAIN {sql}", params)
     assert len(plan) == 1, plan  # one table read
-    assert plan[0][5] == "audit_idx", plan
+    assert plan[0][5] == "audit2_idx", plan
     assert plan[0][3] in ("range", "ref", "index"), plan  # never ALL (a full scan)
     assert "filesort" not in str(plan[0][9]), plan
 
@@ -207,7 +229,7 @@ def test_mysql_a_store_without_the_index_is_upgraded_by_the_next_writer(
     url = f"{mysql_url}?table={my_table}"
     with open_storage(url) as storage:
         before = _write(storage)
-    _my(mysql_url, f"ALTER TABLE {my_table}__records DROP INDEX audit_idx, DROP COLUMN audit_ms")
+    _my(mysql_url, f"ALTER TABLE {my_table}__records DROP INDEX audit2_idx, DROP COLUMN audit2_ms")
     with (
         open_storage(url, read_only=True) as reader,
         pytest.raises(ConfigError, match="predates the audit index"),
@@ -257,7 +279,7 @@ def test_redis_a_store_written_before_the_index_is_backfilled_once(redis_url: st
             assert sorted((s, k) for _, s, k in listed) == sorted(
                 (f"s-{n % 2}", key) for n, key in enumerate(KEYS)
             )
-        assert raw.exists(f"{prefix}#audit:backfilled")
+        assert raw.exists(f"{prefix}#audit:backfilled2")
         assert raw.zcard(f"{prefix}#audit") == 3
         with RedisStorage(redis_url, prefix=prefix) as again:
             assert _listed(again) == listed  # once: a second instance changes nothing
@@ -265,6 +287,36 @@ def test_redis_a_store_written_before_the_index_is_backfilled_once(redis_url: st
             assert [s for _, s, _ in _listed(again)] == ["s-1"]
         with RedisStorage(redis_url, prefix=prefix, read_only=True) as reader:
             assert [s for _, s, _ in _listed(reader)] == ["s-1"]
+    finally:
+        names = list(raw.scan_iter(match=f"{prefix}*"))
+        if names:
+            raw.delete(*names)
+        raw.close()
+
+
+@pytest.mark.redis
+def test_redis_a_dev_store_backfilled_without_settles_is_backfilled_again(redis_url: str) -> None:
+    # The dev builds before ADR-0139's amendment left a settle unindexed and marked the store
+    # backfilled under the old marker: the next writable list_audit backfills the settle.
+    import redis
+
+    from akchat_fsm.storage import RedisStorage
+
+    prefix = f"akt:{uuid.uuid4().hex[:12]}:"
+    settle = "audit-settle:c1:0000000000000001:n1"
+    raw = redis.Redis.from_url(redis_url)
+    try:
+        with RedisStorage(redis_url, prefix=prefix) as storage:
+            assert storage.save_record("s-0", KEYS[0], TEXT, None)
+            assert storage.save_record("s-0", settle, TEXT, None)
+        raw.hdel(f"{prefix}s-0#records", f"a:{settle}")
+        raw.zrem(
+            f"{prefix}#audit",
+            *[m for m in raw.zrange(f"{prefix}#audit", 0, -1) if settle.encode() in m],
+        )
+        raw.set(f"{prefix}#audit:backfilled", "1")
+        with RedisStorage(redis_url, prefix=prefix) as writer:
+            assert sorted(k for _, _, k in _listed(writer)) == sorted([KEYS[0], settle])
     finally:
         names = list(raw.scan_iter(match=f"{prefix}*"))
         if names:

@@ -2,7 +2,9 @@
 
 A settle entry is written before each settle's compare-and-set over a ledger entry; whether it
 applied is read off the verdict nonces (``settle_trail``). The table here is shown after the
-decisions' table; ``--json`` prints one line per entry with ``"kind": "settle"``.
+decisions' table (with a SESSION column when the listing is across sessions, ``audit URL``
+without SESSION, whose settles come from the audit index, ADR-0139); ``--json`` prints one
+line per entry with ``"kind": "settle"``.
 """
 
 from __future__ import annotations
@@ -46,14 +48,16 @@ def settles_or_fail(
     return entries
 
 
-def settle_table(entries: tuple[SettleAuditEntry, ...]) -> Group:
+def settle_table(entries: tuple[SettleAuditEntry, ...], *, sessions: bool = False) -> Group:
+    """The settles, one row each (``sessions``: with a SESSION column, across sessions)."""
     table = Table(box=box.SIMPLE_HEAD, expand=False, pad_edge=False)
     headers = ("TOOL CALL", "VERSION", "VERDICT", "WHO", "VIA", "AT", "SETTLED", "APPLIED", "ARGS")
-    for header in headers:
+    for header in ("SESSION", *headers) if sessions else headers:
         table.add_column(header, no_wrap=True)
     table.add_column("REASON")
     rows = [
         (
+            *((inert(e.session_id),) if sessions else ()),
             inert(e.tool_call_id),
             str(e.version),
             "ran" if e.ran else "did not run",
@@ -72,10 +76,10 @@ def settle_table(entries: tuple[SettleAuditEntry, ...]) -> Group:
     return Group(pinned_rows(table, rows), Text(summary))
 
 
-def settle_section(entries: tuple[SettleAuditEntry, ...]) -> Group:
+def settle_section(entries: tuple[SettleAuditEntry, ...], *, sessions: bool = False) -> Group:
     """The operators' settles, titled (shown only when there are some)."""
     title = Text("operators' settles of unknown executions", style="bold")
-    return Group(title, settle_table(entries))
+    return Group(title, settle_table(entries, sessions=sessions))
 
 
 def settle_lines(entries: tuple[SettleAuditEntry, ...]) -> list[str]:

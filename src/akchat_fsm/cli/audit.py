@@ -2,8 +2,9 @@
 
 Reads a session's audit entries (one per claim attempt, written before the claim) and marks
 the one whose claim applied; without SESSION, every session's, oldest write first, page by
-page through the store's audit index. Read-only: the store is opened read-only and never
-changed. ``--json`` prints JSON Lines, one entry a line, for an export.
+page through the store's audit index, the operators' settles (ADR-0136) among them.
+Read-only: the store is opened read-only and never changed. ``--json`` prints JSON Lines, one
+entry a line, for an export.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import ConfigError, StorageError
-from ..session.audit import AuditEntry, audit_log, audit_trail
+from ..session.audit import AuditEntry, AuditLogEntry, audit_log, audit_trail
 from ..session.session import default_clock
+from ..session.settle_audit import SettleAuditEntry
 from ..storage.capabilities import has_audit_index, keeps_records
 from ._common import (
     EXIT_USAGE,
@@ -157,7 +159,7 @@ def audit(
         print_renderable(Group(*parts, *([settle_section(settles)] if settles else [])), width)
 
 
-def _print_json(entries: tuple[AuditEntry, ...]) -> None:
+def _print_json(entries: tuple[AuditLogEntry, ...]) -> None:
     for entry in entries:
         click.echo(inert_json(json.dumps(entry.to_json(), ensure_ascii=False)))
 
@@ -165,8 +167,10 @@ def _print_json(entries: tuple[AuditEntry, ...]) -> None:
 def _every_session(
     url: str, storage: object, since_ms: int | None, as_json: bool, width: int | None
 ) -> None:
-    """Walk the audit index page by page; JSON Lines are printed as each page arrives."""
-    shown: list[AuditEntry] = []
+    """Walk the audit index page by page; JSON Lines are printed as each page arrives, the
+    decisions' and the settles' (``"kind": "settle"``) in the index's order. The table shows
+    the decisions, then the settles, each in that order."""
+    shown: list[AuditLogEntry] = []
     after: str | None = None
     while True:
         try:
@@ -183,4 +187,9 @@ def _every_session(
         if after is None:
             break
     if not as_json:
-        print_renderable(_table(tuple(shown), sessions=True), width)
+        decisions = tuple(e for e in shown if isinstance(e, AuditEntry))
+        settles = tuple(e for e in shown if isinstance(e, SettleAuditEntry))
+        parts = [_table(decisions, sessions=True)] if decisions or not settles else []
+        if settles:
+            parts.append(settle_section(settles, sessions=True))
+        print_renderable(Group(*parts), width)

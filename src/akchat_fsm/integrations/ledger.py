@@ -103,6 +103,7 @@ __all__ = [
     "plan_entries",
     "plan_execute",
     "plan_get",
+    "plan_mark_settles",
     "plan_settle",
     "plan_settle_trail",
     "plan_settle_unknown",
@@ -805,15 +806,48 @@ def plan_settle_trail(
     entries = read_settle_entries(session_id, stored)
     if tool_call_id is not None:
         entries = [e for e in entries if e.tool_call_id == tool_call_id]
+    verdicts = yield from _verdicts(session_id, {e.tool_call_id for e in entries})
+    marked = settle_decided(entries, verdicts)
+    return tuple(e for e in marked if since_ms is None or e.at_ms >= since_ms)
+
+
+def _verdicts(session_id: str, calls: set[str]) -> Plan[dict[str, str | None]]:
+    """The verdict nonce each call's ledger entry carries now (one read a call)."""
     verdicts: dict[str, str | None] = {}
-    for call in sorted({e.tool_call_id for e in entries}):
+    for call in sorted(calls):
         try:
             ledger = yield from _load(session_id, ledger_key(call))
         except ConfigError:  # an unreadable ledger entry names no verdict
             ledger = None
         verdicts[call] = None if ledger is None else ledger.verdict
-    marked = settle_decided(entries, verdicts)
-    return tuple(e for e in marked if since_ms is None or e.at_ms >= since_ms)
+    return verdicts
+
+
+def plan_mark_settles(
+    session_id: str, entries: list[SettleAuditEntry]
+) -> Plan[list[SettleAuditEntry]]:
+    """Some of the session's settle entries (a page of the audit index, ADR-0139), in the same
+    order, each marked ``decided`` as :func:`plan_settle_trail` marks it, without reading the
+    session's other settles: per call one ledger read, one listing of the call's entry keys,
+    and a read of each entry keyed after the lowest one given (only a later attempt can follow
+    a verdict, :func:`settle_decided`; keys sort by version)."""
+    verdicts = yield from _verdicts(session_id, {e.tool_call_id for e in entries})
+    given = {_settle_key(e) for e in entries}
+    known = list(entries)
+    for call in sorted(verdicts):
+        lowest = min(_settle_key(e) for e in entries if e.tool_call_id == call)
+        nonce = next(e.nonce for e in entries if _settle_key(e) == lowest)
+        prefix = lowest[: lowest.rindex(":", 0, len(lowest) - len(nonce) - 1) + 1]
+        for key in (yield ListRecords(session_id, prefix)):
+            if key > lowest and key not in given:
+                record = yield LoadRecord(session_id, key)
+                if record is not None:
+                    known += read_settle_entries(session_id, [(key, record[1])])
+    return settle_decided(known, verdicts)[: len(entries)]  # marked in order, given ones first
+
+
+def _settle_key(entry: SettleAuditEntry) -> str:
+    return settle_audit_key(ledger_key(entry.tool_call_id), entry.version, entry.nonce)
 
 
 def _trail_plan(

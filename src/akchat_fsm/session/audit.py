@@ -4,8 +4,9 @@ Every approve, reject and expire on a store with the records capability writes o
 before its claim (ADR-0132; the mechanism is in :mod:`._audit`). ``audit_trail(storage,
 session_id)`` reads them back, oldest cursor first per call, each marked ``decided`` when it
 is the claim that applied. ``audit_log(storage, since_ms=...)`` pages through the entries of
-every session, oldest write first, by the store's audit index (ADR-0139). Read-only: neither
-needs a definition nor writes anything.
+every session, oldest write first, by the store's audit index (ADR-0139): the decisions' and
+the operators' settles (ADR-0136), each a :data:`AuditLogEntry`. Read-only: neither needs a
+definition nor writes anything.
 """
 
 from __future__ import annotations
@@ -19,13 +20,24 @@ from ..storage.checks import check_audit_query, check_session_id
 from ..storage.port import AuditRefPage
 from ..wire.decode import decode_session_snapshot
 from ..wire.session import ConfirmationBinding
-from ._audit import AUDIT_PREFIX, AuditEntry, audit_key, check_decider, decided, read_entries
+from ._audit import (
+    AUDIT_PREFIX,
+    SETTLE_AUDIT_PREFIX,
+    AuditEntry,
+    SettleAuditEntry,
+    audit_key,
+    check_decider,
+    decided,
+    read_entries,
+    read_settle_entries,
+)
 from .drivers import Ports, run_async, run_sync
 from .effects import ListAudit, ListRecords, Load, LoadRecord, Plan
 
 __all__ = [
     "AUDIT_PREFIX",
     "AuditEntry",
+    "AuditLogEntry",
     "AuditPage",
     "audit_key",
     "audit_log",
@@ -64,11 +76,19 @@ def _bindings(session_id: str) -> Plan[tuple[ConfirmationBinding, ...]]:
     return () if snapshot is None else snapshot.confirmations
 
 
+#: One entry of :func:`audit_log`: a decision's (:class:`AuditEntry`: approve, reject, expire)
+#: or an operator's settle of an unknown execution (:class:`SettleAuditEntry`, ADR-0136).
+#: Tell them by type; their ``to_json()`` forms differ by ``"kind": "settle"`` (a decision's
+#: has no ``kind``). Both carry ``session_id``, ``tool_call_id``, ``principal``, ``via``,
+#: ``reason``, ``at_ms`` and ``decided`` (the decision, or the verdict, applied).
+AuditLogEntry = AuditEntry | SettleAuditEntry
+
+
 @dataclass(frozen=True, slots=True)
 class AuditPage:
     """One page of :func:`audit_log`: entries in the index's order, and the next page's cursor."""
 
-    entries: tuple[AuditEntry, ...]
+    entries: tuple[AuditLogEntry, ...]
     #: Pass it as ``after`` for the next page; ``None`` when there is none. A page may hold
     #: fewer entries than ``limit`` (an entry deleted, or unreadable) and still have a next.
     next_after: str | None
@@ -76,17 +96,35 @@ class AuditPage:
 
 def plan_audit_page(since_ms: int | None, after: str | None, limit: int) -> Plan[AuditPage]:
     """One page of the audit index, each entry read and marked ``decided`` as
-    :func:`audit_trail` marks it. Bounded by the page: per entry one record read, per
-    session one envelope read, per call one key listing and at most one more entry read (the
-    highest cursor, which decides whether this entry's claim applied)."""
+    :func:`audit_trail` marks a decision and ``settle_trail`` a settle. Bounded by the page:
+    per entry one record read; for decisions, per session one envelope read, per call one key
+    listing and at most one more entry read (the highest cursor, which decides whether this
+    entry's claim applied); for settles, per call one ledger read, one key listing and the
+    reads of that call's later attempts (``plan_mark_settles``)."""
+    # Here, not at the top: the ledger's module imports the session package.
+    from ..integrations.ledger import plan_mark_settles
+
     page: AuditRefPage = yield ListAudit(since_ms, after, limit)
     found: dict[str, dict[str, str]] = {}
     for ref in page.items:
         record = yield LoadRecord(ref.session_id, ref.key)
         if record is not None:
             found.setdefault(ref.session_id, {})[ref.key] = record[1]
-    marked: dict[tuple[str, str], AuditEntry] = {}
-    for sid, texts in found.items():
+    marked: dict[tuple[str, str], AuditLogEntry] = {}
+    for sid, stored in found.items():
+        settles = [
+            (key, got[0])
+            for key, text in stored.items()
+            if key.startswith(SETTLE_AUDIT_PREFIX)
+            and (got := read_settle_entries(sid, [(key, text)]))
+        ]
+        if settles:
+            judged_settles = yield from plan_mark_settles(sid, [entry for _, entry in settles])
+            for (key, _), settle in zip(settles, judged_settles, strict=True):
+                marked[(sid, key)] = settle
+        texts = {key: text for key, text in stored.items() if key.startswith(AUDIT_PREFIX)}
+        if not texts:
+            continue
         parsed = {key: read_entries(sid, [(key, text)]) for key, text in texts.items()}
         mine = [(key, got[0]) for key, got in parsed.items() if got]
         # The highest cursor of each call decides; read it where it is not on this page.
@@ -128,10 +166,12 @@ def audit_log(
 ) -> AuditPage:
     """One page of the audit entries of every session, oldest write first (ADR-0139).
 
-    ``since_ms``: only entries the store wrote at or after that epoch-ms instant (the
-    adapter's clock at the write); ``after``: the previous page's ``next_after``; ``limit``:
-    1..1000 index rows a page. Each entry is marked ``decided`` as :func:`audit_trail` marks
-    it. :class:`~akchat_fsm.storage.capabilities.MissingCapability` (a ``ConfigError``) for
+    The decisions (:class:`AuditEntry`) and the operators' settles (``SettleAuditEntry``),
+    in the index's order. ``since_ms``: only entries the store wrote at or after that epoch-ms
+    instant (the adapter's clock at the write); ``after``: the previous page's ``next_after``;
+    ``limit``: 1..1000 index rows a page. Each entry is marked ``decided`` as
+    :func:`audit_trail` (a decision) or ``settle_trail`` (a settle) marks it.
+    :class:`~akchat_fsm.storage.capabilities.MissingCapability` (a ``ConfigError``) for
     a storage without the ``AuditIndex`` capability, ``ConfigError`` for bad arguments, both
     before any read.
     """
@@ -143,10 +183,12 @@ async def audit_log_async(
 ) -> AuditPage:
     """One page of the audit entries of every session, oldest write first (ADR-0139).
 
-    ``since_ms``: only entries the store wrote at or after that epoch-ms instant (the
-    adapter's clock at the write); ``after``: the previous page's ``next_after``; ``limit``:
-    1..1000 index rows a page. Each entry is marked ``decided`` as :func:`audit_trail` marks
-    it. :class:`~akchat_fsm.storage.capabilities.MissingCapability` (a ``ConfigError``) for
+    The decisions (:class:`AuditEntry`) and the operators' settles (``SettleAuditEntry``),
+    in the index's order. ``since_ms``: only entries the store wrote at or after that epoch-ms
+    instant (the adapter's clock at the write); ``after``: the previous page's ``next_after``;
+    ``limit``: 1..1000 index rows a page. Each entry is marked ``decided`` as
+    :func:`audit_trail` (a decision) or ``settle_trail`` (a settle) marks it.
+    :class:`~akchat_fsm.storage.capabilities.MissingCapability` (a ``ConfigError``) for
     a storage without the ``AuditIndex`` capability, ``ConfigError`` for bad arguments, both
     before any read.
     """

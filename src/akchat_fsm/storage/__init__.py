@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._audit_index import AUDIT_KEY_PREFIX
+from ._audit_index import AUDIT_KEY_PREFIX, AUDIT_KEY_PREFIXES
 from .capabilities import MissingCapability
 from .memory import AsyncMemoryStorage, MemoryStorage
 from .port import (
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUDIT_KEY_PREFIX",
+    "AUDIT_KEY_PREFIXES",
     "AsyncAuditIndex",
     "AsyncDeletableSessionStorage",
     "AsyncManagedSessionStorage",

@@ -1,7 +1,9 @@
 """The audit index's decisions, shared by every adapter and made once without I/O (ADR-0139).
 
-Every record whose key starts with :data:`AUDIT_KEY_PREFIX` is an audit entry (ADR-0132); the
-adapter lists it across sessions by ``(written_ms, session_id, key)``, the index entry written
+Every record whose key starts with one of :data:`AUDIT_KEY_PREFIXES` is an audit entry: a
+decision's under ``audit:`` (ADR-0132), any other kind under ``audit-<kind>:`` (an operator's
+settle, ``audit-settle:``, ADR-0136).
+The adapter lists it across sessions by ``(written_ms, session_id, key)``, the index entry written
 by the very write that creates the record (as the processing index is, ADR-0085). Which keys are
 indexed is :func:`audit_indexed`; a query's arguments are checked by :func:`check_audit_query`;
 its keyset cursor is :func:`encode_audit_after` / :func:`decode_audit_after`; a fetched page
@@ -26,19 +28,29 @@ from .port import AuditRef, AuditRefPage
 __all__ = [
     "AUDIT_HINT",
     "AUDIT_KEY_PREFIX",
+    "AUDIT_KEY_PREFIXES",
+    "AUDIT_KIND_PREFIX",
     "MAX_AUDIT_LIMIT",
     "AuditQuery",
     "audit_admits",
     "audit_indexed",
     "audit_sort_key",
+    "audit_sql_predicate",
     "check_audit_query",
     "decode_audit_after",
     "encode_audit_after",
     "make_audit_page",
 ]
 
-#: The record key prefix of audit entries; any record created under it is indexed.
+#: The record key prefix of the decisions' audit entries (ADR-0132).
 AUDIT_KEY_PREFIX: Final = "audit:"
+#: The prefix of every other kind of audit entry, ``audit-<kind>:`` (an operator's settle,
+#: ``audit-settle:``, ADR-0136). The storage layer reserves the namespace and knows no kind.
+AUDIT_KIND_PREFIX: Final = "audit-"
+#: The one rule of the audit index: a record created under any of these is indexed, and no
+#: other record is. Every adapter applies it: in Python (memory, Redis), or as the SQL of
+#: :func:`audit_sql_predicate` (the partial indexes, MySQL's generated column).
+AUDIT_KEY_PREFIXES: Final = (AUDIT_KEY_PREFIX, AUDIT_KIND_PREFIX)
 #: The largest page :meth:`~akchat_fsm.storage.port.AuditIndex.list_audit` returns.
 MAX_AUDIT_LIMIT: Final = 1000
 
@@ -54,7 +66,15 @@ _MAX_AFTER_CHARS: Final = 512
 
 def audit_indexed(key: str) -> bool:
     """Whether a record under ``key`` belongs in the audit index."""
-    return key.startswith(AUDIT_KEY_PREFIX)
+    return key.startswith(AUDIT_KEY_PREFIXES)
+
+
+def audit_sql_predicate(prefix_of: str) -> str:
+    """:func:`audit_indexed` in SQL: ``prefix_of`` is the dialect's "the first {n} characters
+    of the key" with an ``{n}`` placeholder (``left(key, {n})``, ``substr(key, 1, {n})``).
+    The prefixes are constants of this module (no quote in them), so the text is inert."""
+    tests = (f"{prefix_of.format(n=len(p))} = '{p}'" for p in AUDIT_KEY_PREFIXES)
+    return "(" + " OR ".join(tests) + ")"
 
 
 @dataclass(frozen=True, slots=True)

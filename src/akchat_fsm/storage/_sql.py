@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ._audit_index import AUDIT_KEY_PREFIX, AuditQuery, check_audit_query
+from ._audit_index import AuditQuery, audit_sql_predicate, check_audit_query
 from ._cas import (
     PreparedSave,
     check_record_key,
@@ -184,13 +184,21 @@ def found_session(row: Sequence[Any] | None) -> str | None:
 # --------------------------------------------------------------------------- the audit index
 #
 # No table of its own (ADR-0139): the audit records are rows of `<table>__records`, and the
-# index is an index over them, restricted to keys under `audit:` (a partial index on SQLite and
+# index is an index over them, restricted to the keys `audit_indexed` admits, `audit:` and
+# `audit-` (a partial index on SQLite and
 # PostgreSQL, an indexed generated column on MySQL/MariaDB). The database updates it in the very
 # statement that creates the record, so an entry exists iff the record does, and building it on
 # an existing table indexes the entries already stored (the backfill).
 
-#: The number of characters of the prefix, for the ``LEFT``/``substr`` of the predicates.
-AUDIT_PREFIX_LEN = len(AUDIT_KEY_PREFIX)
+#: The audit index's predicate in each dialect (ADR-0139): ``audit_indexed`` in SQL, in the
+#: index (or generated column) and verbatim in its query.
+AUDIT_WHERE_POSTGRES = audit_sql_predicate("left(key, {n})")
+AUDIT_WHERE_SQLITE = audit_sql_predicate("substr(key, 1, {n})")
+AUDIT_WHERE_MYSQL = audit_sql_predicate("LEFT(`key`, {n})")
+#: The name's mark of the index built on that predicate: ``audit2`` since settles are in it
+#: (ADR-0139, amended), so a dev store indexed by the decisions-only ``audit`` build is not
+#: taken for indexed and gets the upgrade, which indexes the rows already there.
+AUDIT_INDEX_MARK = "audit2"
 
 
 class AuditStatements:

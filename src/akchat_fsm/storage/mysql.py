@@ -61,7 +61,8 @@ from ._closing import Closing
 from ._pending import carry_since, check_token, make_page
 from ._read_only import read_only_refusal
 from ._sql import (
-    AUDIT_PREFIX_LEN,
+    AUDIT_INDEX_MARK,
+    AUDIT_WHERE_MYSQL,
     PENDING_COLUMNS,
     PENDING_INDEXES,
     AuditStatements,
@@ -126,7 +127,7 @@ _KEY_COLUMNS = frozenset({"session_id", "key"})
 
 
 #: The generated column of the records table that the audit index is on (ADR-0139).
-AUDIT_COLUMN = "audit_ms"
+AUDIT_COLUMN = f"{AUDIT_INDEX_MARK}_ms"
 #: ER_DUP_FIELDNAME: another writer added the audit column first.
 _DUPLICATE_COLUMN = 1060
 
@@ -240,14 +241,14 @@ class _Plan(SqlStatements):
         body = "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
         tail = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
         # The audit index (ADR-0139): MySQL has no partial index, so a generated column holds
-        # the record's instant for keys under `audit:` (NULL otherwise) and is indexed. InnoDB
-        # updates it in the record's own INSERT; adding it to an existing table (one ALTER,
-        # atomic) indexes the entries already there.
+        # the record's instant for the keys `audit_indexed` admits (NULL otherwise) and is
+        # indexed. InnoDB updates it in the record's own INSERT; adding it to an existing table
+        # (one ALTER, atomic) indexes the entries already there. A dev store's decisions-only
+        # `audit_ms` column (before settles were indexed) is left in place, unused.
         audit_column = (
-            f"{AUDIT_COLUMN} BIGINT AS (IF(LEFT(`key`, {AUDIT_PREFIX_LEN}) = 'audit:',"
-            " written_ms, NULL)) VIRTUAL"
+            f"{AUDIT_COLUMN} BIGINT AS (IF({AUDIT_WHERE_MYSQL}, written_ms, NULL)) VIRTUAL"
         )
-        audit_key = f"KEY audit_idx ({AUDIT_COLUMN}, session_id, `key`)"
+        audit_key = f"KEY {AUDIT_INDEX_MARK}_idx ({AUDIT_COLUMN}, session_id, `key`)"
         self.add_audit = f"ALTER TABLE {r} ADD COLUMN {audit_column}, ADD {audit_key}"
         self.audit_sql = AuditStatements(
             r, "%s", when=AUDIT_COLUMN, where="", key="`key`", row_values=False

@@ -310,7 +310,8 @@ class AuditRef:
     """One audit entry as the audit index holds it: where it is, and when it was written."""
 
     session_id: str
-    #: The record key (``audit:<token>:<cursor>``); read the entry with ``load_record``.
+    #: The record key (a decision's ``audit:<token>:<cursor>``, an operator's settle's
+    #: ``audit-settle:<call>:<version>:<nonce>``); read the entry with ``load_record``.
     key: str
     #: The adapter's clock at the record's last write, its create for an entry (epoch ms).
     written_ms: int
@@ -329,10 +330,11 @@ class AuditRefPage:
 class AuditIndex(Protocol):
     """Lists the audit records of every session, oldest first, without loading envelopes.
 
-    Every record whose key starts with ``audit:`` is listed, at the instant of its last write
-    (``written_ms``, the adapter's clock), by the same atomic write: an index entry exists
-    iff the record does, until ``delete_record`` or ``delete(session_id)`` removes it. Audit
-    entries are create-only (ADR-0132), so that instant is their create's. Order: ascending
+    Every record whose key starts with ``audit:`` (a decision, ADR-0132) or ``audit-`` (another
+    kind: ``audit-settle:``, an operator's settle, ADR-0136) is listed, at the instant of its
+    last write (``written_ms``, the adapter's clock), by the same atomic write: an index entry
+    exists iff the record does, until ``delete_record`` or ``delete(session_id)`` removes it. Audit
+    entries are create-only, so that instant is their create's. Order: ascending
     ``(written_ms, session_id, key)``, ids and
     keys by code point. ``since_ms`` keeps entries with ``written_ms >= since_ms``;
     ``after`` is a page's ``next_after`` (keyset pagination: stable under concurrent writes,

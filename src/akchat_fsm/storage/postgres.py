@@ -62,7 +62,8 @@ from ._closing import AsyncClosing, Closing
 from ._pending import check_token, make_page
 from ._read_only import read_only_refusal
 from ._sql import (
-    AUDIT_PREFIX_LEN,
+    AUDIT_INDEX_MARK,
+    AUDIT_WHERE_POSTGRES,
     PENDING_COLUMNS,
     PENDING_INDEXES,
     AuditStatements,
@@ -314,7 +315,7 @@ class _Plan(SqlStatements):
             self.setup.append(f"SET statement_timeout = {statement_timeout_ms}")
         self.records = r = derived_identifier(t, "__records")
         self.pending = p = derived_identifier(t, "__pending")
-        self.audit_index = derived_identifier(r, "_audit")
+        self.audit_index = derived_identifier(r, f"_{AUDIT_INDEX_MARK}")
         self.create = _schema(t, r, p, self.audit_index)
         # What a read-only connection looks for: the pending table and the audit index.
         self.has_pending = "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL"
@@ -502,7 +503,7 @@ def _with_pending(p: str, envelope: str) -> str:
 
 
 #: The audit index's predicate (ADR-0139), in the index and verbatim in its query.
-AUDIT_WHERE = f"left(key, {AUDIT_PREFIX_LEN}) = 'audit:'"
+AUDIT_WHERE = AUDIT_WHERE_POSTGRES
 
 
 def _schema(t: str, r: str, p: str, audit: str) -> str:

@@ -635,7 +635,9 @@ class _Plan:
         self.pending = prefix + "#pending:"
         self.backfilled = self.pending + "backfilled"
         # The audit index's marker of its one backfill (ADR-0139).
-        self.audit_backfilled = prefix + "#audit:backfilled"
+        # "2": settles are indexed since ADR-0139's amendment, so a store backfilled by the
+        # decisions-only build is backfilled once more (the backfill adds only what is missing).
+        self.audit_backfilled = prefix + "#audit:backfilled2"
         #: Cluster mode: the bucket count, stored once in bucket 0 and checked by every
         #: instance before its first command, since another count would re-home sessions.
         self.layout = self.bases[0] + "#shards"

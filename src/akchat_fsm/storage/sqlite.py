@@ -48,7 +48,8 @@ from ._closing import Closing
 from ._pending import carry_since, check_token, make_page
 from ._read_only import read_only_refusal
 from ._sql import (
-    AUDIT_PREFIX_LEN,
+    AUDIT_INDEX_MARK,
+    AUDIT_WHERE_SQLITE,
     PENDING_COLUMNS,
     PENDING_INDEXES,
     AuditStatements,
@@ -485,11 +486,11 @@ class _Schema:
     def __init__(self, table: str) -> None:
         t, r, p = table, f"{table}__records", f"{table}__pending"
         self.table, self.records, self.pending = t, r, p
-        # The audit index (ADR-0139): the records under `audit:`, a partial index on the
+        # The audit index (ADR-0139): the records `audit_indexed` admits, a partial index on the
         # records table, so the record's own INSERT writes it; building it on an existing
         # table (the upgrade) indexes the entries already there.
-        self.audit_index = f"{r}_audit"
-        audit_where = f"substr(key, 1, {AUDIT_PREFIX_LEN}) = 'audit:'"
+        self.audit_index = f"{r}_{AUDIT_INDEX_MARK}"
+        audit_where = AUDIT_WHERE_SQLITE
         self.indexes = (
             f"{t}__processing",
             f"{r}_processing",

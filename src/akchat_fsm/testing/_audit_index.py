@@ -1,6 +1,7 @@
 """Checks of the optional ``AuditIndex`` capability (ADR-0139).
 
-A record created under ``audit:`` is listed from its create (by the same atomic write) until
+A record created under ``audit:`` (a decision's) or ``audit-`` (another kind: an operator's
+settle, ``audit-settle:``) is listed from its create (by the same atomic write) until
 ``delete_record`` or ``delete`` removes it, at the instant of its last write; no other record
 is listed; a losing create changes nothing listed; pages are keyset pages in
 ``(written_ms, session_id, key)`` order. The store may hold other data: every walk starts at
@@ -53,8 +54,9 @@ def _put(storage: Any, sid: str, key: str, expected: int | None, want: bool, wha
 
 def audit_index(ctx: KitContext) -> str:
     """Listed from the create, across instances and sessions, in order and in pages; never a
-    record outside ``audit:``; a losing create changes nothing, an update lists it once at its
-    last write; a deleted record and a deleted session's records are unlisted."""
+    record outside ``audit:`` and ``audit-``; a losing create changes nothing, an
+    update lists it once at its last write; a deleted record and a deleted session's records
+    are unlisted."""
     a, b = ctx.instances(2)
     if not callable(getattr(a, _METHOD, None)):
         raise CheckSkipped("the adapter has no audit index (optional AuditIndex capability)")
@@ -66,18 +68,23 @@ def audit_index(ctx: KitContext) -> str:
     since = now_ms() - 60_000
     s1, s2 = fresh_session_id("ck-audit"), fresh_session_id("ck-audit")
     mine = {s1, s2}
-    keys = ("audit:t1:0000000000000001", "audit:t1:0000000000000002", "audit:t2:00")
+    keys = (
+        "audit:t1:0000000000000001",
+        "audit:t1:0000000000000002",
+        "audit-settle:t2:0000000000000001:ck",  # an operator's settle is indexed too
+    )
     _put(a, s1, keys[0], None, True, "create an audit record")
     _put(b, s2, keys[2], None, True, "create an audit record in another session")
     _put(a, s1, "ledger:t1", None, True, "create a record outside audit:")
+    _put(a, s2, "auditor:t2", None, True, "create a record outside audit: and audit-")
     _put(b, s1, keys[1], None, True, "create a second audit record")
     listed = _ours(_walk(b, since, 1000), mine)
     want = {(s1, keys[0]), (s1, keys[1]), (s2, keys[2])}
     if {(sid, key) for _, sid, key in listed} != want or len(listed) != 3:
         raise AssertionError(
             f"list_audit lists {[(s[-6:], k) for _, s, k in listed]} of this check's records, "
-            "expected each audit: record once and no other record (an audit record is listed "
-            "from the write that creates it)"
+            "expected each audit: and audit- record once and no other record (an audit "
+            "record is listed from the write that creates it)"
         )
     if listed != sorted(listed):
         raise AssertionError(

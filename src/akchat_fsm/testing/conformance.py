@@ -153,10 +153,10 @@ PROPERTIES: dict[str, str] = {
     "before) and both orders must agree with the saved envelopes",
     "pending_index_pages": "list_pending's keyset pages must be disjoint, in order, and cover "
     "every row pending throughout a walk, while other writes happen",
-    "audit_index": "list_audit must list every record created under audit: (and no other) "
-    "from the write that creates it, in (written_ms, session_id, key) order and in keyset "
-    "pages; a losing create changes nothing listed, an update lists it once at its last "
-    "write; delete_record and delete unlist",
+    "audit_index": "list_audit must list every record created under audit: or audit- "
+    "(and no other) from the write that creates it, in (written_ms, session_id, key) order "
+    "and in keyset pages; a losing create changes nothing listed, an update lists it once at "
+    "its last write; delete_record and delete unlist",
     "no_open_connections": "close() must release every connection",
 }
 
