@@ -499,6 +499,10 @@ class ResolutionProtocol(RuleBasedStateMachine):
             assert snapshot is not None
             assert snapshot.to_wire() == self.recording.applied[max(self.recording.applied)]
 
+    def _recover(self) -> None:
+        """The recovery after every client is gone: it must leave nothing processing."""
+        self._reconcile(release=False)
+
     def teardown(self) -> None:
         # After every client is gone, one recovery settles every processing record, and the
         # invariants still hold: nothing executed twice, nothing claims what did not happen.
@@ -509,7 +513,7 @@ class ResolutionProtocol(RuleBasedStateMachine):
                 self._crash(c)
             if type(self).intents:
                 self.now += LEASE_MS  # every proposer is dead: a sweep after their leases
-            self._reconcile(release=False)
+            self._recover()
             self._snapshot = snapshot = self.stored()
             assert snapshot is not None
             stuck = [b.token for b in snapshot.confirmations if b.status.is_processing]

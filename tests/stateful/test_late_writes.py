@@ -30,7 +30,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from akchat_fsm.errors import AkchatError, OutcomeUnknown
 from akchat_fsm.session import _confirm, _ops
-from akchat_fsm.session.effects import SaveSnapshot
+from akchat_fsm.session.effects import CallApprove, SaveSnapshot
 from akchat_fsm.storage.memory import MemoryStorage
 from akchat_fsm.storage.sqlite import SQLiteStorage
 from akchat_fsm.wire.enums import ConfirmationStatus
@@ -57,6 +57,8 @@ class LateWritesProtocol(ResolutionProtocol):
         self.in_flight: list[tuple[SessionSnapshot, int | None, tuple[int, Stepper] | None]] = []
         self.unknowns = 0
         self.releases = 0
+        #: Records a late write turned processing (a claim landing), since ``_recover`` began.
+        self.claimed_late: set[str] = set()
 
     # ------------------------------------------------------------------ the network
     def _land_in_flight(self) -> None:
@@ -71,6 +73,8 @@ class LateWritesProtocol(ResolutionProtocol):
             with self.history.acting(writer, late=True, alive=live and not sender[1].done):
                 landed = self.recording.save(snapshot, expected)
             self.coverage[f"late:{'landed' if landed else 'refused'}"] += 1
+            if landed:
+                self.claimed_late |= _processing(self.stored()) - _processing(before)
             if landed and sender is not None:
                 index, run = sender
                 if self.clients[index].run is run and not run.done:
@@ -107,6 +111,30 @@ class LateWritesProtocol(ResolutionProtocol):
         super()._step(index, fault)
 
     # ------------------------------------------------------------------ recovery
+    def _recover(self) -> None:
+        """Recovery while the dead clients' writes may still be in flight, then once they are in.
+
+        A reconcile settles the records processing when it reads the session (docs/
+        reconciliation.md). A dead client's claim still in flight can land after that read (at
+        the reconcile's first save, which then conflicts and retries): that record became
+        processing after the read, so it is not this pass's, exactly as a sweep leaves a claim
+        newer than its cut-off. So the first pass may leave such records, and only those; once
+        no dead write is in flight (each landed or was refused: recovery waits for the dead,
+        as ``test_sigkill`` does), one more pass must settle every processing record."""
+        read = _processing(self.stored())
+        self.claimed_late = set()
+        self._reconcile(release=False)
+        left = _processing(self.stored())
+        # What the first pass read processing, or saw turn processing other than by a late
+        # claim, it must have settled.
+        stranded = left - (self.claimed_late - read)
+        assert not stranded, f"processing records survived the recovery that read them: {stranded}"
+        if left:
+            self.coverage["recovery:claimed-during"] += 1
+        self._land_in_flight()  # every dead write is in now
+        assert not self.in_flight
+        self._reconcile(release=False)
+
     def _reconcile_run(self, release: bool) -> None:
         resume = Stepper(_ops.plan_resume(DEFINITION, self.session_id, self.clock))
         while not resume.done:
@@ -140,6 +168,12 @@ class LateWritesProtocol(ResolutionProtocol):
             return
         for outcome in run.result:
             self.coverage[f"reconcile:{outcome.action}"] += 1
+
+
+def _processing(snapshot: SessionSnapshot | None) -> set[str]:
+    """The tokens of the records ``snapshot`` holds processing."""
+    bindings = () if snapshot is None else snapshot.confirmations
+    return {b.token for b in bindings if b.status.is_processing}
 
 
 def pinned_late_program(machine: type[LateWritesProtocol]) -> None:
@@ -258,3 +292,33 @@ def test_a_propose_never_denies_a_call_its_late_binding_then_binds() -> None:
         p.run(0, "approve")  # the one approval calls upstream once (the checker watches)
     finally:
         m.teardown()
+
+
+def test_a_claim_landing_during_recovery_is_settled_once_the_dead_writes_are_in() -> None:
+    """Seed 2's counterexample, pinned: client 0 claims one record and dies before upstream;
+    client 1's claim of the other is still in flight when it dies. Recovery reads one record
+    processing; at its first save the dead client's claim lands, the save conflicts, and the
+    retry settles the record it read. The other became processing after that read: it is the
+    next pass's, and once no dead write is in flight one more pass settles it."""
+    m = type("LateWrites", (LateWritesProtocol,), {"make_storage": staticmethod(MemoryStorage)})()
+    p = Pinned(m)
+    m.create_session()
+    first, second = m.live_tokens()
+    p.start_to(0, "approve", CallApprove)  # client 0 holds the first record's claim
+    while UNKNOWN_ENDINGS[(m.unknowns + 1) % len(UNKNOWN_ENDINGS)] != "late":
+        p.start_to(2, "persist", SaveSnapshot)
+        p.step(2, "unknown")
+        p.finish(2)
+    p.run(1, "reload")  # client 1 holds the stored cursor: its claim would apply
+    m.advance(1, "approve", 1, 0, "")  # pick 1: client 1 approves the second record
+    while not isinstance(m.clients[1].run.next, SaveSnapshot):  # type: ignore[union-attr]
+        p.step(1)
+    p.step(1, "unknown")  # its claim is left in flight
+    assert m.in_flight and m.clients[1].busy
+    assert m.live_tokens() == [first, second]
+    m.teardown()  # every client dies; recovery must leave nothing processing
+    stored = m.stored()
+    assert stored is not None
+    statuses = {b.token: b.status for b in stored.confirmations}
+    assert statuses[first] is statuses[second] is ConfirmationStatus.APPROVED
+    assert m.coverage["recovery:claimed-during"] == 1
