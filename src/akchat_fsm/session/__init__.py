@@ -6,7 +6,15 @@ and async classes only pick the driver that runs it (:mod:`.drivers`).
 
 from __future__ import annotations
 
-from .audit import AuditEntry, AuditPage, audit_log, audit_log_async, audit_trail, audit_trail_async
+from .audit import (
+    AuditEntry,
+    AuditLogEntry,
+    AuditPage,
+    audit_log,
+    audit_log_async,
+    audit_trail,
+    audit_trail_async,
+)
 from .definition import ChatDefinition, ConversationFlow, Route
 from .observers import Observer, SessionEvent, SessionEventKind
 from .ports import (
@@ -38,6 +46,7 @@ __all__ = [
     "AsyncToolCallStatusMemory",
     "AsyncUpstreamChat",
     "AuditEntry",
+    "AuditLogEntry",
     "AuditPage",
     "ChatDefinition",
     "ChatMemory",
