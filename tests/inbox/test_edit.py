@@ -20,10 +20,11 @@ from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolRetu
 from pydantic_ai.models.function import FunctionModel
 from starlette.testclient import TestClient
 
-from akchat_fsm import resume_chat_session
-from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
+from akchat_fsm import resume_chat_session, resume_chat_session_async
+from akchat_fsm.inbox import create_inbox
+from akchat_fsm.integrations.pydantic_ai import AsyncPydanticAIBridge, PydanticAIBridge
 from akchat_fsm.session import audit_trail
-from akchat_fsm.storage import SQLiteStorage
+from akchat_fsm.storage import AsyncSQLiteStorage, SQLiteStorage
 
 from ._world import DEFINITION, World, by_header, only_ana
 
@@ -261,3 +262,40 @@ def test_the_edit_form_holds_hostile_arguments_inert_and_parses_back_to_them(
     assert json.loads(text) == {"to": json.dumps(hostile)}  # sent back unchanged, it parses
     response = post_edit(c, token, text, csrf, digest)
     assert response.status_code == 200 and setup.sent == [json.dumps(hostile)]
+
+
+def test_edit_over_asyncio_sqlite_and_the_async_bridge(tmp_path: Path) -> None:
+    """The asyncio twin: ``AsyncPydanticAIBridge.can_edit`` shows the form, ``edit`` runs it."""
+    storage = AsyncSQLiteStorage(tmp_path / "async.db")
+    agent = Agent(FunctionModel(scripted), output_type=[str, DeferredToolRequests])
+    sent: list[str] = []
+
+    @agent.tool_plain(requires_approval=True)
+    def send_email(to: str) -> str:
+        sent.append(to)
+        return f"email sent to {to}"
+
+    async def bridge_for(session_id: str) -> AsyncPydanticAIBridge:
+        session = await resume_chat_session_async(
+            DEFINITION, session_id=session_id, storage=storage
+        )
+        return AsyncPydanticAIBridge(agent, session, storage, editable_tools=("send_email",))
+
+    app = create_inbox(
+        storage,
+        definition=DEFINITION,
+        authorize=by_header,
+        can_decide=only_ana,
+        bridge_for=bridge_for,
+    )
+    with TestClient(app, base_url="http://127.0.0.1", headers={"x-user": "ana"}) as c:
+
+        async def start() -> Any:
+            return await (await bridge_for("chat-1")).run("Email Ana", run_id="run-1")
+
+        token = c.portal.call(start).pending[0].token
+        page, csrf, digest = opened(c, token)
+        assert EDIT_FORM.search(page)
+        response = post_edit(c, token, '{"to": "bob@example.com"}', csrf, digest)
+        assert response.status_code == 200 and 'data-kind="won"' in response.text
+        assert sent == ["bob@example.com"]
