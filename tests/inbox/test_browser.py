@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 import uvicorn
+from pydantic_ai import Agent, DeferredToolRequests
+from pydantic_ai.models.function import FunctionModel
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
@@ -29,8 +31,10 @@ from starlette.routing import Route
 
 from akchat_fsm import resume_chat_session
 from akchat_fsm.integrations.ledger import ExecutionState, ToolLedger
+from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
 
 from ._world import DEFINITION, World, crash_inside
+from .test_bridge import scripted
 
 WAIT_S = 20
 
@@ -319,5 +323,46 @@ def test_an_operator_settles_an_unknown_execution(browser: Any, world: World) ->
         assert (entry.result, entry.owner) == ({"receipt": "r-1"}, "ana")
         browser.get(served.url + "/operator")
         assert "No session holds processing work." in browser.find_element(By.ID, "main").text
+    finally:
+        served.stop()
+
+
+def test_edit_and_approve_runs_the_edited_arguments_once(browser: Any, world: World) -> None:
+    """The reviewer changes the JSON in the edit form (by keyboard) and approves it: the real
+    pydantic-ai bridge runs the body once with those arguments; the audit table shows it."""
+    agent = Agent(FunctionModel(scripted), output_type=[str, DeferredToolRequests])
+    sent: list[str] = []
+
+    @agent.tool_plain(requires_approval=True)
+    def send_email(to: str) -> str:
+        sent.append(to)
+        return f"email sent to {to}"
+
+    def bridge(session_id: str) -> PydanticAIBridge:
+        session = resume_chat_session(
+            DEFINITION, session_id=session_id, storage=world.storage, clock=world.clock
+        )
+        return PydanticAIBridge(agent, session, world.storage, editable_tools=("send_email",))
+
+    token = bridge("chat-1").run("Email Ana", run_id="run-1").pending[0].token
+    app = world.app(authorize=by_cookie, can_decide=lambda user, _: user == "ana",
+                    bridge_for=bridge, upstream_for=None)  # fmt: skip
+    served = Served(app)
+    try:
+        browser.get(served.url + "/static/inbox.css")
+        browser.delete_all_cookies()
+        browser.add_cookie({"name": "user", "value": "ana", "sameSite": "Lax"})
+        open_detail(browser, served, token)
+        area = browser.find_element(By.ID, "edited-args")
+        assert '"ana@example.com"' in area.get_attribute("value")
+        area.send_keys(Keys.CONTROL, "a")
+        area.send_keys('{"to": "bob@example.com"}')
+        browser.find_element(By.ID, "edit-reason").send_keys("Bob handles it")
+        browser.find_element(By.ID, "edit").send_keys(Keys.ENTER)
+        assert outcome(browser) == "won"
+        assert sent == ["bob@example.com"]
+        browser.get(served.url + "/session/chat-1/audit")
+        row = browser.find_element(By.CSS_SELECTOR, "tr.audit-entry")
+        assert "edit" in row.text and "ana" in row.text and "bob@example.com" in row.text
     finally:
         served.stop()

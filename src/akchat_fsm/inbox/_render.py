@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ..wire.bounded import thaw
+
 #: Unicode categories never shown raw: controls, format characters (bidi overrides and
 #: isolates, zero-width joiners, the BOM), surrogates, private use, unassigned, and the line
 #: and paragraph separators.
@@ -40,6 +42,15 @@ def visible(text: str) -> str:
     if all(unicodedata.category(ch) not in _HIDDEN for ch in text):
         return text
     return "".join(_escape(ch) if unicodedata.category(ch) in _HIDDEN else ch for ch in text)
+
+
+def editable_json(value: Any) -> str:
+    """``value`` as pretty JSON a reviewer edits and sends back (ADR-0135): the whole value,
+    uncut (the library bounds what may be sent), with every hidden character a visible
+    ``\\uXXXX`` escape, which is the same string once parsed. Only the indentation's line
+    breaks stay raw: ``json.dumps`` already escapes the ones inside strings."""
+    text = json.dumps(thaw(value), indent=2, ensure_ascii=False)
+    return "\n".join(visible(line) for line in text.split("\n"))
 
 
 def bounded_text(text: str, limit: int) -> str:

@@ -37,8 +37,10 @@ from ..errors import (
     ArgumentsMismatch,
     ConfigError,
     ConfirmationError,
+    EditNotAllowed,
     InvalidConfirmationToken,
     InvalidMemoryRecord,
+    LimitExceeded,
     OutcomeUnknown,
     SessionConflict,
     StorageError,
@@ -81,12 +83,13 @@ from ..storage.port import (
     SessionStorage,
 )
 from ..wire import ConfirmationBinding, ConfirmationStatus, MemoryRecord, validate_memory_record
-from ..wire.digest import arguments_digest
+from ..wire.digest import arguments_digest, edited_arguments
 from ._render import (
     DEFAULT_BOUNDS,
     Bounds,
     bounded_text,
     countdown,
+    editable_json,
     pretty_arguments,
     utc_time,
     visible,
@@ -214,6 +217,7 @@ class _Outcome:
 
     status_code: int
     #: won | decided | changed | expired | missing | forbidden | failed | busy | undecidable
+    #: | uneditable (an edit the call's bridge refuses) | invalid (edited arguments out of bounds)
     kind: str
     located: _Located | None = None
     detail: str = ""
@@ -287,6 +291,8 @@ class _Inbox:
         # inert and cut, like a chat message.
         env.filters["bounded"] = lambda text: bounded_text(str(text), self.bounds.max_string)
         env.filters["utc"] = utc_time
+        # An edit's arguments read back from the audit trail: bounded and inert like a call's.
+        env.filters["pretty"] = lambda value: pretty_arguments(value, self.bounds)
         self.templates = Jinja2Templates(env=env)
 
     # ------------------------------------------------------------------ the gate
@@ -444,9 +450,12 @@ class _Inbox:
         reason: str | None,
         approve: bool,
         shown: str,
+        edit: Mapping[str, Any] | None = None,
     ) -> _Outcome:
         """Decide ``token`` for ``principal``, bound to ``shown`` (the digest of the arguments
-        the page displayed) and recorded in the audit trail as theirs, via the inbox."""
+        the page displayed) and recorded in the audit trail as theirs, via the inbox. With
+        ``edit`` (an approve only): the bridge's ``edit``, approving those arguments instead
+        (ADR-0135); a session without a bridge, or a bridge without edits, refuses it."""
         located = await self.locate(token, hint)
         if located is None:
             return _Outcome(404, "missing")
@@ -461,7 +470,12 @@ class _Inbox:
             bridge = None
             if self.bridge_for is not None:
                 bridge = await self.call(self.bridge_for, session_id)
-            if bridge is not None:
+            if edit is not None:
+                if bridge is None or getattr(bridge, "edit", None) is None:
+                    return _Outcome(409, "uneditable", located, _NO_EDITS)
+                await self.call(bridge.edit, token, edit, reason=reason, **who)
+                won.append(True)
+            elif bridge is not None:
                 if approve:
                     await self.call(bridge.approve, token, **who)
                 else:
@@ -473,10 +487,14 @@ class _Inbox:
             return _Outcome(502, "failed", located, f"{type(exc.__cause__).__name__}")
         except ArgumentsMismatch:
             return _Outcome(409, "changed", located)
+        except EditNotAllowed as exc:
+            return _Outcome(409, "uneditable", located, str(exc))
         except ConfirmationError:
             return await self._decided(await self.locate(token, session_id) or located)
         except InvalidConfirmationToken:
             return _Outcome(404, "missing")
+        except LimitExceeded as exc:  # edited arguments out of the library's bounds
+            return _Outcome(400, "invalid", located, exc.message)
         except ConfigError as exc:  # the host gave no way to decide this session: nothing ran
             return _Outcome(501, "undecidable", located, exc.message)
         except (SessionConflict, StorageUnavailable, OutcomeUnknown, BridgeError) as exc:
@@ -485,6 +503,20 @@ class _Inbox:
         if after.binding.status is ConfirmationStatus.EXPIRED:
             return _Outcome(409, "expired", after)
         return _Outcome(200 if won else 409, "won" if won else "decided", after)
+
+    async def editable(self, session_id: str, token: str) -> bool:
+        """Whether the session's bridge would accept an edit of ``token``: its ``can_edit``
+        says so (ADR-0135). No bridge, a bridge without the query, or a host hook or bridge
+        that fails to answer: no edit form. This only decides what the page offers, so a
+        failure here never breaks the page; a decision through the same hook reports it."""
+        if self.bridge_for is None:
+            return False
+        try:
+            bridge = await self.call(self.bridge_for, session_id)
+            can_edit = getattr(bridge, "can_edit", None)
+            return can_edit is not None and await self.call(can_edit, token) is True
+        except Exception:  # a display hint only: the edit route asks again
+            return False
 
     async def _decided(self, located: _Located) -> _Outcome:
         """The "already decided" answer, naming who decided when the store keeps a trail."""
@@ -761,20 +793,24 @@ async def detail_page(request: Request) -> Response:
 async def _call_context(inbox: _Inbox, principal: Principal, located: _Located) -> dict[str, Any]:
     remaining = located.binding.expires_at - inbox.clock()
     pending = located.pending
+    can_decide = (
+        pending is not None and remaining > 0 and await inbox.may_decide(principal, pending)
+    )
+    can_edit = can_decide and await inbox.editable(located.session_id, located.binding.token)
     return {
         "call": located,
         "arguments": pretty_arguments(located.binding.input, inbox.bounds),
         "remaining_ms": remaining,
         "countdown": countdown(remaining),
-        "can_decide": pending is not None
-        and remaining > 0
-        and await inbox.may_decide(principal, pending),
+        "can_decide": can_decide,
+        "can_edit": can_edit,
+        "edit_text": editable_json(located.binding.input) if can_edit else "",
         "max_reason": inbox.max_reason,
         "args_digest": arguments_digest(located.binding.input),
     }
 
 
-async def _decision(request: Request, approve: bool) -> Response:
+async def _decision(request: Request, approve: bool, edit: bool = False) -> Response:
     inbox = _inbox(request)
     principal = await inbox.principal(request)
     if principal is None:
@@ -793,10 +829,16 @@ async def _decision(request: Request, approve: bool) -> Response:
     if not _DIGEST.fullmatch(shown):
         # Deny by default: a decision must name the arguments it was made on (ADR-0132).
         return inbox.refuse(request, 400, "The form does not say which arguments you saw.")
-    outcome = await inbox.decide(principal, token, hint, reason, approve, shown)
+    edited = None
+    if edit:
+        parsed = _edited_fields(fields)
+        if isinstance(parsed, str):
+            return inbox.refuse(request, 400, parsed)
+        edited = parsed
+    outcome = await inbox.decide(principal, token, hint, reason, approve, shown, edited)
     if outcome.kind in ("won", "expired"):
         inbox.changes.notify()
-    context = {"outcome": outcome, "call": outcome.located, "approve": approve}
+    context = {"outcome": outcome, "call": outcome.located, "approve": approve, "edit": edit}
     return inbox.page(request, "result.html", context, outcome.status_code, for_=principal)
 
 
@@ -806,6 +848,30 @@ async def approve(request: Request) -> Response:
 
 async def reject(request: Request) -> Response:
     return await _decision(request, approve=False)
+
+
+async def edit(request: Request) -> Response:
+    return await _decision(request, approve=True, edit=True)
+
+
+_NO_EDITS = "This call's agent runtime takes no edits here: approve or reject it as shown."
+
+
+def _edited_fields(fields: dict[str, str]) -> Mapping[str, Any] | str:
+    """The edit form's arguments, parsed and bounded as the library bounds edited arguments
+    (``edited_arguments``: a JSON object, the bounds of a proposed input), or why they are
+    refused (400); all before storage is read."""
+    text = fields.get("args") or ""
+    if not text.strip():
+        return "The edit has no arguments."
+    try:
+        # The size and nesting bounds of a stored record, then those of edited arguments.
+        value = result_from_json(text, "reviewer's edit")
+        edited_arguments(value)
+    except ConfigError as exc:  # LimitExceeded, or text that is not bounded JSON
+        return f"{exc.message} Nothing was changed."
+    parsed: Mapping[str, Any] = value
+    return parsed
 
 
 async def _gate(request: Request) -> tuple[_Inbox, Principal | None, Response | None]:
@@ -1105,6 +1171,7 @@ def create_inbox(
             Route("/call/{token}", detail_page, name="detail"),
             Route("/call/{token}/approve", approve, methods=["POST"], name="approve"),
             Route("/call/{token}/reject", reject, methods=["POST"], name="reject"),
+            Route("/call/{token}/edit", edit, methods=["POST"], name="edit"),
             Route("/operator", operator_page, name="operator"),
             Route("/operator/settle", settle, methods=["POST"], name="settle"),
             Route("/session/{session_id}/audit", audit_page, name="audit"),

@@ -723,6 +723,35 @@ EditRefusal = Callable[[PendingCall | None, ConfirmationBinding], str | None]
 NO_EDITS = "This bridge's runtime offers no reviewer edits; approve or reject the call as shown."
 
 
+def _edit_refusal(
+    ctx: BridgeContext, token: str, refusal: EditRefusal, args_digest: str | None = None
+) -> Plan[tuple[ConfirmationBinding, str | None, str | None]]:
+    """The call behind ``token``, its run's id and why it may not be edited (``None``: it
+    may); with ``args_digest``, :class:`ArgumentsMismatch` first if it is not the call's."""
+    binding = _binding(ctx.confirmations().cached_bindings(), token)
+    if binding is None:
+        binding = _binding((yield from ctx.confirmations().bindings()), token)
+    if binding is None:
+        raise InvalidConfirmationToken()
+    if args_digest is not None:
+        check_arguments_digest(binding, args_digest)
+    run_id = yield from plan_find_run(ctx, binding.tool_call_id)
+    run = None if run_id is None else (yield from _load_run(ctx, run_id))
+    call = next(
+        (c for c in (run.approvals if run else ()) if c.tool_call_id == binding.tool_call_id),
+        None,
+    )
+    return binding, run_id, refusal(call, binding)
+
+
+def plan_can_edit(ctx: BridgeContext, token: str, refusal: EditRefusal) -> Plan[bool]:
+    """Whether the call behind ``token`` accepts a reviewer edit: its runtime and tool offer
+    one (ADR-0135). It reads, never writes, and says nothing of the call's state (an edit of
+    a decided call is still :class:`AlreadyResolved`)."""
+    _binding, _run_id, why = yield from _edit_refusal(ctx, token, refusal)
+    return why is None
+
+
 def plan_edit(
     ctx: BridgeContext,
     token: str,
@@ -750,19 +779,7 @@ def plan_edit(
             "An edit needs args_digest: the digest of the arguments the reviewer was shown.",
             hint="Pass args_digest=arguments_digest(binding.input).",
         )
-    binding = _binding(ctx.confirmations().cached_bindings(), token)
-    if binding is None:
-        binding = _binding((yield from ctx.confirmations().bindings()), token)
-    if binding is None:
-        raise InvalidConfirmationToken()
-    check_arguments_digest(binding, args_digest)
-    run_id = yield from plan_find_run(ctx, binding.tool_call_id)
-    run = None if run_id is None else (yield from _load_run(ctx, run_id))
-    call = next(
-        (c for c in (run.approvals if run else ()) if c.tool_call_id == binding.tool_call_id),
-        None,
-    )
-    why = refusal(call, binding)
+    binding, run_id, why = yield from _edit_refusal(ctx, token, refusal, args_digest)
     if why is not None:
         raise EditNotAllowed(why, record=binding)
     decided: ConfirmationBinding = yield from ctx.confirmations().resolve(
@@ -1106,6 +1123,12 @@ class Bridge(_BridgeBase):
     def reconcile(self) -> BridgeReport:
         return self._run(plan_reconcile(self._ctx))
 
+    def can_edit(self, token: str) -> bool:
+        """Whether the call behind ``token`` accepts :meth:`edit`: its runtime and tool offer
+        reviewer edits (ADR-0135). It reads and writes nothing; ``False`` here is the
+        :class:`~akchat_fsm.errors.EditNotAllowed` an edit would raise."""
+        return self._run(plan_can_edit(self._ctx, token, self._edit_refusal))
+
     def run_record(self, run_id: str) -> RunRecord | None:
         return self._run(plan_run(self._ctx, run_id))
 
@@ -1272,6 +1295,12 @@ class AsyncBridge(_BridgeBase):
 
     async def reconcile(self) -> BridgeReport:
         return await self._run(plan_reconcile(self._ctx))
+
+    async def can_edit(self, token: str) -> bool:
+        """Whether the call behind ``token`` accepts :meth:`edit`: its runtime and tool offer
+        reviewer edits (ADR-0135). It reads and writes nothing; ``False`` here is the
+        :class:`~akchat_fsm.errors.EditNotAllowed` an edit would raise."""
+        return await self._run(plan_can_edit(self._ctx, token, self._edit_refusal))
 
     async def run_record(self, run_id: str) -> RunRecord | None:
         return await self._run(plan_run(self._ctx, run_id))
