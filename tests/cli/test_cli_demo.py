@@ -194,3 +194,18 @@ def test_demo_inbox_serves_the_story_and_a_decision_there_continues_it(tmp_path:
 def test_demo_port_without_inbox_is_a_usage_error() -> None:
     result = run("demo", "--port", "8000")
     assert result.exit_code == 2 and result.stderr.startswith("error: --port goes with --inbox")
+
+
+def test_the_inbox_socket_listens_before_its_url_is_printed() -> None:
+    """``demo --inbox`` prints its URL once the socket is bound; a client that connects at
+    once (before uvicorn starts) must wait in the backlog, not be refused."""
+    import socket
+
+    from akchat_fsm.cli.demo import bind_loopback
+
+    sock = bind_loopback(0)
+    try:
+        with socket.create_connection(sock.getsockname()[:2], timeout=5):
+            pass  # refused (ConnectionRefusedError) unless the socket already listens
+    finally:
+        sock.close()

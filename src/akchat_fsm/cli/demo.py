@@ -294,6 +294,9 @@ def bind_loopback(port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", port))
+        # Listening before the URL is printed: a client that connects at once waits in the
+        # backlog until the server accepts, instead of being refused.
+        sock.listen(128)
     except OSError as exc:
         sock.close()
         fail(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}", EXIT_USAGE)
