@@ -69,6 +69,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from akchat_fsm.errors import OutcomeUnknown, StorageUnavailable
 from akchat_fsm.machines.confirmation import ConfirmationEvent
 from akchat_fsm.machines.execution import ExecutionEvent, ExecutionState
 from akchat_fsm.machines.lease import TurnLeaseEvent, TurnLeaseState
@@ -925,11 +926,31 @@ class CheckedStorage:
         *,
         processing: bool = False,
     ) -> bool:
-        applied = bool(
-            self.inner.save_record(session_id, key, text, expected_version, processing=processing)
-        )
+        try:
+            applied = bool(
+                self.inner.save_record(
+                    session_id, key, text, expected_version, processing=processing
+                )
+            )
+        except OutcomeUnknown:
+            # The real store's own unknown outcome (a reply lost to a socket timeout on a
+            # loaded machine), not an injected one: the write may have applied, so the
+            # checker is told what a re-read shows, or it would miss an applied write.
+            self._unknown_record(session_id, key, text, expected_version, processing)
+            raise
         self.checker.saved_record(key, text, expected_version, applied, processing)
         return applied
+
+    def _unknown_record(
+        self, session_id: str, key: str, text: str, expected: int | None, processing: bool
+    ) -> None:
+        try:
+            stored = self.inner.load_record(session_id, key)
+        except (OutcomeUnknown, StorageUnavailable):
+            return  # nothing to tell: the next read the bridge makes is checked anyway
+        version = 1 if expected is None else expected + 1
+        applied = stored is not None and stored[0] == version and stored[1] == text
+        self.checker.saved_record(key, text, expected, applied, processing)
 
     def list_records(self, session_id: str, prefix: str = "") -> list[str]:
         return list(self.inner.list_records(session_id, prefix))
