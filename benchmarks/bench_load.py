@@ -197,7 +197,7 @@ class RawRedis(RawStore):
         return bool(self.conn.evalsha(self.sha, 1, key, str(expected), str(expected + 1), body))
 
     def drop(self) -> None:
-        keys = list(self.conn.scan_iter(match=f"{self.prefix}*"))
+        keys = list(self.conn.scan_iter(match=f"{self.prefix}*", count=10_000))
         if keys:
             self.conn.delete(*keys)
 

@@ -131,7 +131,7 @@ def main() -> None:
         for status in ("expired", "pending"):
             saves(adapter, raw, args, status)
     finally:
-        keys = list(raw.scan_iter(match=f"{prefix}*"))
+        keys = list(raw.scan_iter(match=f"{prefix}*", count=10_000))
         for i in range(0, len(keys), 1000):
             raw.delete(*keys[i : i + 1000])
         raw.close()

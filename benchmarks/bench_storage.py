@@ -202,7 +202,7 @@ def redis_pair() -> Pair:
         return bool(raw.evalsha(sha, 1, key, str(expected), str(s.cursor), text(s)) == 1)
 
     def cleanup() -> None:
-        keys = list(raw.scan_iter(match=f"{prefix}*"))
+        keys = list(raw.scan_iter(match=f"{prefix}*", count=10_000))
         if keys:
             raw.delete(*keys)
         raw.close()
@@ -369,7 +369,7 @@ def _drop_hot(only: set[str], table: str, prefix: str) -> None:
             import redis
 
             r = redis.Redis.from_url(REDIS_URL)
-            keys = list(r.scan_iter(match=f"{prefix}*"))
+            keys = list(r.scan_iter(match=f"{prefix}*", count=10_000))
             if keys:
                 r.delete(*keys)
             r.close()

@@ -116,6 +116,7 @@ ONCE = (
     "tests/test_readme.py",
     "tests/test_rewrite_script.py",
     "tests/test_seeds.py",
+    "tests/test_server_hygiene.py",
     "tests/test_source_pointers.py",
     "tests/test_test_extra.py",
     "tests/cli/test_cli_docs.py",

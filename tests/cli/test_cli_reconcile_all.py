@@ -13,6 +13,7 @@ from cli_helpers import postgres_url, run, sqlite_url, stuck_session
 
 from akchat_fsm.storage import open_storage
 from akchat_fsm.wire.decode import decode_session_snapshot
+from cleanup import drop_redis_prefix_at
 
 #: ``reconcile --all`` lists work left (docs/cli.md, exit status).
 NEEDS_PERSON = 3
@@ -29,16 +30,10 @@ def _statuses(url: str, session_id: str) -> list[str]:
 
 
 def _redis_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    import redis
 
     redis_url, prefix = request.getfixturevalue("redis_url"), f"akra:{uuid.uuid4().hex[:12]}:"
 
-    def drop() -> None:
-        with redis.Redis.from_url(redis_url) as client:
-            for key in client.scan_iter(f"{prefix}*"):
-                client.delete(key)
-
-    request.addfinalizer(drop)
+    request.addfinalizer(lambda: drop_redis_prefix_at(redis_url, prefix))
     return f"{redis_url}?prefix={prefix}"
 
 

@@ -10,6 +10,8 @@ import pytest
 from bridge_harness import BACKENDS, RecordsBackend
 from process_helpers import StoreFactory, new_store_spec
 
+from cleanup import drop_pg_tables, drop_redis_prefix_at
+
 
 @pytest.fixture(params=sorted(BACKENDS))
 def records_backend(tmp_path: Path, request: pytest.FixtureRequest) -> RecordsBackend:
@@ -33,17 +35,7 @@ def new_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[StoreF
 
     yield make
     if tables and request.param == "redis":
-        import redis
-
-        client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
         for prefix in tables:
-            keys = list(client.scan_iter(match=f"{prefix}:*"))
-            if keys:
-                client.delete(*keys)
-        client.close()
+            drop_redis_prefix_at(request.getfixturevalue("redis_url"), f"{prefix}:")
     elif tables:
-        import psycopg
-
-        with psycopg.connect(request.getfixturevalue("pg_url"), autocommit=True) as conn:
-            for table in tables:
-                conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+        drop_pg_tables(request.getfixturevalue("pg_url"), *tables)

@@ -24,6 +24,7 @@ from akchat_fsm.integrations.ledger import AsyncToolLedger, ToolLedger
 from akchat_fsm.integrations.records import read_bridge_records, read_bridge_records_async
 from akchat_fsm.storage.checks import MAX_RECORD_CHARS
 from akchat_fsm.wire.session import SessionSnapshot
+from cleanup import drop_redis_prefix_at
 
 SID = "s-hostile"
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -69,19 +70,12 @@ def _postgres(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Any, Call
 
 
 def _redis(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Any, Callable[[], Any], str]:
-    import redis
 
     from akchat_fsm.storage.redis import AsyncRedisStorage, RedisStorage
 
     url, prefix = request.getfixturevalue("redis_url"), f"akt:{uuid.uuid4().hex[:12]}:"
 
-    def drop() -> None:
-        raw = redis.Redis.from_url(url)
-        for key in raw.scan_iter(match=f"{prefix}*"):
-            raw.delete(key)
-        raw.close()
-
-    request.addfinalizer(drop)
+    request.addfinalizer(lambda: drop_redis_prefix_at(url, prefix))
     return (
         RedisStorage(url, prefix=prefix),
         lambda: AsyncRedisStorage(url, prefix=prefix),

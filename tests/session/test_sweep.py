@@ -27,6 +27,7 @@ from akchat_fsm.session.sweep import AsyncSweepPorts, SweepPorts, SweptSession
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
 from akchat_fsm.testing.doubles import RecordingChatMemory, RecordingUpstream
 from akchat_fsm.wire.session import SessionSnapshot
+from cleanup import drop_redis_prefix_at
 
 DEFINITION = ChatDefinition("sweep-test")
 FIVE_MINUTES = 5 * 60_000
@@ -84,14 +85,7 @@ def _redis(tmp_path: Path, request: pytest.FixtureRequest) -> Store:
 
     url, prefix = request.getfixturevalue("redis_url"), f"aksw:{uuid.uuid4().hex[:12]}:"
 
-    def drop() -> None:
-        import redis
-
-        with redis.Redis.from_url(url) as client:
-            for key in client.scan_iter(f"{prefix}*"):
-                client.delete(key)
-
-    request.addfinalizer(drop)
+    request.addfinalizer(lambda: drop_redis_prefix_at(url, prefix))
     return Store(RedisStorage(url, prefix=prefix), lambda: AsyncRedisStorage(url, prefix=prefix))
 
 

@@ -20,6 +20,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from akchat_fsm.storage.memory import MemoryStorage
 from akchat_fsm.storage.sqlite import SQLiteStorage
+from cleanup import drop_pg_tables, drop_redis_prefix_at
 
 from ._machine import ResolutionProtocol, pinned_program
 
@@ -96,8 +97,6 @@ def test_protocol_with_intents_and_live_proposers_sqlite(tmp_path: Path) -> None
 
 @pytest.mark.postgres
 def test_protocol_postgres(pg_url: str) -> None:
-    import psycopg
-
     from akchat_fsm.storage.postgres import PostgresStorage
 
     table = f"sf_{uuid.uuid4().hex[:12]}"
@@ -106,16 +105,17 @@ def test_protocol_postgres(pg_url: str) -> None:
         run_protocol(lambda: store)
     finally:
         store.close()
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+        drop_pg_tables(pg_url, table)
 
 
 @pytest.mark.redis
 def test_protocol_redis(redis_url: str) -> None:
     from akchat_fsm.storage.redis import RedisStorage
 
-    store = RedisStorage(redis_url, prefix=f"sf:{uuid.uuid4().hex[:12]}:")
+    prefix = f"sf:{uuid.uuid4().hex[:12]}:"
+    store = RedisStorage(redis_url, prefix=prefix)
     try:
         run_protocol(lambda: store)
     finally:
         store.close()
+        drop_redis_prefix_at(redis_url, prefix)

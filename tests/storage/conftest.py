@@ -19,6 +19,7 @@ import pytest
 from storage_harness import Backend, Client, Harness, drop_mysql_tables
 
 from akchat_fsm.storage.memory import AsyncMemoryStorage, MemoryStorage
+from cleanup import drop_redis_prefix_at
 
 
 # --------------------------------------------------------------------------- backends
@@ -70,6 +71,7 @@ def _redis(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
 
     redis_url = request.getfixturevalue("redis_url")
     prefix = f"akt:{uuid.uuid4().hex[:12]}:"
+    request.addfinalizer(lambda: drop_redis_prefix_at(redis_url, prefix))
     return Backend(
         "redis",
         f"{redis_url}?prefix={prefix}",

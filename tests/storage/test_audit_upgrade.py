@@ -23,6 +23,7 @@ import pytest
 
 from akchat_fsm import ConfigError
 from akchat_fsm.storage import SQLiteStorage, open_storage
+from cleanup import drop_redis_prefix
 
 TEXT = '{"v":1}'
 KEYS = ("audit:t1:0000000000000001", "audit:t1:0000000000000002", "audit:t2:0000000000000001")
@@ -288,9 +289,7 @@ def test_redis_a_store_written_before_the_index_is_backfilled_once(redis_url: st
         with RedisStorage(redis_url, prefix=prefix, read_only=True) as reader:
             assert [s for _, s, _ in _listed(reader)] == ["s-1"]
     finally:
-        names = list(raw.scan_iter(match=f"{prefix}*"))
-        if names:
-            raw.delete(*names)
+        drop_redis_prefix(raw, prefix)
         raw.close()
 
 
@@ -318,7 +317,5 @@ def test_redis_a_dev_store_backfilled_without_settles_is_backfilled_again(redis_
         with RedisStorage(redis_url, prefix=prefix) as writer:
             assert sorted(k for _, _, k in _listed(writer)) == sorted([KEYS[0], settle])
     finally:
-        names = list(raw.scan_iter(match=f"{prefix}*"))
-        if names:
-            raw.delete(*names)
+        drop_redis_prefix(raw, prefix)
         raw.close()

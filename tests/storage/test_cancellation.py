@@ -24,6 +24,7 @@ from storage_harness import snap
 from akchat_fsm.storage.postgres import AsyncPostgresStorage
 from akchat_fsm.storage.redis import AsyncRedisStorage
 from akchat_fsm.storage.sqlite import AsyncSQLiteStorage, SQLiteStorage
+from cleanup import drop_redis_prefix
 
 
 @pytest.fixture
@@ -134,8 +135,7 @@ def test_redis_cancelled_save_raises_cancelled_and_leaks_nothing(
     try:
         asyncio.run(scenario())
     finally:
-        for key in admin.scan_iter(match=f"{prefix}*"):
-            admin.delete(key)
+        drop_redis_prefix(admin, prefix)
         admin.close()
 
 

@@ -31,6 +31,7 @@ from akchat_fsm.storage.redis import (
     RedisStorage,
     map_redis_error,
 )
+from cleanup import drop_redis_prefix_at, redis_keys
 
 pytestmark = pytest.mark.redis
 MODES = pytest.mark.parametrize("mode", ["sync", "async"])
@@ -40,11 +41,7 @@ MODES = pytest.mark.parametrize("mode", ["sync", "async"])
 def prefix(redis_url: str) -> Iterator[str]:
     value = f"akt:{uuid.uuid4().hex[:12]}:"
     yield value
-    r = redis.Redis.from_url(redis_url)
-    keys = list(r.scan_iter(match=f"{value}*"))
-    if keys:
-        r.delete(*keys)
-    r.close()
+    drop_redis_prefix_at(redis_url, value)
 
 
 @pytest.fixture
@@ -570,7 +567,7 @@ def _pending_snap(sid: str, cursor: int, *pending: tuple[str, int], status: str 
 
 
 def _dump(admin: redis.Redis, prefix: str) -> dict[bytes, bytes | None]:
-    return {key: admin.dump(key) for key in sorted(admin.scan_iter(match=f"{prefix}*"))}
+    return {key: admin.dump(key) for key in redis_keys(admin, prefix)}
 
 
 @MODES
@@ -675,7 +672,7 @@ def test_delete_leaves_no_pending_trace_of_the_session(
         assert c.save(_pending_snap("s-kept", 0, (3, 300)), None)
         c.delete("s-gone")
         assert not admin.exists(prefix + "s-gone#pending")
-        for key in admin.scan_iter(match=f"{prefix}#pending:*"):
+        for key in redis_keys(admin, f"{prefix}#pending:"):
             if admin.type(key) == b"zset":
                 members = admin.zrange(key, 0, -1)
                 assert not [m for m in members if b"s-gone" in m], key
@@ -822,7 +819,7 @@ def test_an_unvalidated_snapshot_repeating_a_token_leaves_no_stray_member(
         assert [i.expires_at_ms for i in c._call("list_pending").items] == [100]
         assert c.save(_pending_snap("s-dup", 1), 0)  # nothing pending any more
         assert c._call("list_pending").items == ()
-        left = [k for k in admin.scan_iter(match=f"{prefix}#pending:*") if b"backfilled" not in k]
+        left = [k for k in redis_keys(admin, f"{prefix}#pending:") if b"backfilled" not in k]
         assert left == []  # every sorted set emptied (Redis drops an empty key)
     finally:
         c.close()
@@ -925,11 +922,7 @@ class PendingAgreesWithMemory(RuleBasedStateMachine):
             assert self.redis.find_token(f"tok-{n}") == self.memory.find_token(f"tok-{n}")
 
     def teardown(self) -> None:
-        r = redis.Redis.from_url(self.redis_url)
-        keys = list(r.scan_iter(match=f"{self.prefix}*"))
-        if keys:
-            r.delete(*keys)
-        r.close()
+        drop_redis_prefix_at(self.redis_url, self.prefix)
         self.redis.close()
 
 

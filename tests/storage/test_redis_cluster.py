@@ -24,6 +24,7 @@ from akchat_fsm.storage import PendingApproval
 from akchat_fsm.storage.redis import MAX_SHARDS, AsyncRedisStorage, RedisStorage
 from akchat_fsm.storage.url import open_storage
 from akchat_fsm.testing import CHECKS, check_session_storage
+from cleanup import SCAN_COUNT
 from redis_cluster import LocalCluster, poll
 
 pytestmark = pytest.mark.redis
@@ -46,7 +47,7 @@ def _keys(cluster: LocalCluster, prefix: str) -> dict[bytes, int]:
     for port, role in cluster.roles().items():
         if role == "master":
             with cluster.client(port) as r:
-                for key in r.scan_iter(match=f"*{prefix}*", count=1000):
+                for key in r.scan_iter(match=f"*{prefix}*", count=SCAN_COUNT):
                     found[key] = key_slot(key)
     return found
 

@@ -29,6 +29,7 @@ from akchat_fsm.storage.sqlite import SQLiteStorage
 from akchat_fsm.storage.url import open_async_storage
 from akchat_fsm.testing import check_session_storage
 from akchat_fsm.testing.pytest_plugin import SessionStorageConformance
+from cleanup import drop_redis_prefix_at
 
 
 class _LockBursts:
@@ -177,17 +178,10 @@ def pg_kit_url(pg_url: str, pg_table: str) -> str:
 
 @pytest.fixture
 def redis_kit_url(redis_url: str) -> Iterator[str]:
-    import redis
 
     prefix = f"kit:{uuid.uuid4().hex[:12]}:"
     yield f"{redis_url}?prefix={prefix}"
-    client = redis.Redis.from_url(redis_url)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}*"))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
+    drop_redis_prefix_at(redis_url, prefix)
 
 
 @pytest.mark.postgres
