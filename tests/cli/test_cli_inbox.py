@@ -61,6 +61,7 @@ def test_a_non_loopback_host_without_authorize_is_refused(tmp_path: Path, host: 
         (["--bridge", "cli_bridges:NOT_CALLABLE"], "error: --bridge 'cli_bridges:NOT_CALLABLE' is"),
         (["--bridge", BRIDGE, "--authorize", "cli_bridges:nope"], "error: --authorize "),
         (["--bridge", BRIDGE, "--can-decide", "x"], "error: --can-decide 'x' is not"),
+        (["--bridge", BRIDGE, "--can-edit", "x"], "error: --can-edit 'x' is not"),
         (["--upstream", "cli_bridges:broken"], "error: --upstream needs --definition"),
         ([], "error: the inbox needs --bridge module:callable"),
     ],

@@ -346,6 +346,7 @@ def test_edit_and_approve_runs_the_edited_arguments_once(browser: Any, world: Wo
 
     token = bridge("chat-1").run("Email Ana", run_id="run-1").pending[0].token
     app = world.app(authorize=by_cookie, can_decide=lambda user, _: user == "ana",
+                    can_edit=lambda user, _: user == "ana",
                     bridge_for=bridge, upstream_for=None)  # fmt: skip
     served = Served(app)
     try:

@@ -49,6 +49,7 @@ class Setup:
         self.editable = editable
         self.sent: list[str] = []
         self.deciders = {"ana"}
+        self.editors = {"ana"}
 
         @self.agent.tool_plain(requires_approval=True)
         def send_email(to: str) -> str:
@@ -67,6 +68,7 @@ class Setup:
         app = self.world.app(
             authorize=by_header,
             can_decide=lambda principal, pending: principal in self.deciders,
+            can_edit=lambda principal, pending: principal in self.editors,
             bridge_for=lambda sid: self.bridge(sid),
             upstream_for=None,
         )
@@ -148,7 +150,7 @@ def test_without_a_bridge_a_plain_confirmation_has_no_edit_form(tmp_path: Path) 
     world = World(storage=SQLiteStorage(tmp_path / "plain.db"))  # type: ignore[arg-type]
     binding = world.propose("chat-1", "send", {"to": "a"})
     c = TestClient(
-        world.app(authorize=by_header, can_decide=only_ana),
+        world.app(authorize=by_header, can_decide=only_ana, can_edit=only_ana),
         base_url="http://127.0.0.1",
         headers={"x-user": "ana"},
     )
@@ -189,6 +191,57 @@ def test_an_unauthorized_principal_cannot_edit(editable: Setup) -> None:
     response = post_edit(bo, token, '{"to": "eve@example.com"}', csrf, digest)
     assert response.status_code == 403 and 'data-kind="forbidden"' in response.text
     assert editable.dump() == before and editable.sent == []
+
+
+def test_a_decider_who_may_not_edit_sees_no_form_and_a_forced_edit_changes_nothing(
+    editable: Setup,
+) -> None:
+    """``can_edit`` is asked apart from ``can_decide`` and denies by default: ana may approve
+    the call as shown, and only that."""
+    editable.editors.clear()
+    token = paused(editable)
+    c = editable.client()
+    page, csrf, digest = opened(c, token)
+    assert not EDIT_FORM.search(page) and "Approve" in page
+    before = editable.dump()
+    response = post_edit(c, token, '{"to": "eve@example.com"}', csrf, digest)
+    assert response.status_code == 403 and 'data-kind="forbidden"' in response.text
+    assert editable.dump() == before and editable.sent == []
+    approved = c.post(
+        f"/call/{token}/approve",
+        data={"csrf": csrf, "session": "chat-1", "args_digest": digest},
+        headers=ORIGIN,
+    )
+    assert approved.status_code == 200 and editable.sent == ["ana@example.com"]
+
+
+def test_may_edit_without_may_decide_is_not_enough(editable: Setup) -> None:
+    editable.editors.add("bo")  # bo may edit, but not decide: an edit is a decision
+    token = paused(editable)
+    editable.deciders.add("bo")
+    _page, csrf, digest = opened(editable.client("bo"), token)
+    editable.deciders.discard("bo")
+    before = editable.dump()
+    response = post_edit(editable.client("bo"), token, '{"to": "eve@example.com"}', csrf, digest)
+    assert response.status_code == 403 and editable.dump() == before and editable.sent == []
+
+
+def test_without_can_edit_an_authorized_inbox_offers_no_edit(tmp_path: Path) -> None:
+    """The default, with no ``can_edit`` at all: nobody edits (local-only mode aside)."""
+    setup = Setup(tmp_path, ("send_email",))
+    token = paused(setup)
+    app = setup.world.app(
+        authorize=by_header,
+        can_decide=only_ana,
+        bridge_for=lambda sid: setup.bridge(sid),
+        upstream_for=None,
+    )
+    c = TestClient(app, base_url="http://127.0.0.1", headers={"x-user": "ana"})
+    page, csrf, digest = opened(c, token)
+    assert not EDIT_FORM.search(page)
+    before = setup.dump()
+    response = post_edit(c, token, '{"to": "eve@example.com"}', csrf, digest)
+    assert response.status_code == 403 and setup.dump() == before and setup.sent == []
 
 
 @pytest.mark.parametrize(
@@ -286,6 +339,7 @@ def test_edit_over_asyncio_sqlite_and_the_async_bridge(tmp_path: Path) -> None:
         definition=DEFINITION,
         authorize=by_header,
         can_decide=only_ana,
+        can_edit=only_ana,
         bridge_for=bridge_for,
     )
     with TestClient(app, base_url="http://127.0.0.1", headers={"x-user": "ana"}) as c:

@@ -135,6 +135,14 @@ def _spec(spec: str | None, option: str) -> Any:
     help="(principal, pending) -> bool; with --authorize and without it nobody decides.",
 )
 @click.option(
+    "--can-edit",
+    "can_edit_spec",
+    default=None,
+    metavar="MODULE:CALLABLE",
+    help="(principal, pending) -> bool: who may also edit what they approve; with "
+    "--authorize and without it nobody edits.",
+)
+@click.option(
     "--can-settle",
     "can_settle_names",
     multiple=True,
@@ -151,13 +159,15 @@ def inbox(
     definition_spec: str | None,
     authorize_spec: str | None,
     can_decide_spec: str | None,
+    can_edit_spec: str | None,
     can_settle_names: tuple[str, ...],
 ) -> None:
     """Serve the approver's inbox over a store (docs/inbox.md), until interrupted.
 
     Without --authorize it is local-only: loopback clients with a loopback Host, every one
     of them may decide, and a non-loopback --host is refused. With --authorize the host's
-    hook authenticates each request and --can-decide allows each decision. Only the
+    hook authenticates each request, --can-decide allows each decision and --can-edit
+    each edit of the arguments a decider approves. Only the
     principals named by --can-settle may settle an unknown execution (none: nobody).
 
     \b
@@ -181,6 +191,7 @@ def inbox(
     definition = _spec(definition_spec, "--definition")
     authorize = _spec(authorize_spec, "--authorize")
     can_decide = _spec(can_decide_spec, "--can-decide")
+    can_edit = _spec(can_edit_spec, "--can-edit")
     try:
         import uvicorn
 
@@ -195,6 +206,7 @@ def inbox(
                 definition=hooks.definition_for,
                 authorize=authorize,
                 can_decide=can_decide,
+                can_edit=can_edit,
                 can_settle=AllowPrincipals(can_settle_names),  # deny by default
                 local_only=authorize is None,
                 bridge_for=hooks.bridge_for if factory is not None else None,

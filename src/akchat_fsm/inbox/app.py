@@ -109,6 +109,8 @@ Principal = Any
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 Authorize = Callable[[Request], "Principal | Awaitable[Principal | None] | None"]
 CanDecide = Callable[[Principal, PendingApproval], "bool | Awaitable[bool]"]
+#: Whether a principal who may decide a call may also approve it with arguments of their own.
+CanEdit = Callable[[Principal, PendingApproval], "bool | Awaitable[bool]"]
 CanSettle = Callable[[Principal, "UnknownExecution"], "bool | Awaitable[bool]"]
 
 #: The longest ``after`` cursor the inbox passes to storage. The shipped adapters' longest is 389
@@ -265,6 +267,7 @@ class _Inbox:
         self.definition_for: Callable[[str], ChatDefinition] = options["definition_for"]
         self.authorize: Authorize | None = options["authorize"]
         self.can_decide: CanDecide = options["can_decide"]
+        self.can_edit: CanEdit = options["can_edit"]
         self.can_settle: CanSettle = options["can_settle"]
         self.local_only: bool = options["local_only"]
         self.bridge_for: BridgeFor | None = options["bridge_for"]
@@ -442,6 +445,12 @@ class _Inbox:
         # Deny by default: only an explicit ``True`` lets a person decide.
         return await self.hook(self.can_decide, principal, pending) is True
 
+    async def may_edit(self, principal: Principal, pending: PendingApproval) -> bool:
+        # An edit is a decision and more: both hooks must say an explicit ``True``.
+        return await self.may_decide(principal, pending) and (
+            await self.hook(self.can_edit, principal, pending) is True
+        )
+
     async def decide(
         self,
         principal: Principal,
@@ -462,6 +471,8 @@ class _Inbox:
         if located.pending is None:
             return await self._decided(located)
         if not await self.may_decide(principal, located.pending):
+            return _Outcome(403, "forbidden", located)
+        if edit is not None and not await self.may_edit(principal, located.pending):
             return _Outcome(403, "forbidden", located)
         session_id = located.session_id
         who = {"args_digest": shown, "decided_by": principal_identity(principal), "via": "inbox"}
@@ -796,7 +807,12 @@ async def _call_context(inbox: _Inbox, principal: Principal, located: _Located) 
     can_decide = (
         pending is not None and remaining > 0 and await inbox.may_decide(principal, pending)
     )
-    can_edit = can_decide and await inbox.editable(located.session_id, located.binding.token)
+    can_edit = (
+        can_decide
+        and pending is not None
+        and await inbox.may_edit(principal, pending)
+        and await inbox.editable(located.session_id, located.binding.token)
+    )
     return {
         "call": located,
         "arguments": pretty_arguments(located.binding.input, inbox.bounds),
@@ -1030,9 +1046,9 @@ def _allow(principal: Principal, pending: PendingApproval) -> bool:
 
 
 class AllowPrincipals:
-    """A permission hook (``can_decide`` or ``can_settle``) that allows exactly the named
-    principals, compared by identity (a principal's ``id``, else ``str(principal)``; the one
-    its CSRF tokens are bound to). No names: nobody."""
+    """A permission hook (``can_decide``, ``can_edit`` or ``can_settle``) that allows exactly
+    the named principals, compared by identity (a principal's ``id``, else ``str(principal)``;
+    the one its CSRF tokens are bound to). No names: nobody."""
 
     def __init__(self, names: tuple[str, ...] | frozenset[str] = ()) -> None:
         self.names = frozenset(names)
@@ -1076,6 +1092,7 @@ def create_inbox(
     definition: ChatDefinition | Callable[[str], ChatDefinition],
     authorize: Authorize | None = None,
     can_decide: CanDecide | None = None,
+    can_edit: CanEdit | None = None,
     can_settle: CanSettle | None = None,
     local_only: bool = False,
     bridge_for: BridgeFor | None = None,
@@ -1098,7 +1115,10 @@ def create_inbox(
     ``authorize(request)`` returns the host's principal or ``None`` (refused); it may be async.
     ``can_decide(principal, pending)`` allows each decision; without it nobody may decide,
     except in ``local_only`` mode without ``authorize`` (the developer's own machine), which
-    serves loopback clients only. ``can_settle(principal, unknown)`` allows each settle of an
+    serves loopback clients only. ``can_edit(principal, pending)`` allows a principal who may
+    decide a call to approve it with edited arguments ("Edit and approve", ADR-0135), with the
+    same default: a host that allows decisions allows no edits until it says so.
+    ``can_settle(principal, unknown)`` allows each settle of an
     unknown execution on the operator's page, with the same default. A decision goes to
     ``bridge_for(session_id)`` when it returns a bridge, else to the session's coordinator
     over ``upstream_for(session_id)``; a settle continues the session's runs through that
@@ -1139,6 +1159,8 @@ def create_inbox(
         raise ConfigError("The inbox's bounds are invalid.", hint="See docs/inbox.md.")
     if can_decide is None:
         can_decide = _allow if authorize is None else _deny
+    if can_edit is None:  # asked separately: may approve is not may rewrite what runs
+        can_edit = _allow if authorize is None else _deny
     if can_settle is None:  # the same default, asked separately: deciding is not settling
         can_settle = _allow_settle if authorize is None else _deny_settle
     inbox = _Inbox(
@@ -1147,6 +1169,7 @@ def create_inbox(
         definition_for=definition if callable(definition) else (lambda _sid: definition),
         authorize=authorize,
         can_decide=can_decide,
+        can_edit=can_edit,
         can_settle=can_settle,
         local_only=local_only,
         bridge_for=bridge_for,
