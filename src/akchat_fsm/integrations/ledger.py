@@ -99,6 +99,7 @@ __all__ = [
     "decide_finish",
     "decide_settle",
     "default_owner",
+    "describe_entry",
     "ledger_key",
     "plan_entries",
     "plan_execute",
