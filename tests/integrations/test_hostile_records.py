@@ -24,7 +24,7 @@ from akchat_fsm.integrations.ledger import AsyncToolLedger, ToolLedger
 from akchat_fsm.integrations.records import read_bridge_records, read_bridge_records_async
 from akchat_fsm.storage.checks import MAX_RECORD_CHARS
 from akchat_fsm.wire.session import SessionSnapshot
-from cleanup import drop_redis_prefix_at
+from cleanup import drop_redis_prefix_at, sql_tables
 
 SID = "s-hostile"
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -59,7 +59,7 @@ def _postgres(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Any, Call
 
     def drop() -> None:
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+            conn.execute(f"DROP TABLE IF EXISTS {sql_tables(table)}")
 
     request.addfinalizer(drop)
     return (

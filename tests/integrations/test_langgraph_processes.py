@@ -45,6 +45,7 @@ from akchat_fsm.integrations.langgraph import LangGraphBridge
 from akchat_fsm.integrations.ledger import ExecutionState
 from akchat_fsm.integrations.runs import RunState
 from akchat_fsm.session.sweep import SweepPorts
+from cleanup import sql_tables
 
 KINDS = ("sqlite", "postgres")
 #: Each tool's result, as its body returns it (what an operator reads from the external truth).
@@ -99,7 +100,7 @@ class Cases:
             for schema in self.schemas:
                 conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
             for table in self.tables:
-                conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+                conn.execute(f"DROP TABLE IF EXISTS {sql_tables(table)}")
 
 
 @pytest.fixture(params=KINDS)

@@ -35,6 +35,7 @@ from akchat_fsm.session import ChatDefinition, resume_chat_session
 from akchat_fsm.storage.memory import MemoryStorage
 from akchat_fsm.storage.sqlite import SQLiteStorage
 from akchat_fsm.wire.enums import ConfirmationStatus
+from cleanup import sql_tables
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integrations"))
 from oai_models import ScriptedModel
@@ -377,4 +378,4 @@ def test_openai_bridge_postgres(pg_url: str) -> None:
     finally:
         store.close()
         with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+            conn.execute(f"DROP TABLE IF EXISTS {sql_tables(table)}")

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from akchat_fsm.session import resume_chat_session
+from cleanup import sql_tables
 
 from ._kill_worker import DEFINITION, LogMemory, LogUpstream, read_log, worker
 
@@ -196,7 +197,7 @@ def _postgres(pg_url: str, request: pytest.FixtureRequest) -> Callable[[], Any]:
 
     def drop() -> None:
         with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+            conn.execute(f"DROP TABLE IF EXISTS {sql_tables(table)}")
 
     request.addfinalizer(drop)
     return _Postgres(pg_url, table)

@@ -16,6 +16,7 @@ from storage_harness import snap
 
 from akchat_fsm.errors import ConfigError
 from akchat_fsm.storage.url import open_async_storage, open_storage
+from cleanup import sql_tables
 
 
 def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> str:
@@ -29,7 +30,7 @@ def _postgres(tmp_path: Path, request: pytest.FixtureRequest) -> str:
 
     def drop() -> None:
         with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+            conn.execute(f"DROP TABLE IF EXISTS {sql_tables(table)}")
 
     request.addfinalizer(drop)
     return f"{pg_url}?table={table}"

@@ -29,7 +29,7 @@ from akchat_fsm.storage.sqlite import SQLiteStorage
 from akchat_fsm.storage.url import open_async_storage
 from akchat_fsm.testing import check_session_storage
 from akchat_fsm.testing.pytest_plugin import SessionStorageConformance
-from cleanup import drop_redis_prefix_at
+from cleanup import drop_pg_tables, drop_redis_prefix_at, sql_tables
 
 
 class _LockBursts:
@@ -163,12 +163,9 @@ class TestSQLiteConformance(SessionStorageConformance):
 
 @pytest.fixture
 def pg_table(pg_url: str) -> Iterator[str]:
-    import psycopg
-
     table = f"kit_{uuid.uuid4().hex[:12]}"
     yield table
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    drop_pg_tables(pg_url, table)
 
 
 @pytest.fixture
@@ -304,7 +301,7 @@ def mysql_table(mysql_url: str) -> Iterator[str]:
     yield table
     conn = _mysql_connect(mysql_url)
     try:
-        conn.cursor().execute(f"DROP TABLE IF EXISTS {table}, {table}__records")
+        conn.cursor().execute(f"DROP TABLE IF EXISTS {sql_tables(table)}")
     finally:
         conn.close()
 
