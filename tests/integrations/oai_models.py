@@ -67,6 +67,7 @@ class ScriptedModel(Model):
         """The same reply as :meth:`get_response`, streamed by the SDK's own test model."""
         reply = await self.get_response(system_instructions, input, *args, **kw)
         sdk_model = agents.testing.ScriptedModel([reply])
+        sdk_model.set_default_usage(reply.usage)  # the usage the unstreamed reply reports
         async for event in sdk_model.stream_response(system_instructions, input, *args, **kw):
             yield event
 
