@@ -26,7 +26,7 @@ SID = "stream-1"
 T0 = 1_000_000
 
 
-def CLOCK() -> int:  # noqa: N802 - a constant clock, named like one
+def CLOCK() -> int:
     return T0
 
 
@@ -70,7 +70,7 @@ class Recorder:
         (self.late if self.returned else self.events).append(event)
 
 
-# --------------------------------------------------------------------------- one scenario, two flavours
+# ------------------------------------------------------------- one scenario, two flavours
 
 #: ``build(session, storage, is_async) -> bridge``: a runtime's bridge on a fresh session.
 Build = Callable[[Any, Any, bool], Any]
@@ -112,11 +112,22 @@ def stored_view(flavour: str, backend: Any, build: Build, run_id: str) -> dict[s
 
     session = resume_chat_session(DEFINITION, session_id=SID, storage=storage, clock=CLOCK)
     confirmations = sorted(
-        (b.tool_call_id, b.action, json.dumps(b.input, sort_keys=True, default=dict), b.status.value)
+        (
+            b.tool_call_id,
+            b.action,
+            json.dumps(b.input, sort_keys=True, default=dict),
+            b.status.value,
+        )
         for b in session.confirmations
     )
     entries = sorted(
-        (e.tool_call_id, e.tool, e.args_digest, e.state.value, json.dumps(e.result, sort_keys=True, default=dict))
+        (
+            e.tool_call_id,
+            e.tool,
+            e.args_digest,
+            e.state.value,
+            json.dumps(e.result, sort_keys=True, default=dict),
+        )
         for e in ToolLedger(storage, SID).entries()
     )
     return {"run": body, "confirmations": confirmations, "ledger": entries}

@@ -51,8 +51,9 @@ def builder(graph: Any, **options: Any) -> Any:
 
 
 def start(flavour: str, backend: Any, build: Any, sink: Any) -> Any:
-    return bridge_call(flavour, backend, build, "run", USER, thread_id="t1", run_id="r1",
-                       on_event=sink)  # fmt: skip
+    return bridge_call(
+        flavour, backend, build, "run", USER, thread_id="t1", run_id="r1", on_event=sink
+    )
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
@@ -72,8 +73,9 @@ def test_a_streamed_run_pauses_and_continues_streamed_with_one_body(
     assert paused.status == "paused" and [b.tool_call_id for b in paused.pending] == ["c1"]
     assert first.late == [] and {p["type"] for p in first.events} == {"messages", "updates"}
     assert "__interrupt__" in first.events[-1]["data"]  # the pause, as LangGraph streams it
-    decided = bridge_call(flavour, records_backend, build, "approve", paused.pending[0].token,
-                          on_event=sink)  # fmt: skip
+    decided = bridge_call(
+        flavour, records_backend, build, "approve", paused.pending[0].token, on_event=sink
+    )
     go_on.returned = True
     assert decided.run.status == "completed" and decided.run.output == OUTPUT
     assert go_on.late == [] and counts.bodies == ["send_email:a@example.com"]
@@ -121,15 +123,25 @@ def test_a_streamed_and_an_unstreamed_run_leave_the_same_records(
         paused = start(flavour, backend, build, sink)
         at_pause = stored_view(flavour, backend, build, "r1")
         at_pause.pop("run")  # its LangGraph ids are checked and masked by _masked
-        pause_record = _masked(bridge_call(flavour, backend, build, "run_record", "r1").to_json(),
-                               graph)  # fmt: skip
-        decided = bridge_call(flavour, backend, build, "approve", paused.pending[0].token,
-                              on_event=sink)  # fmt: skip
+        pause_record = _masked(
+            bridge_call(flavour, backend, build, "run_record", "r1").to_json(), graph
+        )
+        decided = bridge_call(
+            flavour, backend, build, "approve", paused.pending[0].token, on_event=sink
+        )
         record = bridge_call(flavour, backend, build, "run_record", "r1")
         at_end = stored_view(flavour, backend, build, "r1")
         at_end.pop("run")
-        seen.append((at_pause, pause_record, at_end, _masked(record.to_json(), graph),
-                     decided.run.output, counts.bodies))  # fmt: skip
+        seen.append(
+            (
+                at_pause,
+                pause_record,
+                at_end,
+                _masked(record.to_json(), graph),
+                decided.run.output,
+                counts.bodies,
+            )
+        )
         assert sink is None or sink.events
     assert seen[0] == seen[1]
     assert seen[1][4:] == (OUTPUT, ["send_email:a@example.com"])
@@ -153,8 +165,9 @@ def test_a_raising_sink_is_detached_and_the_run_is_stored_as_unstreamed(
 
     with caplog.at_level(logging.ERROR, logger="akchat_fsm.integrations"):
         paused = start(flavour, records_backend, build, broken)
-        decided = bridge_call(flavour, records_backend, build, "approve",
-                              paused.pending[0].token, on_event=broken)  # fmt: skip
+        decided = bridge_call(
+            flavour, records_backend, build, "approve", paused.pending[0].token, on_event=broken
+        )
     assert paused.status == "paused"
     assert decided.run.status == "completed" and decided.run.output == OUTPUT
     assert len(calls) == 2 and counts.bodies == ["send_email:a@example.com"]
@@ -181,9 +194,15 @@ def test_an_async_sink_is_awaited_by_the_asyncio_bridge_and_refused_by_the_sync_
     assert bridge_call("sync", records_backend, build, "run_record", "r1") is None
     paused = start("async", records_backend, build, sink)
     assert paused.status == "paused" and set(got) == {"updates"}  # only the bridge's modes
-    decided = bridge_call("async", records_backend, build, "approve", paused.pending[0].token,
-                          on_event=sink)  # fmt: skip
+    decided = bridge_call(
+        "async", records_backend, build, "approve", paused.pending[0].token, on_event=sink
+    )
     assert decided.run.output == OUTPUT and counts.bodies == ["send_email:a@example.com"]
     with pytest.raises(ConfigError, match="stream_mode"):
-        bridge_call("sync", records_backend, builder(graph_for(counts), stream_mode="tokens"),
-                    "run_record", "r1")  # fmt: skip
+        bridge_call(
+            "sync",
+            records_backend,
+            builder(graph_for(counts), stream_mode="tokens"),
+            "run_record",
+            "r1",
+        )

@@ -39,8 +39,9 @@ def build_agent(bodies: list[str]) -> Agent[Any]:
         bodies.append(to)
         return f"sent to {to}"
 
-    return Agent(name="assistant", model=ScriptedModel([[("send_email", {"to": "a@x"})]]),
-                 tools=[send_email])  # fmt: skip
+    return Agent(
+        name="assistant", model=ScriptedModel([[("send_email", {"to": "a@x"})]]), tools=[send_email]
+    )
 
 
 def builder(agent: Agent[Any]) -> Any:
@@ -62,14 +63,16 @@ def test_a_streamed_run_pauses_and_continues_streamed_with_one_body(
     bodies: list[str] = []
     build = builder(build_agent(bodies))
     start, go_on = Recorder(), Recorder()
-    paused = bridge_call(flavour, records_backend, build, "run", "mail a", run_id="r1",
-                         on_event=start)  # fmt: skip
+    paused = bridge_call(
+        flavour, records_backend, build, "run", "mail a", run_id="r1", on_event=start
+    )
     start.returned = True
     assert paused.status == "paused" and len(paused.pending) == 1 and start.late == []
     assert kinds(start.events)[0] == "AgentUpdatedStreamEvent"
     assert item_names(start.events) == ["tool_called"]  # the call that then asks for approval
-    decided = bridge_call(flavour, records_backend, build, "approve", paused.pending[0].token,
-                          on_event=go_on)  # fmt: skip
+    decided = bridge_call(
+        flavour, records_backend, build, "approve", paused.pending[0].token, on_event=go_on
+    )
     go_on.returned = True
     assert decided.run.status == "completed" and decided.run.output == OUTPUT
     assert go_on.late == [] and bodies == ["a@x"]
@@ -94,15 +97,23 @@ def test_a_streamed_and_an_unstreamed_run_leave_the_same_records(
         bodies: list[str] = []
         build = builder(build_agent(bodies))
         sink = Recorder() if streamed else None
-        paused = bridge_call(flavour, backend, build, "run", "mail a", run_id="r1",
-                             on_event=sink)  # fmt: skip
+        paused = bridge_call(flavour, backend, build, "run", "mail a", run_id="r1", on_event=sink)
         at_pause = stored_view(flavour, backend, build, "r1")
         pause_snapshot = bridge_call(flavour, backend, build, "run_record", "r1").snapshot
-        decided = bridge_call(flavour, backend, build, "approve", paused.pending[0].token,
-                              on_event=sink)  # fmt: skip
+        decided = bridge_call(
+            flavour, backend, build, "approve", paused.pending[0].token, on_event=sink
+        )
         record = bridge_call(flavour, backend, build, "run_record", "r1")
-        seen.append((at_pause, pause_snapshot, stored_view(flavour, backend, build, "r1"),
-                     record.snapshot, decided.run.output, bodies))  # fmt: skip
+        seen.append(
+            (
+                at_pause,
+                pause_snapshot,
+                stored_view(flavour, backend, build, "r1"),
+                record.snapshot,
+                decided.run.output,
+                bodies,
+            )
+        )
         assert sink is None or sink.events
     assert seen[0] == seen[1]
     assert seen[1][4:] == (OUTPUT, ["a@x"])
@@ -125,10 +136,12 @@ def test_a_raising_sink_is_detached_and_the_run_is_stored_as_unstreamed(
         raise SinkBroke("the client went away")
 
     with caplog.at_level(logging.ERROR, logger="akchat_fsm.integrations"):
-        paused = bridge_call(flavour, records_backend, build, "run", "mail a", run_id="r1",
-                             on_event=broken)  # fmt: skip
-        decided = bridge_call(flavour, records_backend, build, "approve",
-                              paused.pending[0].token, on_event=broken)  # fmt: skip
+        paused = bridge_call(
+            flavour, records_backend, build, "run", "mail a", run_id="r1", on_event=broken
+        )
+        decided = bridge_call(
+            flavour, records_backend, build, "approve", paused.pending[0].token, on_event=broken
+        )
     assert paused.status == "paused"
     assert decided.run.status == "completed" and decided.run.output == OUTPUT
     assert calls == ["AgentUpdatedStreamEvent", "AgentUpdatedStreamEvent"]  # then detached
@@ -154,9 +167,11 @@ def test_an_async_sink_is_awaited_by_the_asyncio_bridge_and_refused_by_the_sync_
     with pytest.raises(ConfigError, match="AsyncOpenAIAgentsBridge"):
         bridge_call("sync", records_backend, build, "run", "mail a", run_id="r1", on_event=sink)
     assert bridge_call("sync", records_backend, build, "run_record", "r1") is None
-    paused = bridge_call("async", records_backend, build, "run", "mail a", run_id="r1",
-                         on_event=sink)  # fmt: skip
+    paused = bridge_call(
+        "async", records_backend, build, "run", "mail a", run_id="r1", on_event=sink
+    )
     assert paused.status == "paused" and got[0] == "AgentUpdatedStreamEvent"
-    decided = bridge_call("async", records_backend, build, "approve", paused.pending[0].token,
-                          on_event=sink)  # fmt: skip
+    decided = bridge_call(
+        "async", records_backend, build, "approve", paused.pending[0].token, on_event=sink
+    )
     assert decided.run.output == OUTPUT and bodies == ["a@x"] and got[-1] == "RunItemStreamEvent"

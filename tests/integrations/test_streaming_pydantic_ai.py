@@ -93,15 +93,17 @@ def test_a_streamed_run_pauses_and_continues_streamed_with_one_body(
 ) -> None:
     counts, start, go_on = Counts(), Recorder(), Recorder()
     build = builder(build_agent(counts, go_on))
-    paused = bridge_call(flavour, records_backend, build, "run", "mail a", run_id="r1",
-                         on_event=start)  # fmt: skip
+    paused = bridge_call(
+        flavour, records_backend, build, "run", "mail a", run_id="r1", on_event=start
+    )
     start.returned = True
     assert paused.status == "paused" and [b.tool_call_id for b in paused.pending] == ["c1"]
     first = start.events[0]  # the model's streamed tool call, as pydantic-ai emits it
     assert isinstance(first, PartStartEvent) and first.part.tool_call_id == "c1"
     assert kinds(start.events)[-1] == "DeferredToolRequestsEvent" and start.late == []
-    decided = bridge_call(flavour, records_backend, build, "approve", paused.pending[0].token,
-                          on_event=go_on)  # fmt: skip
+    decided = bridge_call(
+        flavour, records_backend, build, "approve", paused.pending[0].token, on_event=go_on
+    )
     go_on.returned = True
     assert decided.run.status == "completed" and decided.run.output == OUTPUT
     assert go_on.late == []  # every event came before the outcome
@@ -111,10 +113,10 @@ def test_a_streamed_run_pauses_and_continues_streamed_with_one_body(
     call = next(e for e in go_on.events if isinstance(e, FunctionToolCallEvent))
     result = next(e for e in go_on.events if isinstance(e, FunctionToolResultEvent))
     assert call.part.tool_call_id == result.tool_call_id == "c1"
-    text = "".join(
-        e.delta.content_delta for e in go_on.events if isinstance(e, PartDeltaEvent)
-    )
-    assert OUTPUT.endswith(text) and text  # the answer streamed word by word
+    starts = [e.part for e in go_on.events if isinstance(e, PartStartEvent)]
+    deltas = [e.delta.content_delta for e in go_on.events if isinstance(e, PartDeltaEvent)]
+    (text_part,) = [p for p in starts if isinstance(p, TextPart)]
+    assert text_part.content + "".join(deltas) == OUTPUT and deltas  # streamed word by word
     # The body ran once, while the stream was live: after its call event, before its result.
     (body,) = counts.bodies
     at = int(body.rpartition("@")[2])
@@ -137,11 +139,11 @@ def test_a_streamed_and_an_unstreamed_run_leave_the_same_records(
         counts = Counts()
         build = builder(build_agent(counts))
         sink = Recorder() if streamed_run else None
-        paused = bridge_call(flavour, backend, build, "run", "mail a", run_id="r1",
-                             on_event=sink)  # fmt: skip
+        paused = bridge_call(flavour, backend, build, "run", "mail a", run_id="r1", on_event=sink)
         pause_view = stored_view(flavour, backend, build, "r1")
-        decided = bridge_call(flavour, backend, build, "approve", paused.pending[0].token,
-                              on_event=sink)  # fmt: skip
+        decided = bridge_call(
+            flavour, backend, build, "approve", paused.pending[0].token, on_event=sink
+        )
         views.append((pause_view, stored_view(flavour, backend, build, "r1")))
         record = bridge_call(flavour, backend, build, "run_record", "r1")
         snapshots.append(history(record.snapshot))
@@ -149,7 +151,9 @@ def test_a_streamed_and_an_unstreamed_run_leave_the_same_records(
         assert sink is None or sink.events
     assert views[0] == views[1]
     assert snapshots[0] == snapshots[1]
-    assert outputs[0] == outputs[1] == ("paused", "completed", OUTPUT, ["send_email:a@example.com@-1"])
+    assert (
+        outputs[0] == outputs[1] == ("paused", "completed", OUTPUT, ["send_email:a@example.com@-1"])
+    )
 
 
 class SinkBroke(Exception):
@@ -169,10 +173,12 @@ def test_a_raising_sink_is_detached_and_the_run_is_stored_as_unstreamed(
         raise SinkBroke("the client went away")
 
     with caplog.at_level(logging.ERROR, logger="akchat_fsm.integrations"):
-        paused = bridge_call(flavour, records_backend, build, "run", "mail a", run_id="r1",
-                             on_event=broken)  # fmt: skip
-        decided = bridge_call(flavour, records_backend, build, "approve",
-                              paused.pending[0].token, on_event=broken)  # fmt: skip
+        paused = bridge_call(
+            flavour, records_backend, build, "run", "mail a", run_id="r1", on_event=broken
+        )
+        decided = bridge_call(
+            flavour, records_backend, build, "approve", paused.pending[0].token, on_event=broken
+        )
     assert paused.status == "paused"
     assert decided.run.status == "completed" and decided.run.output == OUTPUT
     assert len(calls) == 2  # once per call: the first event, then the sink is detached
@@ -201,8 +207,9 @@ def test_an_async_sink_is_awaited_by_the_asyncio_bridge_and_refused_by_the_sync_
         bridge_call("async", records_backend, build, "run", "x", run_id="r1", on_event="nope")
     assert bridge_call("sync", records_backend, build, "run_record", "r1") is None
     # Refused before the run id was claimed: the same id starts now.
-    paused = bridge_call("async", records_backend, build, "run", "mail a", run_id="r1",
-                         on_event=sink)  # fmt: skip
+    paused = bridge_call(
+        "async", records_backend, build, "run", "mail a", run_id="r1", on_event=sink
+    )
     assert paused.status == "paused" and got[-1] == "DeferredToolRequestsEvent"
 
 
@@ -216,5 +223,13 @@ def test_on_event_and_event_stream_handler_together_are_refused(
             pass
 
     with pytest.raises(ConfigError, match="not both"):
-        bridge_call("sync", records_backend, build, "run", "mail a", run_id="r1",
-                    on_event=print, event_stream_handler=handler)  # fmt: skip
+        bridge_call(
+            "sync",
+            records_backend,
+            build,
+            "run",
+            "mail a",
+            run_id="r1",
+            on_event=print,
+            event_stream_handler=handler,
+        )

@@ -382,7 +382,6 @@ class _Filtered:
             await self.inner.deliver(part)
 
 
-
 class _Runtime:
     runtime = RUNTIME
 
@@ -488,11 +487,7 @@ STREAM_MODES = ("values", "updates", "messages", "custom", "checkpoints", "tasks
 
 def _check_stream_mode(stream_mode: object) -> tuple[str, ...]:
     modes = (stream_mode,) if isinstance(stream_mode, str) else stream_mode
-    if (
-        not isinstance(modes, Sequence)
-        or not modes
-        or any(m not in STREAM_MODES for m in modes)
-    ):
+    if not isinstance(modes, Sequence) or not modes or any(m not in STREAM_MODES for m in modes):
         raise ConfigError(
             f"stream_mode must be one of {STREAM_MODES} or a non-empty sequence of them, "
             f"got {stream_mode!r}."

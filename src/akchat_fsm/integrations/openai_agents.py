@@ -233,7 +233,6 @@ class OpenAIRuntime:
             return RuntimeResult(snapshot, tuple(_pending(i) for i in result.interruptions))
         return RuntimeResult(snapshot, None, result.final_output, _jsonable(result.final_output))
 
-
     async def _streamed(self, sink: Sink, input: Any, kwargs: Mapping[str, Any]) -> Any:
         """``Runner.run_streamed``, every event consumed (a detached sink never stops the
         run), the run's own error raised as ``Runner.run`` would raise it."""
