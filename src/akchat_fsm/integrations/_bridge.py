@@ -1021,7 +1021,8 @@ class Bridge(_BridgeBase):
     ) -> RunOutcome:
         """Continue ``run_id`` if every call is decided (``external``: host results of external
         calls); ``"waiting"`` otherwise, ``"continuing"`` if another process holds it.
-        ``on_event``: streams the continuation's runtime events (ADR-0137)."""
+        ``on_event``: streams the continuation's runtime events (ADR-0137; an asyncio bridge
+        also awaits an async sink)."""
         return self._run(plan_continue(self._ctx, run_id, external or {}), on_event)
 
     def approve(
@@ -1215,7 +1216,8 @@ class AsyncBridge(_BridgeBase):
     ) -> RunOutcome:
         """Continue ``run_id`` if every call is decided (``external``: host results of external
         calls); ``"waiting"`` otherwise, ``"continuing"`` if another process holds it.
-        ``on_event``: streams the continuation's runtime events, plain or async (ADR-0137)."""
+        ``on_event``: streams the continuation's runtime events (ADR-0137; an asyncio bridge
+        also awaits an async sink)."""
         return await self._run(plan_continue(self._ctx, run_id, external or {}), on_event)
 
     async def approve(

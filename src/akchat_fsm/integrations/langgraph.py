@@ -548,9 +548,9 @@ class LangGraphBridge(Bridge):
         """Run the graph on ``input`` in LangGraph thread ``thread_id`` (``graph.invoke``;
         ``await graph.ainvoke`` for the asyncio twin); a pause is saved and its calls proposed.
         ``on_event``: called with each ``StreamPart`` of the bridge's ``stream_mode`` as the
-        graph emits it (``graph.stream``, ADR-0137)."""
-        thread = {"thread_id": _check_thread_id(thread_id)}
-        return self._start(run_id, (input,), thread, on_event)
+        graph emits it (``stream`` / ``astream``, ADR-0137; an asyncio bridge also awaits an
+        async sink)."""
+        return self._start(run_id, (input,), {"thread_id": _check_thread_id(thread_id)}, on_event)
 
 
 class AsyncLangGraphBridge(AsyncBridge):
@@ -591,7 +591,9 @@ class AsyncLangGraphBridge(AsyncBridge):
     ) -> RunOutcome:
         """Run the graph on ``input`` in LangGraph thread ``thread_id`` (``graph.invoke``;
         ``await graph.ainvoke`` for the asyncio twin); a pause is saved and its calls proposed.
-        ``on_event``: called (and awaited, if it returns an awaitable) with each ``StreamPart``
-        of the bridge's ``stream_mode`` as the graph emits it (``graph.astream``)."""
-        thread = {"thread_id": _check_thread_id(thread_id)}
-        return await self._start(run_id, (input,), thread, on_event)
+        ``on_event``: called with each ``StreamPart`` of the bridge's ``stream_mode`` as the
+        graph emits it (``stream`` / ``astream``, ADR-0137; an asyncio bridge also awaits an
+        async sink)."""
+        return await self._start(
+            run_id, (input,), {"thread_id": _check_thread_id(thread_id)}, on_event
+        )

@@ -303,7 +303,7 @@ class OpenAIAgentsBridge(Bridge):
     ) -> RunOutcome:
         """Run the agent on ``input``; ``paused`` (its pending confirmations) or ``completed``.
         ``on_event``: called with each of the SDK's ``StreamEvent`` objects as the run emits
-        them (``Runner.run_streamed``, ADR-0137)."""
+        them (``Runner.run_streamed``, ADR-0137; an asyncio bridge also awaits an async sink)."""
         return self._start(run_id, (input,), kwargs, on_event)
 
 
@@ -339,6 +339,6 @@ class AsyncOpenAIAgentsBridge(AsyncBridge):
         **kwargs: Any,
     ) -> RunOutcome:
         """Run the agent on ``input``; ``paused`` (its pending confirmations) or ``completed``.
-        ``on_event``: called (and awaited, if it returns an awaitable) with each of the SDK's
-        ``StreamEvent`` objects as the run emits them (ADR-0137)."""
+        ``on_event``: called with each of the SDK's ``StreamEvent`` objects as the run emits
+        them (``Runner.run_streamed``, ADR-0137; an asyncio bridge also awaits an async sink)."""
         return await self._start(run_id, (input,), kwargs, on_event)

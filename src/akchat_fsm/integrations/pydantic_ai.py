@@ -299,7 +299,8 @@ class PydanticAIBridge(Bridge):
     ) -> RunOutcome:
         """Run the agent (``agent.run_sync``; ``await agent.run`` for the asyncio twin) with these
         arguments; a pause is saved and its calls proposed. ``on_event``: called with each of
-        pydantic-ai's ``AgentStreamEvent`` objects as the run emits them (ADR-0137)."""
+        pydantic-ai's ``AgentStreamEvent`` objects as the run emits them (ADR-0137; an asyncio
+        bridge also awaits an async sink)."""
         return self._start(run_id, args, kwargs, on_event)
 
 
@@ -335,6 +336,7 @@ class AsyncPydanticAIBridge(AsyncBridge):
         **kwargs: Any,
     ) -> RunOutcome:
         """Run the agent (``agent.run_sync``; ``await agent.run`` for the asyncio twin) with these
-        arguments; a pause is saved and its calls proposed. ``on_event``: called (and awaited,
-        if it returns an awaitable) with each ``AgentStreamEvent`` as the run emits it."""
+        arguments; a pause is saved and its calls proposed. ``on_event``: called with each of
+        pydantic-ai's ``AgentStreamEvent`` objects as the run emits them (ADR-0137; an asyncio
+        bridge also awaits an async sink)."""
         return await self._start(run_id, args, kwargs, on_event)
