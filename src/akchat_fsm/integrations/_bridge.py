@@ -906,6 +906,11 @@ class _BridgeBase:
         events (to its observers as of now), and the runtime (ADR-0121)."""
         return Ports(self.storage, observers=self._ctx.confirmations().observers, runtime=runtime)
 
+    def _port(self, sink: Sink | None) -> Any:
+        """This call's runtime port: ``_runtime()`` as it always was when nothing streams (a
+        subclass that wraps ``_runtime()`` keeps working), the streaming one otherwise."""
+        return self._runtime() if sink is None else self._runtime(sink)
+
     def _runtime(self, sink: Sink | None = None) -> Any:  # pragma: no cover - each module's
         """The runtime port for one bridge call; with ``sink``, it drives the runtime's
         streaming API and hands each of its events to the sink (ADR-0137)."""
@@ -997,7 +1002,7 @@ class Bridge(_BridgeBase):
 
     def _run(self, plan: Plan[T], on_event: EventSink | None = None) -> T:
         sink = check_sink(on_event, type(self).__name__, is_async=False)
-        runtime = _OutsideALoop(self._runtime(sink), type(self).__name__)
+        runtime = _OutsideALoop(self._port(sink), type(self).__name__)
         return run_sync(plan, self._ports(runtime))
 
     def _start(
@@ -1195,7 +1200,7 @@ class AsyncBridge(_BridgeBase):
 
     async def _run(self, plan: Plan[T], on_event: EventSink | None = None) -> T:
         sink = check_sink(on_event, type(self).__name__, is_async=True)
-        return await run_async(plan, self._ports(self._runtime(sink)))
+        return await run_async(plan, self._ports(self._port(sink)))
 
     async def _start(
         self,
