@@ -342,44 +342,24 @@ async def _execute(
 # --------------------------------------------------------------------------- runtime ports
 
 
-#: What a streamed part of none of the host's modes is handed to the sink as: nothing.
-_SKIP = object()
-
-
 class _Collected:
     """What ``invoke(version="v2")`` returns, collected from a stream as it goes by: the last
     ``values`` part's data and every interrupt those parts carry (LangGraph's own rule)."""
 
-    def __init__(self, modes: tuple[str, ...], sink: Sink) -> None:
+    def __init__(self, modes: tuple[str, ...]) -> None:
         self.modes = modes
-        self.sink = _Filtered(sink, modes)
         self.latest: Any = None
         self.interrupts: list[Any] = []
 
-    def take(self, part: Any) -> Any:
+    def take(self, part: Any) -> bool:
+        """Collect ``part``; whether it is of the host's modes (to hand to the sink)."""
         if part.get("type") == "values":
             self.latest = part["data"]
             self.interrupts.extend(part.get("interrupts", ()))
-        return part if part.get("type") in self.modes else _SKIP
+        return part.get("type") in self.modes
 
     def output(self) -> GraphOutput[Any]:
         return GraphOutput(value=self.latest, interrupts=tuple(self.interrupts))
-
-
-class _Filtered:
-    """The sink, given only the parts of the host's stream modes."""
-
-    def __init__(self, sink: Sink, modes: tuple[str, ...]) -> None:
-        self.inner = sink
-        self.modes = modes
-
-    def __call__(self, part: Any) -> None:
-        if part is not _SKIP:
-            self.inner(part)
-
-    async def deliver(self, part: Any) -> None:
-        if part is not _SKIP:
-            await self.inner.deliver(part)
 
 
 class _Runtime:
@@ -411,7 +391,7 @@ class _Runtime:
             if self.sink is None:
                 output = self.graph.invoke(value, config, version="v2", durability=self.durability)
             else:
-                collected = _Collected(self.stream_mode, self.sink)
+                sink, collected = self.sink, _Collected(self.stream_mode)
                 parts = self.graph.stream(
                     value,
                     config,
@@ -420,7 +400,8 @@ class _Runtime:
                     durability=self.durability,
                 )
                 for part in parts:
-                    collected.sink(collected.take(part))
+                    if collected.take(part):
+                        sink(part)
                 output = collected.output()
         return _result(thread_id, output, _checkpoint_id(self.graph.get_state(config)))
 
@@ -445,7 +426,7 @@ class _AsyncRuntime(_Runtime):
                         value, config, version="v2", durability=self.durability
                     )
                 else:
-                    collected = _Collected(self.stream_mode, self.sink)
+                    sink, collected = self.sink, _Collected(self.stream_mode)
                     parts = self.graph.astream(
                         value,
                         config,
@@ -454,7 +435,8 @@ class _AsyncRuntime(_Runtime):
                         durability=self.durability,
                     )
                     async for part in parts:
-                        await collected.sink.deliver(collected.take(part))
+                        if collected.take(part):
+                            await sink.deliver(part)
                     output = collected.output()
             finally:
                 await guard.drain()  # a cancelled sibling's claimed body records its outcome
