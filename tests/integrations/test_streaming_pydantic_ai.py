@@ -13,6 +13,8 @@ function answers, :mod:`stream_helpers`), sync and asyncio, on every records bac
   unstreamed, its body runs once, and the sweep has nothing left to finish.
 * An ``async def`` sink is awaited by the asyncio bridge, and refused by the sync one before
   anything is written.
+* Every call that continues a run streams it: ``continue_run``, ``reject`` (the reason
+  reaches the model), ``edit`` (the body runs once, with the reviewer's arguments).
 """
 
 from __future__ import annotations
@@ -233,3 +235,50 @@ def test_on_event_and_event_stream_handler_together_are_refused(
             on_event=print,
             event_stream_handler=handler,
         )
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("how", ["continue_run", "reject", "edit"])
+def test_every_call_that_continues_a_run_streams_it(
+    records_backend: RecordsBackend, flavour: str, how: str
+) -> None:
+    from akchat_fsm import arguments_digest
+
+    counts = Counts()
+    agent = build_agent(counts)
+
+    def build(session: Any, storage: Any, is_async: bool) -> Any:
+        kind = AsyncPydanticAIBridge if is_async else PydanticAIBridge
+        return kind(agent, session, storage, editable_tools=["send_email"])
+
+    paused = bridge_call(flavour, records_backend, build, "run", "mail a", run_id="r1")
+    call, sink = paused.pending[0], Recorder()
+    if how == "continue_run":
+        bridge_call(flavour, records_backend, build, "approve", call.token, continue_run=False)
+        outcome = bridge_call(flavour, records_backend, build, "continue_run", "r1", on_event=sink)
+    elif how == "reject":
+        decided = bridge_call(
+            flavour, records_backend, build, "reject", call.token, "not now", on_event=sink
+        )
+        outcome = decided.run
+    else:
+        decided = bridge_call(
+            flavour,
+            records_backend,
+            build,
+            "edit",
+            call.token,
+            {"to": "b@example.com"},
+            args_digest=arguments_digest(call.input),
+            on_event=sink,
+        )
+        outcome = decided.run
+    expected = {
+        "continue_run": OUTPUT,
+        "reject": "c1=not now",
+        "edit": "c1=sent to b@example.com",
+    }[how]
+    assert outcome.status == "completed" and outcome.output == expected
+    results = [e for e in sink.events if isinstance(e, FunctionToolResultEvent)]
+    assert [r.tool_call_id for r in results] == ["c1"]  # the continuation was streamed
+    assert len(counts.bodies) == (0 if how == "reject" else 1)
