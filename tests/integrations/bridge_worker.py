@@ -8,7 +8,9 @@
   what really happened;
 * ``KILL``: ``none``, ``write:<n>:before|after`` (SIGKILL this process around its n-th storage
   write, envelope or record, counted from 1) or ``body:before|after`` (inside the tool body,
-  around its side effect);
+  around its side effect); prefixed ``stream:`` (``stream:none``, ``stream:event:<n>``, ...)
+  the actions stream their continuations (``on_event=``), each pydantic-ai event an fsynced
+  ``event <type>:<call id>`` line in the log, and ``event:<n>`` SIGKILLs on the n-th event;
 * the continuation's model first calls ``note`` (a tool that needs no approval, call ``u1``),
   then answers;
 * ``ACTIONS``: comma-separated ``approve:<call-id>`` / ``reject:<call-id>:<reason>``;
@@ -24,12 +26,13 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo
 
 from akchat_fsm import ChatDefinition, resume_chat_session
 from akchat_fsm.errors import AkchatError
@@ -38,6 +41,7 @@ from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge
 sys.path.insert(0, str(Path(__file__).parent))
 from pai_agents import answer
 from process_helpers import KillingStorage, append_line, open_store
+from stream_helpers import streamed_function_model
 
 DEFINITION = ChatDefinition("bridge-proof")
 CALLS = (("send_email", {"to": "a@example.com"}, "c1"), ("refund", {"amount": 5}, "c2"))
@@ -61,7 +65,10 @@ def build_agent(log: Path, kill: str = "none") -> Agent[None, Any]:
             return ModelResponse(parts=[ToolCallPart("note", {"text": "done"}, tool_call_id="u1")])
         return ModelResponse(parts=[TextPart(said)])
 
-    agent: Agent[None, Any] = Agent(FunctionModel(model), output_type=[str, DeferredToolRequests])
+    # The same script streamed when a run is (an unstreamed run calls ``model`` itself).
+    agent: Agent[None, Any] = Agent(
+        streamed_function_model(model), output_type=[str, DeferredToolRequests]
+    )
 
     def side_effect(ctx: RunContext[None], what: str) -> str:
         if kill == "body:before":
@@ -91,11 +98,30 @@ def bridge_for(storage: Any, log: Path, kill: str = "none", **options: Any) -> P
     return PydanticAIBridge(build_agent(log, kill), session, storage, **options)
 
 
+def event_sink(log: Path, kill: str) -> Callable[[Any], None]:
+    """A streamed action's sink: a log line per event, a SIGKILL on the ``event:<n>``-th."""
+    target = int(kill.split(":")[1]) if kill.startswith("event:") else 0
+    seen = [0]
+
+    def sink(event: Any) -> None:
+        seen[0] += 1
+        part = getattr(event, "part", None)
+        call_id = getattr(event, "tool_call_id", None) or getattr(part, "tool_call_id", "-")
+        append(log, f"event {type(event).__name__}:{call_id}")
+        if seen[0] == target:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return sink
+
+
 def run(argv: list[str]) -> dict[str, Any]:
     """Open the bridge, line up on ``GO``, perform the actions; what :func:`main` prints."""
     store, _session, log_name, kill, actions = argv[:5]
     go = Path(argv[5]) if len(argv) > 5 else None
     log = Path(log_name)
+    streamed = kill.startswith("stream:")
+    kill = kill.removeprefix("stream:")
+    sink = event_sink(log, kill) if streamed else None
     storage = KillingStorage(open_store(store), kill)
     bridge = bridge_for(storage, log, kill)
     tokens = {b.tool_call_id: b.token for b in bridge.session.confirmations}
@@ -106,9 +132,10 @@ def run(argv: list[str]) -> dict[str, Any]:
         verb, call_id, *rest = action.split(":")
         try:
             if verb == "approve":
-                decided = bridge.approve(tokens[call_id])
+                decided = bridge.approve(tokens[call_id], on_event=sink)
             else:
-                decided = bridge.reject(tokens[call_id], rest[0] if rest else None)
+                reason = rest[0] if rest else None
+                decided = bridge.reject(tokens[call_id], reason, on_event=sink)
             results.append(decided.run.status if decided.run else "none")
         except AkchatError as exc:
             results.append(type(exc).__name__)

@@ -11,7 +11,11 @@
 * ``saver:<n>:before|after``: around the n-th write of LangGraph's checkpointer (``put`` or
   ``put_writes``: the task writes and the checkpoints LangGraph saves as the graph goes on);
 * ``body:before|after``: inside the gated tool body, around its side effect (its line);
+* ``event:<n>``: with ``stream`` true, on the n-th streamed part the sink is handed;
 * anything else never kills.
+
+``stream`` (optional, true): the approve streams its continuation (``on_event=``) into the
+events file beside the bodies file (one fsynced line per ``StreamPart``: its type).
 
 The agent (:mod:`lg_agents`) asks for the gated ``send_email`` call ``c1``; the continuation's
 model then asks for the ungated ``lookup`` call ``u1`` and answers with both results. Returns
@@ -32,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lg_agents import GATED, Call, Counts, build_graph, open_saver
-from process_helpers import KillingStorage, open_store
+from process_helpers import KillingStorage, append_line, open_store
 
 from akchat_fsm import ChatDefinition, resume_chat_session
 from akchat_fsm.errors import AkchatError
@@ -108,6 +112,26 @@ def bridge_on(storage: Any, graph: Any) -> LangGraphBridge:
     return LangGraphBridge(graph, session, storage)
 
 
+def events_file(case: dict[str, Any]) -> Path:
+    return Path(case["bodies"]).with_name("events.txt")
+
+
+def event_sink(spec: dict[str, Any], kill: str) -> Callable[[Any], None] | None:
+    """The streamed approve's sink: a line per part, a SIGKILL on the ``event:<n>``-th."""
+    if not spec.get("stream"):
+        return None
+    target = int(kill.split(":")[1]) if kill.startswith("event:") else 0
+    seen = [0]
+
+    def sink(part: Any) -> None:
+        seen[0] += 1
+        append_line(events_file(spec), str(part["type"]))
+        if seen[0] == target:
+            die()
+
+    return sink
+
+
 def main(spec: dict[str, Any]) -> dict[str, Any]:
     kill = spec.get("kill", "none")
     storage = KillingStorage(open_store(spec["store"]), kill)
@@ -117,7 +141,7 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any]
     try:
         if spec["command"] == "approve":
-            decided = bridge.approve(spec["token"])
+            decided = bridge.approve(spec["token"], on_event=event_sink(spec, kill))
             run = decided.run
             out = {"status": run and run.status, "output": run and run.output}
         else:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import agents.testing
 from agents.items import ModelResponse
 from agents.models.interface import Model
 from agents.testing import assistant_message, function_call
@@ -60,8 +61,15 @@ class ScriptedModel(Model):
             output = [assistant_message("done: " + "; ".join(seen))]
         return ModelResponse(output=output, usage=Usage(), response_id=None)
 
-    def stream_response(self, *args: Any, **kw: Any) -> Any:
-        raise NotImplementedError("the bridge tests do not stream")
+    async def stream_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kw: Any
+    ) -> AsyncIterator[Any]:
+        """The same reply as :meth:`get_response`, streamed by the SDK's own test model."""
+        reply = await self.get_response(system_instructions, input, *args, **kw)
+        sdk_model = agents.testing.ScriptedModel([reply])
+        sdk_model.set_default_usage(reply.usage)  # the usage the unstreamed reply reports
+        async for event in sdk_model.stream_response(system_instructions, input, *args, **kw):
+            yield event
 
 
 def prompt_seed(prompt: str) -> str:

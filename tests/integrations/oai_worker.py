@@ -5,8 +5,10 @@ execution log), ``command`` (``start`` / ``approve`` / ``reject`` / ``settle`` /
 ``reconcile``), its arguments, and optionally ``go`` (a file to wait for, so racers start
 together) and ``kill``: ``write:<n>:before|after`` (SIGKILL this process around its n-th
 storage write, the shared :class:`process_helpers.KillingStorage`) or ``body:before|after`` (inside
-the gated tool body, around its side effect). Prints one JSON line: what the call returned or
-raised, and how many writes it made.
+the gated tool body, around its side effect) or, with ``stream`` true, ``event:<n>`` (on the
+n-th streamed event). ``stream`` (optional, true): ``start`` / ``approve`` / ``reject``
+stream their run (``on_event=``), each event an fsynced ``event:<type>`` line in the log.
+Prints one JSON line: what the call returned or raised, and how many writes it made.
 
 The execution log is the proof's ground truth: every tool body and every model request
 appends a line with ``O_APPEND`` + ``fsync``, so it survives the SIGKILL of its writer.
@@ -85,14 +87,33 @@ def open_bridge(spec: dict[str, Any]) -> tuple[OpenAIAgentsBridge, KillingStorag
     return bridge, storage
 
 
+def event_sink(spec: dict[str, Any]) -> Any:
+    """The streamed call's sink: a log line per event, a SIGKILL on the ``event:<n>``-th."""
+    if not spec.get("stream"):
+        return None
+    log = ExecutionLog(Path(spec["log"]))
+    kill = spec.get("kill", "none")
+    target = int(kill.split(":")[1]) if kill.startswith("event:") else 0
+    seen = [0]
+
+    def sink(event: Any) -> None:
+        seen[0] += 1
+        log.append(f"event:{type(event).__name__}")
+        if seen[0] == target:
+            die()
+
+    return sink
+
+
 def perform(bridge: OpenAIAgentsBridge, spec: dict[str, Any]) -> Any:
     command = spec["command"]
+    sink = event_sink(spec)
     if command == "start":
-        return bridge.run(spec["prompt"], run_id=spec["run_id"])
+        return bridge.run(spec["prompt"], run_id=spec["run_id"], on_event=sink)
     if command == "approve":
-        return bridge.approve(spec["token"])
+        return bridge.approve(spec["token"], on_event=sink)
     if command == "reject":
-        return bridge.reject(spec["token"], spec.get("reason"))
+        return bridge.reject(spec["token"], spec.get("reason"), on_event=sink)
     if command == "settle":
         return bridge.settle_execution(spec["call_id"], ran=spec["ran"], result=spec.get("result"))
     return bridge.reconcile()

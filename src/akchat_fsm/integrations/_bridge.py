@@ -94,6 +94,7 @@ from ._bridge_runs import (
     start_key,
 )
 from ._lease import BodyLease
+from ._sink import EventSink, Sink, check_sink
 from .ledger import (
     AsyncToolLedger,
     LedgerEntry,
@@ -905,7 +906,14 @@ class _BridgeBase:
         events (to its observers as of now), and the runtime (ADR-0121)."""
         return Ports(self.storage, observers=self._ctx.confirmations().observers, runtime=runtime)
 
-    def _runtime(self) -> Any:  # pragma: no cover - each runtime module supplies its port
+    def _port(self, sink: Sink | None) -> Any:
+        """This call's runtime port: ``_runtime()`` as it always was when nothing streams (a
+        subclass that wraps ``_runtime()`` keeps working), the streaming one otherwise."""
+        return self._runtime() if sink is None else self._runtime(sink)
+
+    def _runtime(self, sink: Sink | None = None) -> Any:  # pragma: no cover - each module's
+        """The runtime port for one bridge call; with ``sink``, it drives the runtime's
+        streaming API and hands each of its events to the sink (ADR-0137)."""
         raise NotImplementedError
 
     def _edit_refusal(self, call: PendingCall | None, binding: ConfirmationBinding) -> str | None:
@@ -992,21 +1000,35 @@ class Bridge(_BridgeBase):
             self.storage, self.session_id, owner=self.owner, clock=self._ctx.clock
         )
 
-    def _run(self, plan: Plan[T]) -> T:
-        runtime = _OutsideALoop(self._runtime(), type(self).__name__)
+    def _run(self, plan: Plan[T], on_event: EventSink | None = None) -> T:
+        sink = check_sink(on_event, type(self).__name__, is_async=False)
+        runtime = _OutsideALoop(self._port(sink), type(self).__name__)
         return run_sync(plan, self._ports(runtime))
 
     def _start(
-        self, run_id: str | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+        self,
+        run_id: str | None,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        on_event: EventSink | None = None,
     ) -> RunOutcome:
         # Refused before the run id is claimed: a start that cannot run must not use it up.
         refuse_inside_a_loop(type(self).__name__)
-        return self._run(plan_start(self._ctx, run_id or secrets.token_hex(12), args, kwargs))
+        plan = plan_start(self._ctx, run_id or secrets.token_hex(12), args, kwargs)
+        return self._run(plan, on_event)
 
-    def continue_run(self, run_id: str, *, external: Mapping[str, Any] | None = None) -> RunOutcome:
+    def continue_run(
+        self,
+        run_id: str,
+        *,
+        external: Mapping[str, Any] | None = None,
+        on_event: EventSink | None = None,
+    ) -> RunOutcome:
         """Continue ``run_id`` if every call is decided (``external``: host results of external
-        calls); ``"waiting"`` otherwise, ``"continuing"`` if another process holds it."""
-        return self._run(plan_continue(self._ctx, run_id, external or {}))
+        calls); ``"waiting"`` otherwise, ``"continuing"`` if another process holds it.
+        ``on_event``: streams the continuation's runtime events (ADR-0137; an asyncio bridge
+        also awaits an async sink)."""
+        return self._run(plan_continue(self._ctx, run_id, external or {}), on_event)
 
     def approve(
         self,
@@ -1016,12 +1038,15 @@ class Bridge(_BridgeBase):
         args_digest: str | None = None,
         decided_by: str | None = None,
         via: str = "api",
+        on_event: EventSink | None = None,
     ) -> Decided:
         """Approve (two CAS); then continue the run if this was its last undecided call.
 
         ``args_digest``: :func:`~akchat_fsm.arguments_digest` of the arguments the approver
         saw; for other arguments, :class:`~akchat_fsm.ArgumentsMismatch` and nothing written.
         ``decided_by`` / ``via``: who decides and from where, for the audit trail (ADR-0132).
+        ``on_event``: streams the continuation's runtime events, if this continues the run
+        (ADR-0137; an asyncio bridge also awaits an async sink).
         """
         return self._run(
             plan_decide(
@@ -1033,7 +1058,8 @@ class Bridge(_BridgeBase):
                 args_digest,
                 decided_by,
                 via,
-            )
+            ),
+            on_event,
         )
 
     def reject(
@@ -1045,6 +1071,7 @@ class Bridge(_BridgeBase):
         args_digest: str | None = None,
         decided_by: str | None = None,
         via: str = "api",
+        on_event: EventSink | None = None,
     ) -> Decided:
         """Reject (two CAS; ``reason`` reaches the model); then continue the run if ready;
         ``args_digest``, ``decided_by`` and ``via`` as in :meth:`approve`."""
@@ -1058,7 +1085,8 @@ class Bridge(_BridgeBase):
                 args_digest,
                 decided_by,
                 via,
-            )
+            ),
+            on_event,
         )
 
     def edit(
@@ -1071,6 +1099,7 @@ class Bridge(_BridgeBase):
         continue_run: bool = True,
         decided_by: str | None = None,
         via: str = "api",
+        on_event: EventSink | None = None,
     ) -> Decided:
         """Approve the call for the reviewer's ``args`` instead of its own (ADR-0135); then
         continue the run if this was its last undecided call.
@@ -1092,7 +1121,8 @@ class Bridge(_BridgeBase):
                 decided_by,
                 via,
                 self._edit_refusal,
-            )
+            ),
+            on_event,
         )
 
     def expire(
@@ -1102,6 +1132,7 @@ class Bridge(_BridgeBase):
         continue_run: bool = True,
         decided_by: str | None = None,
         via: str = "api",
+        on_event: EventSink | None = None,
     ) -> Decided:
         """Expire a due confirmation (its denial reaches the model); then continue if ready."""
         return self._run(
@@ -1114,7 +1145,8 @@ class Bridge(_BridgeBase):
                 None,
                 decided_by,
                 via,
-            )
+            ),
+            on_event,
         )
 
     def expire_due(self) -> tuple[RunOutcome, ...]:
@@ -1166,20 +1198,32 @@ class AsyncBridge(_BridgeBase):
         super().__init__(session, storage, **options)
         self.ledger = self._ctx.ledger
 
-    async def _run(self, plan: Plan[T]) -> T:
-        return await run_async(plan, self._ports(self._runtime()))
+    async def _run(self, plan: Plan[T], on_event: EventSink | None = None) -> T:
+        sink = check_sink(on_event, type(self).__name__, is_async=True)
+        return await run_async(plan, self._ports(self._port(sink)))
 
     async def _start(
-        self, run_id: str | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+        self,
+        run_id: str | None,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        on_event: EventSink | None = None,
     ) -> RunOutcome:
-        return await self._run(plan_start(self._ctx, run_id or secrets.token_hex(12), args, kwargs))
+        plan = plan_start(self._ctx, run_id or secrets.token_hex(12), args, kwargs)
+        return await self._run(plan, on_event)
 
     async def continue_run(
-        self, run_id: str, *, external: Mapping[str, Any] | None = None
+        self,
+        run_id: str,
+        *,
+        external: Mapping[str, Any] | None = None,
+        on_event: EventSink | None = None,
     ) -> RunOutcome:
         """Continue ``run_id`` if every call is decided (``external``: host results of external
-        calls); ``"waiting"`` otherwise, ``"continuing"`` if another process holds it."""
-        return await self._run(plan_continue(self._ctx, run_id, external or {}))
+        calls); ``"waiting"`` otherwise, ``"continuing"`` if another process holds it.
+        ``on_event``: streams the continuation's runtime events (ADR-0137; an asyncio bridge
+        also awaits an async sink)."""
+        return await self._run(plan_continue(self._ctx, run_id, external or {}), on_event)
 
     async def approve(
         self,
@@ -1189,12 +1233,15 @@ class AsyncBridge(_BridgeBase):
         args_digest: str | None = None,
         decided_by: str | None = None,
         via: str = "api",
+        on_event: EventSink | None = None,
     ) -> Decided:
         """Approve (two CAS); then continue the run if this was its last undecided call.
 
         ``args_digest``: :func:`~akchat_fsm.arguments_digest` of the arguments the approver
         saw; for other arguments, :class:`~akchat_fsm.ArgumentsMismatch` and nothing written.
         ``decided_by`` / ``via``: who decides and from where, for the audit trail (ADR-0132).
+        ``on_event``: streams the continuation's runtime events, if this continues the run
+        (ADR-0137; an asyncio bridge also awaits an async sink).
         """
         return await self._run(
             plan_decide(
@@ -1206,7 +1253,8 @@ class AsyncBridge(_BridgeBase):
                 args_digest,
                 decided_by,
                 via,
-            )
+            ),
+            on_event,
         )
 
     async def reject(
@@ -1218,6 +1266,7 @@ class AsyncBridge(_BridgeBase):
         args_digest: str | None = None,
         decided_by: str | None = None,
         via: str = "api",
+        on_event: EventSink | None = None,
     ) -> Decided:
         """Reject (two CAS; ``reason`` reaches the model); then continue the run if ready;
         ``args_digest``, ``decided_by`` and ``via`` as in :meth:`approve`."""
@@ -1231,7 +1280,8 @@ class AsyncBridge(_BridgeBase):
                 args_digest,
                 decided_by,
                 via,
-            )
+            ),
+            on_event,
         )
 
     async def edit(
@@ -1244,6 +1294,7 @@ class AsyncBridge(_BridgeBase):
         continue_run: bool = True,
         decided_by: str | None = None,
         via: str = "api",
+        on_event: EventSink | None = None,
     ) -> Decided:
         """Approve the call for the reviewer's ``args`` instead of its own (ADR-0135); then
         continue the run if this was its last undecided call.
@@ -1265,7 +1316,8 @@ class AsyncBridge(_BridgeBase):
                 decided_by,
                 via,
                 self._edit_refusal,
-            )
+            ),
+            on_event,
         )
 
     async def expire(
@@ -1275,6 +1327,7 @@ class AsyncBridge(_BridgeBase):
         continue_run: bool = True,
         decided_by: str | None = None,
         via: str = "api",
+        on_event: EventSink | None = None,
     ) -> Decided:
         """Expire a due confirmation (its denial reaches the model); then continue if ready."""
         return await self._run(
@@ -1287,7 +1340,8 @@ class AsyncBridge(_BridgeBase):
                 None,
                 decided_by,
                 via,
-            )
+            ),
+            on_event,
         )
 
     async def expire_due(self) -> tuple[RunOutcome, ...]:

@@ -33,7 +33,7 @@ from typing import Any, TypeGuard
 
 from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
 from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict, messages_from_dict
-from langgraph.types import Command
+from langgraph.types import Command, GraphOutput
 
 from ..errors import ConfigError, ConfirmationError
 from ..wire.bounded import thaw
@@ -48,6 +48,7 @@ from ._bridge import (
     RunRecord,
     RuntimeResult,
 )
+from ._sink import Sink
 from .ledger import Execution, LedgerEntry, RecordedToolFailure, recorded_failure
 
 __all__ = [
@@ -341,20 +342,67 @@ async def _execute(
 # --------------------------------------------------------------------------- runtime ports
 
 
+class _Collected:
+    """What ``invoke(version="v2")`` returns, collected from a stream as it goes by: the last
+    ``values`` part's data and every interrupt those parts carry (LangGraph's own rule)."""
+
+    def __init__(self, modes: tuple[str, ...]) -> None:
+        self.modes = modes
+        self.latest: Any = None
+        self.interrupts: list[Any] = []
+
+    def take(self, part: Any) -> bool:
+        """Collect ``part``; whether it is of the host's modes (to hand to the sink)."""
+        if part.get("type") == "values":
+            self.latest = part["data"]
+            self.interrupts.extend(part.get("interrupts", ()))
+        return part.get("type") in self.modes
+
+    def output(self) -> GraphOutput[Any]:
+        return GraphOutput(value=self.latest, interrupts=tuple(self.interrupts))
+
+
 class _Runtime:
     runtime = RUNTIME
 
     def __init__(
-        self, graph: Any, durability: str, new_guard: Callable[[], ExecutionGuard]
+        self,
+        graph: Any,
+        durability: str,
+        new_guard: Callable[[], ExecutionGuard],
+        sink: Sink | None = None,
+        stream_mode: tuple[str, ...] = (),
     ) -> None:
         self.graph = graph
         self.durability = durability
         self.new_guard = new_guard
+        #: This call's event sink: the graph runs through ``stream``/``astream`` and each
+        #: part of the host's ``stream_mode`` is handed to it (ADR-0137).
+        self.sink = sink
+        self.stream_mode = stream_mode
+
+    def _modes(self) -> list[str]:
+        # "values" is always streamed: its last part is what ``invoke`` returns.
+        return ["values", *(m for m in self.stream_mode if m != "values")]
 
     def _invoke(self, value: Any, thread_id: str, guard: ExecutionGuard) -> RuntimeResult:
         config = _config(thread_id)
         with use_guard(guard):
-            output = self.graph.invoke(value, config, version="v2", durability=self.durability)
+            if self.sink is None:
+                output = self.graph.invoke(value, config, version="v2", durability=self.durability)
+            else:
+                sink, collected = self.sink, _Collected(self.stream_mode)
+                parts = self.graph.stream(
+                    value,
+                    config,
+                    stream_mode=self._modes(),
+                    version="v2",
+                    durability=self.durability,
+                )
+                for part in parts:
+                    if collected.take(part):
+                        sink(part)
+                output = collected.output()
         return _result(thread_id, output, _checkpoint_id(self.graph.get_state(config)))
 
     def start(self, input: Any, *, thread_id: str) -> RuntimeResult:
@@ -373,9 +421,23 @@ class _AsyncRuntime(_Runtime):
         config = _config(thread_id)
         with use_guard(guard):
             try:
-                output = await self.graph.ainvoke(
-                    value, config, version="v2", durability=self.durability
-                )
+                if self.sink is None:
+                    output = await self.graph.ainvoke(
+                        value, config, version="v2", durability=self.durability
+                    )
+                else:
+                    sink, collected = self.sink, _Collected(self.stream_mode)
+                    parts = self.graph.astream(
+                        value,
+                        config,
+                        stream_mode=self._modes(),
+                        version="v2",
+                        durability=self.durability,
+                    )
+                    async for part in parts:
+                        if collected.take(part):
+                            await sink.deliver(part)
+                    output = collected.output()
             finally:
                 await guard.drain()  # a cancelled sibling's claimed body records its outcome
         return _result(thread_id, output, _checkpoint_id(await self.graph.aget_state(config)))
@@ -397,6 +459,22 @@ def _check_durability(durability: object) -> str:
             hint="With 'exit' a crash loses the recorded approval and re-runs finished tools.",
         )
     return str(durability)
+
+
+#: The parts a streamed run hands ``on_event`` by default: the model's tokens and each node's
+#: update (a pause shows as the ``__interrupt__`` update).
+STREAM_MODE = ("messages", "updates")
+STREAM_MODES = ("values", "updates", "messages", "custom", "checkpoints", "tasks", "debug")
+
+
+def _check_stream_mode(stream_mode: object) -> tuple[str, ...]:
+    modes = (stream_mode,) if isinstance(stream_mode, str) else stream_mode
+    if not isinstance(modes, Sequence) or not modes or any(m not in STREAM_MODES for m in modes):
+        raise ConfigError(
+            f"stream_mode must be one of {STREAM_MODES} or a non-empty sequence of them, "
+            f"got {stream_mode!r}."
+        )
+    return tuple(dict.fromkeys(str(m) for m in modes))
 
 
 def _check_thread_id(thread_id: object) -> str:
@@ -421,22 +499,40 @@ class LangGraphBridge(Bridge):
     runtime_name = RUNTIME
 
     def __init__(
-        self, graph: Any, session: Any, storage: Any, *, durability: str = "sync", **options: Any
+        self,
+        graph: Any,
+        session: Any,
+        storage: Any,
+        *,
+        durability: str = "sync",
+        stream_mode: str | Sequence[str] = STREAM_MODE,
+        **options: Any,
     ) -> None:
         super().__init__(session, storage, **options)
         self.graph = graph
         self.durability = _check_durability(durability)
+        self.stream_mode = _check_stream_mode(stream_mode)
 
-    def _runtime(self) -> _Runtime:
-        return _Runtime(self.graph, self.durability, self.execution_guard)
+    def _runtime(self, sink: Sink | None = None) -> _Runtime:
+        return _Runtime(self.graph, self.durability, self.execution_guard, sink, self.stream_mode)
 
     def _edit_refusal(self, call: PendingCall | None, binding: ConfirmationBinding) -> str | None:
         return _refusal(call)
 
-    def run(self, input: Any, *, thread_id: str, run_id: str | None = None) -> RunOutcome:
+    def run(
+        self,
+        input: Any,
+        *,
+        thread_id: str,
+        run_id: str | None = None,
+        on_event: Callable[[Any], Any] | None = None,
+    ) -> RunOutcome:
         """Run the graph on ``input`` in LangGraph thread ``thread_id`` (``graph.invoke``;
-        ``await graph.ainvoke`` for the asyncio twin); a pause is saved and its calls proposed."""
-        return self._start(run_id, (input,), {"thread_id": _check_thread_id(thread_id)})
+        ``await graph.ainvoke`` for the asyncio twin); a pause is saved and its calls proposed.
+        ``on_event``: called with each ``StreamPart`` of the bridge's ``stream_mode`` as the
+        graph emits it (``stream`` / ``astream``, ADR-0137; an asyncio bridge also awaits an
+        async sink)."""
+        return self._start(run_id, (input,), {"thread_id": _check_thread_id(thread_id)}, on_event)
 
 
 class AsyncLangGraphBridge(AsyncBridge):
@@ -445,19 +541,41 @@ class AsyncLangGraphBridge(AsyncBridge):
     runtime_name = RUNTIME
 
     def __init__(
-        self, graph: Any, session: Any, storage: Any, *, durability: str = "sync", **options: Any
+        self,
+        graph: Any,
+        session: Any,
+        storage: Any,
+        *,
+        durability: str = "sync",
+        stream_mode: str | Sequence[str] = STREAM_MODE,
+        **options: Any,
     ) -> None:
         super().__init__(session, storage, **options)
         self.graph = graph
         self.durability = _check_durability(durability)
+        self.stream_mode = _check_stream_mode(stream_mode)
 
-    def _runtime(self) -> _AsyncRuntime:
-        return _AsyncRuntime(self.graph, self.durability, self.execution_guard)
+    def _runtime(self, sink: Sink | None = None) -> _AsyncRuntime:
+        return _AsyncRuntime(
+            self.graph, self.durability, self.execution_guard, sink, self.stream_mode
+        )
 
     def _edit_refusal(self, call: PendingCall | None, binding: ConfirmationBinding) -> str | None:
         return _refusal(call)
 
-    async def run(self, input: Any, *, thread_id: str, run_id: str | None = None) -> RunOutcome:
+    async def run(
+        self,
+        input: Any,
+        *,
+        thread_id: str,
+        run_id: str | None = None,
+        on_event: Callable[[Any], Any] | None = None,
+    ) -> RunOutcome:
         """Run the graph on ``input`` in LangGraph thread ``thread_id`` (``graph.invoke``;
-        ``await graph.ainvoke`` for the asyncio twin); a pause is saved and its calls proposed."""
-        return await self._start(run_id, (input,), {"thread_id": _check_thread_id(thread_id)})
+        ``await graph.ainvoke`` for the asyncio twin); a pause is saved and its calls proposed.
+        ``on_event``: called with each ``StreamPart`` of the bridge's ``stream_mode`` as the
+        graph emits it (``stream`` / ``astream``, ADR-0137; an asyncio bridge also awaits an
+        async sink)."""
+        return await self._start(
+            run_id, (input,), {"thread_id": _check_thread_id(thread_id)}, on_event
+        )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Mapping
@@ -46,6 +47,7 @@ from ._bridge import (
     in_a_loop_message,
 )
 from ._bridge_io import stored_json
+from ._sink import Sink
 from .ledger import RecordedToolFailure, recorded_failure
 
 __all__ = [
@@ -150,12 +152,29 @@ class OpenAIRuntime:
     runtime = RUNTIME
 
     def __init__(
-        self, agent: Agent[Any], guard: ExecutionGuard, run_config: RunConfig | None
+        self,
+        agent: Agent[Any],
+        guard: ExecutionGuard,
+        run_config: RunConfig | None,
+        sink: Sink | None = None,
     ) -> None:
         self.agent = guard_agent(agent, self._guarded)
         #: The guard of a new run (no approvals); a continuation brings its own.
         self.guard = guard
         self.run_config = run_config
+        #: This call's event sink: the run goes through ``Runner.run_streamed`` and each of
+        #: its ``stream_events()`` is handed to it (ADR-0137).
+        self.sink = sink
+        #: Deliver with ``await sink.deliver`` (an asyncio bridge) or call it (a sync one).
+        self.awaits_sink = True
+
+    def streaming(self, sink: Sink | None, *, awaits: bool = True) -> OpenAIRuntime:
+        """This port for one bridge call with ``sink`` (the same guarded agent graph)."""
+        if sink is None:
+            return self
+        port = copy.copy(self)
+        port.sink, port.awaits_sink = sink, awaits
+        return port
 
     async def _guarded(self, inner: Invoke, ctx: ToolContext[Any], args_json: str) -> Any:
         guard = _current.get() or self.guard
@@ -195,7 +214,10 @@ class OpenAIRuntime:
     ) -> RuntimeResult:
         token = _current.set(guard)
         try:
-            result = await Runner.run(self.agent, input, run_config=self.run_config, **kwargs)
+            if self.sink is None:
+                result = await Runner.run(self.agent, input, run_config=self.run_config, **kwargs)
+            else:
+                result = await self._streamed(self.sink, input, kwargs)
         except AgentsException as exc:
             # The SDK wraps what a tool hook raised; ours (ledger refusals, storage) come out typed.
             if isinstance(exc.__cause__, AkchatError):
@@ -210,6 +232,17 @@ class OpenAIRuntime:
         if result.interruptions:
             return RuntimeResult(snapshot, tuple(_pending(i) for i in result.interruptions))
         return RuntimeResult(snapshot, None, result.final_output, _jsonable(result.final_output))
+
+    async def _streamed(self, sink: Sink, input: Any, kwargs: Mapping[str, Any]) -> Any:
+        """``Runner.run_streamed``, every event consumed (a detached sink never stops the
+        run), the run's own error raised as ``Runner.run`` would raise it."""
+        result = Runner.run_streamed(self.agent, input, run_config=self.run_config, **kwargs)
+        async for event in result.stream_events():
+            if self.awaits_sink:
+                await sink.deliver(event)
+            else:
+                sink(event)
+        return result
 
 
 class _SyncRuntime:
@@ -254,15 +287,24 @@ class OpenAIAgentsBridge(Bridge):
         super().__init__(session, storage, **options)
         self.runtime = OpenAIRuntime(agent, self.execution_guard(), run_config)
 
-    def _runtime(self) -> _SyncRuntime:
-        return _SyncRuntime(self.runtime)
+    def _runtime(self, sink: Sink | None = None) -> _SyncRuntime:
+        return _SyncRuntime(self.runtime.streaming(sink, awaits=False))
 
     def _edit_refusal(self, call: PendingCall | None, binding: ConfirmationBinding) -> str | None:
         return NO_EDITS
 
-    def run(self, input: Any, *, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
-        """Run the agent on ``input``; ``paused`` (its pending confirmations) or ``completed``."""
-        return self._start(run_id, (input,), kwargs)
+    def run(
+        self,
+        input: Any,
+        *,
+        run_id: str | None = None,
+        on_event: Callable[[Any], Any] | None = None,
+        **kwargs: Any,
+    ) -> RunOutcome:
+        """Run the agent on ``input``; ``paused`` (its pending confirmations) or ``completed``.
+        ``on_event``: called with each of the SDK's ``StreamEvent`` objects as the run emits
+        them (``Runner.run_streamed``, ADR-0137; an asyncio bridge also awaits an async sink)."""
+        return self._start(run_id, (input,), kwargs, on_event)
 
 
 class AsyncOpenAIAgentsBridge(AsyncBridge):
@@ -282,12 +324,21 @@ class AsyncOpenAIAgentsBridge(AsyncBridge):
         super().__init__(session, storage, **options)
         self.runtime = OpenAIRuntime(agent, self.execution_guard(), run_config)
 
-    def _runtime(self) -> OpenAIRuntime:
-        return self.runtime
+    def _runtime(self, sink: Sink | None = None) -> OpenAIRuntime:
+        return self.runtime.streaming(sink)
 
     def _edit_refusal(self, call: PendingCall | None, binding: ConfirmationBinding) -> str | None:
         return NO_EDITS
 
-    async def run(self, input: Any, *, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
-        """Run the agent on ``input``; ``paused`` (its pending confirmations) or ``completed``."""
-        return await self._start(run_id, (input,), kwargs)
+    async def run(
+        self,
+        input: Any,
+        *,
+        run_id: str | None = None,
+        on_event: Callable[[Any], Any] | None = None,
+        **kwargs: Any,
+    ) -> RunOutcome:
+        """Run the agent on ``input``; ``paused`` (its pending confirmations) or ``completed``.
+        ``on_event``: called with each of the SDK's ``StreamEvent`` objects as the run emits
+        them (``Runner.run_streamed``, ADR-0137; an asyncio bridge also awaits an async sink)."""
+        return await self._start(run_id, (input,), kwargs, on_event)

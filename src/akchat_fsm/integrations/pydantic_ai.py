@@ -21,7 +21,7 @@ of pydantic-ai's per-call ways). What this module adds to the shared bridge
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic_ai import (
@@ -53,6 +53,7 @@ from ._bridge import (
     RunRecord,
     RuntimeResult,
 )
+from ._sink import Sink
 from .ledger import ExecutionUnknown, LedgerEntry, RecordedToolFailure, recorded_failure
 
 __all__ = [
@@ -172,24 +173,48 @@ def _replayed(entry: LedgerEntry) -> Any:
 class _Runtime:
     runtime = RUNTIME
 
-    def __init__(self, agent: Any, guard: ExecutionGuard) -> None:
+    def __init__(self, agent: Any, guard: ExecutionGuard, sink: Sink | None = None) -> None:
         self.agent = agent
         #: The guard of a new run's calls (none approved); a continuation brings its own.
         self.guard = guard
+        #: This call's event sink: the run is streamed through pydantic-ai's
+        #: ``event_stream_handler`` (the events of each model request and tool-call node).
+        self.sink = sink
+
+    def _streamed(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self.sink is None:
+            return kwargs
+        if kwargs.get("event_stream_handler") is not None:
+            raise ConfigError(
+                "Pass on_event= or event_stream_handler=, not both.",
+                hint="on_event streams the continuations too; event_stream_handler only a start.",
+            )
+        return {**kwargs, "event_stream_handler": self._handler}
+
+    async def _handler(self, ctx: Any, events: AsyncIterable[Any]) -> None:
+        sink = self.sink
+        assert sink is not None
+        # Every event is consumed, delivered or not: a detached sink never stops the node.
+        async for event in events:
+            await self._deliver(sink, event)
+
+    async def _deliver(self, sink: Sink, event: Any) -> None:
+        sink(event)  # a sync bridge's sink is a plain callable, called from the agent's loop
 
     def _start_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         capabilities = [*(kwargs.pop("capabilities", None) or ()), _LedgerCapability(self.guard)]
-        return {**kwargs, "capabilities": capabilities}
+        return self._streamed({**kwargs, "capabilities": capabilities})
 
-    @staticmethod
     def _resume_kwargs(
-        run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
+        self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
     ) -> dict[str, Any]:
-        return {
-            "message_history": messages(run.snapshot),
-            "deferred_tool_results": deferred_results(run, decisions),
-            "capabilities": [_LedgerCapability(guard)],
-        }
+        return self._streamed(
+            {
+                "message_history": messages(run.snapshot),
+                "deferred_tool_results": deferred_results(run, decisions),
+                "capabilities": [_LedgerCapability(guard)],
+            }
+        )
 
     def start(self, *args: Any, **kwargs: Any) -> RuntimeResult:
         return _result(self.agent.run_sync(*args, **self._start_kwargs(kwargs)))
@@ -201,6 +226,9 @@ class _Runtime:
 
 
 class _AsyncRuntime(_Runtime):
+    async def _deliver(self, sink: Sink, event: Any) -> None:
+        await sink.deliver(event)  # a plain or an async sink
+
     async def start(self, *args: Any, **kwargs: Any) -> RuntimeResult:  # type: ignore[override]
         return _result(await self.agent.run(*args, **self._start_kwargs(kwargs)))
 
@@ -259,13 +287,21 @@ class PydanticAIBridge(Bridge):
     def _edit_refusal(self, call: PendingCall | None, binding: ConfirmationBinding) -> str | None:
         return _refusal(self.editable_tools, binding)
 
-    def _runtime(self) -> _Runtime:
-        return _Runtime(self.agent, self.execution_guard())
+    def _runtime(self, sink: Sink | None = None) -> _Runtime:
+        return _Runtime(self.agent, self.execution_guard(), sink)
 
-    def run(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
+    def run(
+        self,
+        *args: Any,
+        run_id: str | None = None,
+        on_event: Callable[[Any], Any] | None = None,
+        **kwargs: Any,
+    ) -> RunOutcome:
         """Run the agent (``agent.run_sync``; ``await agent.run`` for the asyncio twin) with these
-        arguments; a pause is saved and its calls proposed."""
-        return self._start(run_id, args, kwargs)
+        arguments; a pause is saved and its calls proposed. ``on_event``: called with each of
+        pydantic-ai's ``AgentStreamEvent`` objects as the run emits them (ADR-0137; an asyncio
+        bridge also awaits an async sink)."""
+        return self._start(run_id, args, kwargs, on_event)
 
 
 class AsyncPydanticAIBridge(AsyncBridge):
@@ -289,10 +325,18 @@ class AsyncPydanticAIBridge(AsyncBridge):
     def _edit_refusal(self, call: PendingCall | None, binding: ConfirmationBinding) -> str | None:
         return _refusal(self.editable_tools, binding)
 
-    def _runtime(self) -> _AsyncRuntime:
-        return _AsyncRuntime(self.agent, self.execution_guard())
+    def _runtime(self, sink: Sink | None = None) -> _AsyncRuntime:
+        return _AsyncRuntime(self.agent, self.execution_guard(), sink)
 
-    async def run(self, *args: Any, run_id: str | None = None, **kwargs: Any) -> RunOutcome:
+    async def run(
+        self,
+        *args: Any,
+        run_id: str | None = None,
+        on_event: Callable[[Any], Any] | None = None,
+        **kwargs: Any,
+    ) -> RunOutcome:
         """Run the agent (``agent.run_sync``; ``await agent.run`` for the asyncio twin) with these
-        arguments; a pause is saved and its calls proposed."""
-        return await self._start(run_id, args, kwargs)
+        arguments; a pause is saved and its calls proposed. ``on_event``: called with each of
+        pydantic-ai's ``AgentStreamEvent`` objects as the run emits them (ADR-0137; an asyncio
+        bridge also awaits an async sink)."""
+        return await self._start(run_id, args, kwargs, on_event)
