@@ -24,6 +24,7 @@ backend whose server is missing is reported and skipped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sqlite3
@@ -87,6 +88,8 @@ class Pair:
         cleanup: Callable[[], None],
     ) -> None:
         self.name, self.adapter, self.raw_save, self.cleanup = name, adapter, raw_save, cleanup
+        #: What the raw side looks up once per session, before its saves are timed.
+        self.prepare: Callable[[SessionSnapshot], object] = lambda first: None
 
     def run_adapter(self, snaps: list[SessionSnapshot]) -> float:
         assert self.adapter.save(snaps[0], None)
@@ -98,6 +101,7 @@ class Pair:
 
     def run_raw(self, snaps: list[SessionSnapshot]) -> float:
         assert self.adapter.save(snaps[0], None)  # the create is not timed
+        self.prepare(snaps[0])
         t0 = time.perf_counter()
         for s in snaps[1:]:
             if not self.raw_save(s, s.cursor - 1):
@@ -211,6 +215,40 @@ def redis_pair() -> Pair:
     return Pair("redis", adapter, raw_save, cleanup)
 
 
+def redis_cluster_pair(cluster: Any) -> Pair:
+    """Cluster mode (ADR-0089): the adapter follows each write with ``WAIT 1`` (its default),
+    so the raw side does the same durable work, the one-key CAS script and ``WAIT 1`` in one
+    round trip to the primary that holds the key."""
+    import redis
+
+    from akchat_fsm.storage import RedisStorage
+
+    prefix = f"bench:{uuid.uuid4().hex[:10]}:"
+    adapter = RedisStorage(cluster.url, prefix=prefix, cluster=True, shards=4)
+    primaries: dict[str, tuple[Any, str]] = {}  # session -> its primary, found before timing
+
+    def raw_save(s: SessionSnapshot, expected: int) -> bool:
+        key = adapter._plan.key(s.session_id)  # the session's hash key, in its bucket's slot
+        if s.session_id not in primaries:
+            conn = redis.Redis(port=cluster.primary_of(key))
+            primaries[s.session_id] = (conn, conn.script_load(RAW_CAS_SCRIPT))
+        conn, sha = primaries[s.session_id]
+        pipe = conn.pipeline(transaction=False)
+        pipe.evalsha(sha, 1, key, str(expected), str(s.cursor), text(s))
+        pipe.execute_command("WAIT", 1, 1000)
+        applied, acks = pipe.execute()
+        return bool(applied == 1 and acks >= 1)
+
+    def cleanup() -> None:
+        for conn, _sha in primaries.values():
+            conn.close()
+        adapter.close()  # the cluster itself is stopped with all its keys
+
+    pair = Pair("redis-cluster", adapter, raw_save, cleanup)
+    pair.prepare = lambda first: raw_save(first, -1)  # connects, loads; refused (no cursor -1)
+    return pair
+
+
 def overhead(pair: Pair, saves: int, rounds: int) -> tuple[float, float, float]:
     """Median seconds per save (adapter, raw) and their ratio, alternating A/B per round."""
     per_adapter, per_raw = [], []
@@ -267,11 +305,11 @@ def main() -> None:
     parser.add_argument("--saves", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--only", default="memory,sqlite,postgres,mysql,redis")
+    parser.add_argument("--only", default="memory,sqlite,postgres,mysql,redis,redis-cluster")
     args = parser.parse_args()
     only = set(args.only.split(","))
 
-    with tempfile.TemporaryDirectory() as tmp_dir:
+    with tempfile.TemporaryDirectory() as tmp_dir, contextlib.ExitStack() as stack:
         tmp = Path(tmp_dir)
         builders: dict[str, Callable[[], Pair]] = {
             "sqlite": lambda: sqlite_pair(tmp),
@@ -279,6 +317,15 @@ def main() -> None:
             "mysql": mysql_pair,
             "redis": redis_pair,
         }
+        cluster = None
+        if "redis-cluster" in only:
+            try:
+                from _cluster import local_cluster
+
+                cluster = stack.enter_context(local_cluster())
+                builders["redis-cluster"] = lambda: redis_cluster_pair(cluster)
+            except Exception as exc:  # no redis-server installed: reported, not fatal
+                print(f"redis-cluster skipped: {exc}")
         print(f"Part 1: sequential CAS saves ({args.saves} per round, median of {args.rounds})")
         print(f"{'backend':<10} {'adapter µs':>11} {'raw µs':>9} {'ratio':>7}  target <= 1.25")
         for name, build in builders.items():
@@ -315,6 +362,12 @@ def main() -> None:
             from akchat_fsm.storage import RedisStorage
 
             openers["redis"] = lambda: RedisStorage(REDIS_URL, prefix=hot_prefix)
+        if cluster is not None:
+            from akchat_fsm.storage import RedisStorage
+
+            openers["redis-cluster"] = lambda: RedisStorage(
+                cluster.url, prefix=hot_prefix, cluster=True, shards=4
+            )
 
         print(f"\nPart 2: committed saves/s on one hot session ({args.seconds:.1f} s per cell)")
         print(f"{'backend':<10} {'1 worker':>14} {'4 workers':>14} {'8 workers':>14}")
