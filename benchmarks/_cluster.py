@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from redis_cluster import LocalCluster, free_base  # noqa: E402
+from redis_cluster import LocalCluster, free_base
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ The protocol's floor in the uncontended case is about 0.5 (two durable writes pe
 where the baseline makes one); the goal at 16 approvers is >= 0.6 (issue 26).
 
     .venv/bin/python benchmarks/bench_load.py [--approvers 1,4,16] [--per 12] [--rounds 3]
-        [--only postgres,mysql,redis] [--shapes hot,spread]
+        [--only postgres,mysql,redis,redis-cluster] [--shapes hot,spread]
 
 Servers: AKCHAT_PG_URL, AKCHAT_MYSQL_URL, AKCHAT_REDIS_URL (the test suite's defaults). A
 backend whose server is missing is reported and skipped. Everything written uses a fresh
@@ -33,6 +33,7 @@ table or key prefix and is dropped at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -205,6 +206,52 @@ class RawRedis(RawStore):
         self.conn.close()
 
 
+class RawRedisCluster(RawStore):
+    """Each session's hash on the primary of its own slot, written by the one-key CAS and a
+    ``WAIT 1`` in one round trip: the durable work the adapter's cluster mode does (ADR-0089)."""
+
+    def __init__(self, prefix: str, url: str) -> None:
+        import redis
+
+        self.prefix = prefix
+        self.cluster = redis.RedisCluster.from_url(url.split("?", 1)[0].replace("+cluster", ""))
+        self.nodes: dict[str, tuple[Any, str]] = {}
+
+    def _node(self, sid: str) -> tuple[Any, str, str]:
+        key = self.prefix + "{" + sid + "}"
+        if sid not in self.nodes:
+            conn = self.cluster.get_redis_connection(self.cluster.get_node_from_key(key))
+            self.nodes[sid] = (conn, conn.script_load(REDIS_CAS))
+        conn, sha = self.nodes[sid]
+        return conn, sha, key
+
+    def put(self, sid: str, cursor: int, body: str) -> None:
+        conn, _sha, key = self._node(sid)
+        conn.hset(key, mapping={"cursor": cursor, "body": body})
+
+    def read(self, sid: str) -> tuple[int, str]:
+        conn, _sha, key = self._node(sid)
+        cursor, body = conn.hmget(key, ["cursor", "body"])
+        assert cursor is not None and body is not None
+        return int(cursor), body.decode() if isinstance(body, bytes) else str(body)
+
+    def cas(self, sid: str, expected: int, body: str) -> bool:
+        conn, sha, key = self._node(sid)
+        pipe = conn.pipeline(transaction=False)
+        pipe.evalsha(sha, 1, key, str(expected), str(expected + 1), body)
+        pipe.execute_command("WAIT", 1, 1000)
+        applied, acks = pipe.execute()
+        if applied == 1 and acks < 1:
+            raise RuntimeError("no replica acknowledged a raw write within 1 s")
+        return bool(applied == 1)
+
+    def drop(self) -> None:
+        pass  # the benchmark's own cluster is stopped, keys and all, at the end of the run
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
 RAW = {"postgres": RawPostgres, "mysql": RawMySQL, "redis": RawRedis}
 
 
@@ -215,6 +262,8 @@ class Backend:
     raw_name: str  # the raw baseline's own table / prefix
 
     def raw(self) -> RawStore:
+        if self.name == "redis-cluster":
+            return RawRedisCluster(self.raw_name, self.url)
         store: RawStore = RAW[self.name](self.raw_name)
         return store
 
@@ -360,7 +409,7 @@ def _cleanup(backend: Backend) -> None:
                     cur.execute(f"DROP TABLE IF EXISTS `{name}`")
         finally:
             mysql.close()
-    else:
+    elif backend.name == "redis":
         RawRedis(urlsplit(backend.url).query.split("=", 1)[1]).drop()
 
 
@@ -369,17 +418,32 @@ def main() -> None:
     parser.add_argument("--approvers", default="1,4,16")
     parser.add_argument("--per", type=int, default=12, help="decisions per approver")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", default="postgres,mysql,redis")
+    parser.add_argument("--only", default="postgres,mysql,redis,redis-cluster")
     parser.add_argument("--shapes", default="hot,spread")
     args = parser.parse_args()
-    run = uuid.uuid4().hex[:8]
-    chosen = [b for name, b in backends(run).items() if name in args.only.split(",")]
-    print(f"{'store':<9} {'shape':<7} {'k':>3} {'library/s':>10} {'raw/s':>9} {'ratio':>7}")
+    with contextlib.ExitStack() as stack:
+        run(args, stack)
+
+
+def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
+    tag = uuid.uuid4().hex[:8]
+    found = backends(tag)
+    if "redis-cluster" in args.only.split(","):
+        try:
+            from _cluster import local_cluster
+
+            port = stack.enter_context(local_cluster()).ports[0]
+            url = f"redis+cluster://127.0.0.1:{port}/0?prefix=bench-load:{tag}:&shards=4"
+            found["redis-cluster"] = Backend("redis-cluster", url, f"bench-raw:{tag}:")
+        except Exception as exc:  # no redis-server installed: reported, not fatal
+            print(f"redis-cluster skipped: {exc!r}")
+    chosen = [b for name, b in found.items() if name in args.only.split(",")]
+    print(f"{'store':<13} {'shape':<7} {'k':>3} {'library/s':>10} {'raw/s':>9} {'ratio':>7}")
     for backend in chosen:
         try:
             backend.raw().close()
         except Exception as exc:  # a missing server: reported, not fatal
-            print(f"{backend.name:<9} skipped: {exc!r}")
+            print(f"{backend.name:<13} skipped: {exc!r}")
             continue
         try:
             for shape in args.shapes.split(","):
@@ -389,7 +453,7 @@ def main() -> None:
                     lib = statistics.median(p[0] for p in pairs)
                     raw_rate = statistics.median(p[1] for p in pairs)
                     print(
-                        f"{backend.name:<9} {shape:<7} {k:>3} {lib:>10.1f} {raw_rate:>9.1f}"
+                        f"{backend.name:<13} {shape:<7} {k:>3} {lib:>10.1f} {raw_rate:>9.1f}"
                         f" {ratio:>6.2f}x",
                         flush=True,
                     )
