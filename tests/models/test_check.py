@@ -107,9 +107,9 @@ def test_every_profile_proves_with_three_clients_and_catches_every_seeded_bug() 
     for name, checks in check.PROFILES.items():
         # a settle build has no deciding clients: its actors are two operators, the slow
         # claimant and a re-claiming continuation
-        assert all(
-            dict(c.config.defines)["NCLIENTS"] >= 2 or _settle(c.config) for c in checks
-        ), name
+        assert all(dict(c.config.defines)["NCLIENTS"] >= 2 or _settle(c.config) for c in checks), (
+            name
+        )
         caught = {c.bug for c in checks if c.bug}
         assert caught == every_bug, name
         proven = {
