@@ -29,6 +29,11 @@
  *           -DAUDIT       each claim attempt first creates its audit entry, keyed by the
  *                         cursor it claims at (ADR-0132); a decider that finds the cursor
  *                         taken re-reads and fences it when it has not moved
+ *           -DEDIT        (with -DLEDGER) client 1's approve is a reviewer's edit (ADR-0135);
+ *                         the runtime may hand a body the model's arguments, which the
+ *                         execution guard refuses
+ *           -DSETTLE      operators settle an unknown execution, each attempt announced by
+ *                         its create-only audit entry (ADR-0136); run with NCLIENTS=0
  * Seeded protocol bugs (each must produce a counterexample; see models/check.py):
  *   -DBUG_UPSTREAM_FIRST   call upstream before the claim is saved
  *   -DBUG_TERMINAL_FIRST   save the terminal status before upstream returns
@@ -54,6 +59,10 @@
  *                          decider killed between the two leaves a claim no entry names
  *   -DBUG_AUDIT_SHARED     (with -DAUDIT) a decider that lost the entry's create sends its
  *                          claim anyway (no re-read, no fence): the entry names someone else
+ *   -DBUG_GUARD_IGNORES_EDIT (with -DEDIT) the guard lets an edited call run with other args
+ *   -DBUG_SWEEP_PLAIN      (with -DEDIT) the sweep continues an edited approval as a plain one
+ *   -DBUG_CLAIM_DROPS_VERDICT (with -DSETTLE) a re-claim does not keep the verdict nonce
+ *   -DBUG_SETTLE_ENTRY_AFTER  (with -DSETTLE) the settle's entry is written after its CAS
  */
 
 #include "confirmation_table.pml"
@@ -1041,7 +1050,7 @@ bool bad_told = false;       /* an operator was told "applied" / "nothing writte
 #endif
 #define SX_CRASH if :: crashes < MAXCRASH -> crashes++; crashed = true :: true -> skip fi
 
-/* The verdict's own write, or (BUG_SETTLE_ENTRY_AFTER) the entry it names written after it. */
+/* Create attempt n's entry (before its CAS; after it under BUG_SETTLE_ENTRY_AFTER). */
 inline sx_entry(n, f) {
   se_made[n] = true; se_follows[n] = f
 }
