@@ -51,6 +51,13 @@ LEDGER_LIVENESS_CLAIMS = ("run_settles",)
 SINGLE_CALL = "single_call"
 #: The audit trail's claim (only in -DAUDIT builds; ADR-0132).
 AUDIT_SAFETY_CLAIMS = ("audit_names_winner",)
+#: Reviewer edits' claim (only in -DLEDGER -DEDIT builds; ADR-0135).
+EDIT_SAFETY_CLAIMS = ("body_edited",)
+#: Operators' settle audit entries (only in -DSETTLE builds; ADR-0136).
+SETTLE_SAFETY_CLAIMS = ("settle_audit_exact",)
+#: "The operator is told whether its verdict applied": settle_unknown's re-read after a lost
+#: answer looks only at the record's verdict, which a later settle may have replaced (README).
+SETTLE_TOLD = "settle_told"
 ASSERTIONS = "assertions"  # the run without a never claim: every assert + invalid end states
 
 #: Each seeded protocol bug and the property that must catch it.
@@ -83,6 +90,16 @@ LEDGER_BUGS = {
 AUDIT_BUGS = {
     "BUG_AUDIT_AFTER": "audit_names_winner",  # the entry written after the claim applied
     "BUG_AUDIT_SHARED": "audit_names_winner",  # the loser of the entry's create claims anyway
+}
+#: Seeded bugs of reviewer edits (-DLEDGER -DEDIT).
+EDIT_BUGS = {
+    "BUG_GUARD_IGNORES_EDIT": "body_edited",  # the guard lets an edited call run with other args
+    "BUG_SWEEP_PLAIN": "body_edited",  # the sweep continues an edited call as a plain approve
+}
+#: Seeded bugs of the settle audit entries (-DSETTLE).
+SETTLE_BUGS = {
+    "BUG_CLAIM_DROPS_VERDICT": "settle_audit_exact",  # a re-claim does not keep the verdict
+    "BUG_SETTLE_ENTRY_AFTER": "settle_audit_exact",  # the entry written after the verdict
 }
 #: Seeded bugs of the sweep (-DLEDGER) whose counterexample must be an ACCEPTANCE CYCLE of a
 #: liveness claim under weak fairness: a run that is never finished, not a bad step.
@@ -274,17 +291,40 @@ AUDIT_RESUME = _config("3c-1r-audit", NCLIENTS=3, NCONF=1, MAXOPS=1, MAXCRASH=2,
                        **_FAULTS)  # fmt: skip
 
 
+#: reviewer edits (ADR-0135): client 1's approve is an edit; the runtime may hand a body the
+#: model's arguments once; 2 clients for the seeded bugs, 3 for the proofs
+QUICK_EDIT = _config("quick-edit", NCLIENTS=2, NCONF=1, MAXOPS=1, MAXCRASH=1, NO_RESUME=None,
+                     LEDGER=None, EDIT=None, **_FAULTS)  # fmt: skip
+LEDGER_EDIT = _config("3c-1r-ledger-edit", NCLIENTS=3, NCONF=1, MAXOPS=1, MAXCRASH=2,
+                      NO_RESUME=None, LEDGER=None, EDIT=None, **_FAULTS)  # fmt: skip
+LEDGER_EDIT_MIXED = _config("3c-1r-ledger-edit-resume", NCLIENTS=3, NCONF=1, MAXOPS=1,
+                            MAXCRASH=1, LEDGER=None, EDIT=None, **_FAULTS)  # fmt: skip
+#: operators' settles (ADR-0136): one unknown execution, its slow claimant, two operators with
+#: three settle attempts between them, a re-claim of a released call; no deciding clients
+SETTLE_CONFIG = _config("settle", NCLIENTS=0, MAXCRASH=2, SETTLE=None, **_FAULTS)
+SETTLE_DEEP = _config("settle-deep", NCLIENTS=0, MAXCRASH=3, MAXRECLAIM=2, MAXUNKNOWN=2,
+                      MAXUPFAULT=1, SETTLE=None)  # fmt: skip
+
+
 def _props(config: Config, *props: str) -> list[Check]:
     every = (ASSERTIONS, *SAFETY_CLAIMS, *LIVENESS_CLAIMS)
     if "LEDGER" in dict(config.defines):
         every += (*LEDGER_SAFETY_CLAIMS, *LEDGER_LIVENESS_CLAIMS)
+    if "EDIT" in dict(config.defines):
+        every += EDIT_SAFETY_CLAIMS
     if "AUDIT" in dict(config.defines):
         every += AUDIT_SAFETY_CLAIMS
+    if "SETTLE" in dict(config.defines):  # no deciding clients: only the settle's claims
+        every = (ASSERTIONS, *SETTLE_SAFETY_CLAIMS)
     return [Check(config, prop) for prop in props or every]
 
 
 def _resume_finding(config: Config) -> Check:
     return Check(config, SINGLE_CALL, documented="resume re-calls, no-op")
+
+
+def _settle_told_finding(config: Config = SETTLE_CONFIG) -> Check:
+    return Check(config, SETTLE_TOLD, documented="lost answer, verdict replaced")
 
 
 def _late_release_fixed(config: Config = INFLIGHT_MIXED) -> Check:
@@ -299,6 +339,8 @@ def _seeded(
     checks += [Check(inflight, prop, bug) for bug, prop in INFLIGHT_BUGS.items()]
     ledger_bugs = {**LEDGER_BUGS, **LIVENESS_BUGS}
     checks += [Check(QUICK_AUDIT, prop, bug) for bug, prop in AUDIT_BUGS.items()]
+    checks += [Check(QUICK_EDIT, prop, bug) for bug, prop in EDIT_BUGS.items()]
+    checks += [Check(SETTLE_CONFIG, prop, bug) for bug, prop in SETTLE_BUGS.items()]
     return [*checks, *(Check(ledger, prop, bug) for bug, prop in ledger_bugs.items())]
 
 
@@ -311,6 +353,9 @@ PROFILES: dict[str, list[Check]] = {
         # run_settles: the continuer may die before its claim; the fair sweep must finish it
         *_props(QUICK_LEDGER, ASSERTIONS, "run_settles"),
         *_props(QUICK_AUDIT, ASSERTIONS, *AUDIT_SAFETY_CLAIMS),
+        *_props(QUICK_EDIT, ASSERTIONS, *EDIT_SAFETY_CLAIMS),
+        *_props(SETTLE_CONFIG),
+        _settle_told_finding(),
         *_seeded(QUICK),
     ],
     "default": [
@@ -325,6 +370,10 @@ PROFILES: dict[str, list[Check]] = {
         _late_release_fixed(),
         *_props(LEDGER_RELEASE, ASSERTIONS, *LEDGER_SAFETY_CLAIMS, *LEDGER_LIVENESS_CLAIMS),
         *_props(AUDIT_RESUME, ASSERTIONS, *AUDIT_SAFETY_CLAIMS, "no_replay"),
+        # the assertion run asserts body_edited and body_once at every body
+        *_props(LEDGER_EDIT, ASSERTIONS),
+        *_props(SETTLE_CONFIG),
+        _settle_told_finding(),
         *_seeded(QUICK),
     ],
     "deep": [
@@ -344,6 +393,10 @@ PROFILES: dict[str, list[Check]] = {
         *_props(LEDGER_MIXED, ASSERTIONS, *LEDGER_SAFETY_CLAIMS),
         *_props(LEDGER_TWO, ASSERTIONS, *LEDGER_SAFETY_CLAIMS, *LEDGER_LIVENESS_CLAIMS),
         *_props(AUDIT_RESUME),
+        *_props(LEDGER_EDIT),
+        *_props(LEDGER_EDIT_MIXED, ASSERTIONS, *EDIT_SAFETY_CLAIMS),
+        *_props(SETTLE_DEEP),
+        _settle_told_finding(SETTLE_DEEP),
         *_seeded(RESUME, INFLIGHT_MIXED, LEDGER_RELEASE),
     ],
 }

@@ -29,6 +29,11 @@
  *           -DAUDIT       each claim attempt first creates its audit entry, keyed by the
  *                         cursor it claims at (ADR-0132); a decider that finds the cursor
  *                         taken re-reads and fences it when it has not moved
+ *           -DEDIT        (with -DLEDGER) client 1's approve is a reviewer's edit (ADR-0135);
+ *                         the runtime may hand a body the model's arguments, which the
+ *                         execution guard refuses
+ *           -DSETTLE      operators settle an unknown execution, each attempt announced by
+ *                         its create-only audit entry (ADR-0136); run with NCLIENTS=0
  * Seeded protocol bugs (each must produce a counterexample; see models/check.py):
  *   -DBUG_UPSTREAM_FIRST   call upstream before the claim is saved
  *   -DBUG_TERMINAL_FIRST   save the terminal status before upstream returns
@@ -54,6 +59,10 @@
  *                          decider killed between the two leaves a claim no entry names
  *   -DBUG_AUDIT_SHARED     (with -DAUDIT) a decider that lost the entry's create sends its
  *                          claim anyway (no re-read, no fence): the entry names someone else
+ *   -DBUG_GUARD_IGNORES_EDIT (with -DEDIT) the guard lets an edited call run with other args
+ *   -DBUG_SWEEP_PLAIN      (with -DEDIT) the sweep continues an edited approval as a plain one
+ *   -DBUG_CLAIM_DROPS_VERDICT (with -DSETTLE) a re-claim does not keep the verdict nonce
+ *   -DBUG_SETTLE_ENTRY_AFTER  (with -DSETTLE) the settle's entry is written after its CAS
  */
 
 #include "confirmation_table.pml"
@@ -181,6 +190,18 @@ inline audit_check_claim(i, expect, writer) {
 }
 #endif
 
+#ifdef EDIT
+/* ---------------------------------------------------------------- reviewer edits (ADR-0135) */
+/* Client 1's approve is an edit: its claim's audit entry records the edited arguments, whose
+ * digest is D_EDIT; every other approve is plain (the model's arguments, D_MODEL).  The entry
+ * with the highest cursor is the claim that applied (ADR-0132, audit_names_winner), so the
+ * model keeps the deciding entry's digest with the record: dec_dg[i], set by the claim. */
+#define D_MODEL 0
+#define D_EDIT 1
+#define EDIT_DG(w) ((w) == 1 -> D_EDIT : D_MODEL)
+byte dec_dg[NCONF];          /* the deciding approval's arguments digest */
+#endif
+
 /* -DTRACE: one parseable line per step for tests/models' conformance driver (model -> code).
  * Without TRACE every TRACE_* expands to nothing: the checked model is token for token the same. */
 #ifdef TRACE
@@ -227,6 +248,9 @@ inline apply_write(i, expect, newst, writer, claimant, late) {
   :: reg_st[i] == ST_PENDING && IS_PROCESSING(newst) -> claim_late[i] = late   /* a claim */
 #ifdef AUDIT
      ; audit_check_claim(i, expect, writer)
+#endif
+#ifdef EDIT
+     ; dec_dg[i] = EDIT_DG(writer)      /* the deciding entry's arguments (ADR-0132/0135) */
 #endif
   :: else -> skip
   fi;
@@ -287,6 +311,37 @@ bool ran[NCONF];             /* the tool body of call i has run */
 bool bad_double = false;     /* a tool body ran twice */
 bool bad_unapproved = false; /* a tool body ran while its confirmation was not approved */
 bool bad_flag = false;       /* an execution reported unknown while its claimant was alive */
+#ifdef EDIT
+/* The continuation's side of an edit (ADR-0135). */
+#ifndef MAXBADARGS
+#define MAXBADARGS 1         /* continuations whose runtime hands the body the model's args */
+#endif
+#define LED_REFUSED 6        /* the guard refused the call (ArgumentsMismatch): nothing claimed */
+byte badargs = 0;
+byte ran_dg[NCONF];          /* ghost: the arguments the body ran with */
+bool bad_edit = false;       /* a body ran with arguments other than the deciding entry's */
+/* What the continuation reads as the call's arguments: the deciding entry's (its edit), or,
+ * under BUG_SWEEP_PLAIN, the sweep reads the decision without its entry (as a plain approve). */
+#ifdef BUG_SWEEP_PLAIN
+#define EFFECTIVE(k) (me == RRECON -> D_MODEL : dec_dg[k])
+#else
+#define EFFECTIVE(k) dec_dg[k]
+#endif
+/* The execution guard (ExecutionGuard.execute): an edited call runs with the edit or not at
+ * all; under BUG_GUARD_IGNORES_EDIT it lets any arguments through. */
+#ifdef BUG_GUARD_IGNORES_EDIT
+#define GUARD_REFUSES(k, a) false
+#else
+#define GUARD_REFUSES(k, a) (EFFECTIVE(k) == D_EDIT && (a) != D_EDIT)
+#endif
+/* The body ran with `arg`: it must be the deciding entry's arguments. */
+#define EDIT_BODY(k) \
+  if :: arg != dec_dg[k] -> bad_edit = true :: else -> skip fi; ran_dg[k] = arg
+#define EDIT_RESET ; arg = 0
+#else
+#define EDIT_BODY(k) skip
+#define EDIT_RESET
+#endif
 
 /* A call is settled for the continuation when its record is final; whether it runs, when it is
  * approved. */
@@ -571,8 +626,12 @@ inline execute(k) {
        :: ran[k] -> bad_double = true
        :: else -> ran[k] = true
        fi;
+       EDIT_BODY(k);
 #ifdef ASSERTS
        assert(!bad_double && !bad_unapproved);
+#ifdef EDIT
+       assert(!bad_edit);
+#endif
 #endif
        MAYBE_CRASH                        /* after the body, before its result is recorded */
      };
@@ -599,6 +658,31 @@ inline execute(k) {
   fi
 }
 
+#ifdef EDIT
+/* The runtime hands call k its arguments: the ones the continuation read (override_args), or,
+ * within MAXBADARGS, the model's (a runtime that ignored the override, a middleware that
+ * rewrote them).  The guard checks them before the ledger claim; a refusal raises out of the
+ * runtime and the continuation releases the run to `paused` (its calls stay decided). */
+inline edit_guard(k) {
+  atomic {
+    if
+    :: arg = EFFECTIVE(k)
+    :: badargs < MAXBADARGS -> badargs++; arg = D_MODEL
+    fi;
+    if
+    :: GUARD_REFUSES(k, arg) ->
+       res = LED_REFUSED;
+       if
+       :: RUN_NEXT(run_st, RUNEV_RELEASE, run_ver == rv, 0) != RUN_NONE ->
+          run_st = RUN_NEXT(run_st, RUNEV_RELEASE, run_ver == rv, 0); run_ver++
+       :: else -> skip
+       fi
+    :: else -> res = 0
+    fi
+  }
+}
+#endif
+
 /* Run every approved call of the run we hold (rv: the version our claim wrote), then complete
  * the run with a CAS on that version.  Rejected and expired calls get their denial, which
  * runs nothing.  A call whose outcome is unknown stops the continuation: the run waits for
@@ -608,6 +692,13 @@ inline run_calls() {
   do
   :: k < NCONF && !RUNS(k) -> k++
   :: k < NCONF && RUNS(k) ->
+#ifdef EDIT
+     edit_guard(k);
+     if
+     :: res == LED_REFUSED -> break     /* released: a later continuation runs it again */
+     :: else -> skip
+     fi;
+#endif
      execute(k);
      if
      :: res == LED_UNKNOWN || res == LED_GAVE_UP -> break
@@ -629,7 +720,7 @@ inline run_calls() {
     :: run_owner == me -> run_owner = 0
     :: else -> skip
     fi;
-    k = 0; rv = 0; res = 0
+    k = 0; rv = 0; res = 0 EDIT_RESET
   }
 }
 
@@ -842,9 +933,12 @@ end_idle:
 #define RECOVER (reclaims && LEASE_PASSED)   /* the recover guard's input: the lease passed */
 proctype Runner(byte me; bool reclaims) {
   byte k, rv, res;
+#ifdef EDIT
+  byte arg;
+#endif
   bool crashed;
 restart:
-  atomic { crashed = false; k = 0; rv = 0; res = 0 };
+  atomic { crashed = false; k = 0; rv = 0; res = 0 EDIT_RESET };
 end_idle:
   if
   :: atomic {
@@ -897,6 +991,190 @@ active proctype Quiet() {
 #endif
 #endif
 
+#ifdef SETTLE
+/* ---------------------------------------------------------------- operators' settles (ADR-0136) */
+/* One execution record call:<id> whose claimant was slow (its body still running, or dead: an
+ * operator cannot tell), the state the -DLEDGER part leaves for a person.  Two operators settle
+ * it ("it ran" or "it did not run"), each attempt creating its audit entry
+ * audit-settle:<call>:<version>:<nonce> before its compare-and-set over that version; the
+ * verdict's write stores the nonce in the record (LedgerEntry.verdict) and every later write
+ * keeps it.  The claimant may finish late; a released call is claimed again by the next
+ * continuation, which may die (unknown again) or finish.  settle_decided's rule: an entry
+ * applied iff its nonce is the record's verdict now or some entry follows it. */
+#ifndef LEDGER
+#include "lifecycle_tables.pml"
+#endif
+#ifndef MAXSETTLE
+#define MAXSETTLE 3          /* settle attempts, in total (each its own nonce 1..3) */
+#endif
+#ifndef MAXRECLAIM
+#define MAXRECLAIM 1         /* claims of a released call by a later continuation */
+#endif
+#define SX_CLAIMANT 1        /* the first claim's nonce (its claimant, slow or dead) */
+#define SX_OPERATOR 9        /* OPERATOR_CLAIM: the claim a verdict records, nobody's nonce */
+#define SX_RECLAIM 10        /* a re-claim's nonce is SX_RECLAIM + its number */
+
+byte sx_st = EX_EXECUTING;   /* the record: claimed, never finished */
+byte sx_ver = 1;             /* its version: every write is a CAS on it */
+byte sx_claim = SX_CLAIMANT; /* its claim field */
+byte sx_verdict = 0;         /* LedgerEntry.verdict: the nonce of the last verdict that applied */
+byte se_next = 0;            /* the last nonce handed out */
+bool se_made[MAXSETTLE + 1]; /* the attempt's audit entry exists */
+byte se_follows[MAXSETTLE + 1];   /* its `follows`: the verdict the record carried when read */
+/* ghosts */
+bool se_applied[MAXSETTLE + 1];   /* the attempt's compare-and-set applied */
+bool bad_told = false;       /* an operator was told "applied" / "nothing written" wrongly */
+
+#define SE_FOL(m, n) (se_follows[m] == (n))
+#if MAXSETTLE >= 3
+#define SE_NAMED(n) (sx_verdict == (n) || SE_FOL(1, n) || SE_FOL(2, n) || SE_FOL(3, n))
+#elif MAXSETTLE == 2
+#define SE_NAMED(n) (sx_verdict == (n) || SE_FOL(1, n) || SE_FOL(2, n))
+#else
+#define SE_NAMED(n) (sx_verdict == (n) || SE_FOL(1, n))
+#endif
+/* Nonce n's verdict applied only after its entry existed, and the trail marks it applied
+ * exactly when it did (settle_decided). */
+#define SE_OK(n) ((se_made[n] || !se_applied[n]) && (!se_made[n] || SE_NAMED(n) == se_applied[n]))
+#if MAXSETTLE >= 3
+#define SETTLE_EXACT (SE_OK(1) && SE_OK(2) && SE_OK(3))
+#elif MAXSETTLE == 2
+#define SETTLE_EXACT (SE_OK(1) && SE_OK(2))
+#else
+#define SETTLE_EXACT SE_OK(1)
+#endif
+#ifdef ASSERTS
+#define SE_ASSERT ; assert(SETTLE_EXACT)
+#else
+#define SE_ASSERT
+#endif
+#define SX_CRASH if :: crashes < MAXCRASH -> crashes++; crashed = true :: true -> skip fi
+
+/* Create attempt n's entry (before its CAS; after it under BUG_SETTLE_ENTRY_AFTER). */
+inline sx_entry(n, f) {
+  se_made[n] = true; se_follows[n] = f
+}
+
+/* An operator's settle_unknown: read the record, which must be an unknown execution; create
+ * the entry; one CAS over the version read; an unknown answer is settled by re-reading the
+ * record's verdict (ADR-0136).  It may die after any step.  It may settle again later (the
+ * next unknown: a re-claim that died), within MAXSETTLE attempts in all. */
+proctype Operator(byte me) {
+  byte v, s, f, t, n, res;
+  bool crashed = false;
+end_idle:
+  do
+  :: atomic {                            /* load: an unknown execution, and a verdict */
+       se_next < MAXSETTLE && sx_st == EX_EXECUTING ->
+       v = sx_ver; s = sx_st; f = sx_verdict;
+       if
+       :: t = EX_NEXT(s, EXEV_SETTLE_RAN, 0, 0)
+       :: t = EX_NEXT(s, EXEV_RELEASE, 0, 0)
+       fi;
+       se_next++; n = se_next;
+       SX_CRASH
+     };
+     if :: crashed -> break :: else -> skip fi;
+#ifndef BUG_SETTLE_ENTRY_AFTER
+     atomic { sx_entry(n, f); SX_CRASH SE_ASSERT };   /* create-only, before the CAS */
+     if :: crashed -> break :: else -> skip fi;
+#endif
+     atomic {                            /* the verdict: CAS over version v */
+       if
+       :: sx_ver == v && t != EX_NONE ->
+          sx_st = t; sx_ver++; sx_claim = SX_OPERATOR; sx_verdict = n; se_applied[n] = true;
+          res = SAVE_OK
+       :: else -> res = SAVE_CONFLICT
+       fi;
+       if
+       :: unknowns < MAXUNKNOWN -> unknowns++; res = SAVE_UNKNOWN   /* the reply is lost */
+       :: true -> skip
+       fi;
+#ifndef BUG_SETTLE_ENTRY_AFTER
+       SX_CRASH SE_ASSERT
+#endif
+     };
+#ifdef BUG_SETTLE_ENTRY_AFTER
+     atomic { SX_CRASH };                /* killed between the write and its entry */
+     if :: crashed -> break :: else -> skip fi;
+     atomic { sx_entry(n, f) };
+#endif
+     if :: crashed -> break :: else -> skip fi;
+     atomic {                            /* not applied or unknown: re-read our nonce */
+       if
+       :: res != SAVE_OK -> res = (sx_verdict == n -> SAVE_OK : SAVE_CONFLICT)
+       :: else -> skip
+       fi;
+       if                                /* what the operator is told */
+       :: (res == SAVE_OK) != se_applied[n] -> bad_told = true
+       :: else -> skip
+       fi;
+       v = 0; s = 0; f = 0; t = 0; n = 0; res = 0
+       SE_ASSERT
+     }
+  od
+}
+
+/* The claimant whose body was slow: it may finish late (decide_finish needs `ours`; a
+ * settled or re-claimed record raises ExecutionClaimLost), or die and never come back. */
+active proctype SettleClaimant() {
+  byte v, t;
+  bool crashed = false;
+  do
+  :: atomic { SX_CRASH; if :: crashed -> break :: else -> skip fi };   /* dead */
+     break
+  :: atomic { v = sx_ver; t = EX_NEXT(sx_st, EXEV_FINISH, sx_claim == SX_CLAIMANT, 0) };
+     if
+     :: t == EX_NONE -> break            /* ExecutionClaimLost: its claim was settled */
+     :: else -> skip
+     fi;
+     atomic {
+       if
+       :: sx_ver == v -> sx_st = t; sx_ver++; break   /* keeps claim and verdict */
+       :: else -> skip                   /* conflict: re-read, decide again */
+       fi
+       SE_ASSERT
+     }
+  od
+}
+
+/* The next continuation: claims a released call (decide_claim carries the verdict), runs it,
+ * and finishes or dies (an unknown execution again, for the operators). */
+active proctype Reclaimer() {
+  byte v, t, c = 0;
+  bool crashed = false;
+end_idle:
+  do
+  :: atomic {
+       c < MAXRECLAIM && EX_NEXT(sx_st, EXEV_CLAIM, 0, 0) != EX_NONE && sx_st == EX_RELEASED ->
+       c++; sx_st = EX_NEXT(sx_st, EXEV_CLAIM, 0, 0); sx_ver++; sx_claim = SX_RECLAIM + c;
+#ifdef BUG_CLAIM_DROPS_VERDICT
+       sx_verdict = 0;                   /* a writer that does not keep the verdict */
+#endif
+       SX_CRASH SE_ASSERT
+     };
+     if
+     :: crashed -> crashed = false        /* died after its claim: unknown again */
+     :: else ->
+        do
+        :: atomic { v = sx_ver; t = EX_NEXT(sx_st, EXEV_FINISH, sx_claim == SX_RECLAIM + c, 0) };
+           if
+           :: t == EX_NONE -> break
+           :: else -> skip
+           fi;
+           atomic {
+             if
+             :: sx_ver == v -> sx_st = t; sx_ver++; break
+             :: else -> skip
+             fi
+             SE_ASSERT
+           }
+        od
+     fi
+  od
+}
+#endif
+
 init {
   byte k = 1;
   atomic {
@@ -904,6 +1182,10 @@ init {
     :: k <= NCLIENTS -> run Client(k); k++
     :: else -> break
     od;
+#ifdef SETTLE
+    run Operator(2);
+    run Operator(3);
+#endif
 #ifdef LEDGER
     run Runner(RCONT, false);
     run Runner(RRECON, true)
@@ -932,11 +1214,21 @@ ltl flag_only_dead { [] !bad_flag }
  * for a person: it waits on an unknown execution, and its session is in the processing index
  * (issue 22; ADR-0106). */
 ltl run_settles { [] (ALL_FINAL -> <> (run_st == RUN_COMPLETED || FLAGGED)) }
+#ifdef EDIT
+/* An edited approval's body runs only with the edit (and, by body_once, at most once). */
+ltl body_edited { [] !bad_edit }
+#endif
 #endif
 #ifdef AUDIT
 /* Every claim that applied was announced by its writer's entry at its cursor, before it, and
  * that entry is the record's highest: the trail names exactly who decided (ADR-0132). */
 ltl audit_names_winner { [] !bad_audit }
+#endif
+#ifdef SETTLE
+/* A settle's audit entry is marked applied (settle_decided) iff its verdict's write applied. */
+ltl settle_audit_exact { [] SETTLE_EXACT }
+/* An operator is told "settled" iff its verdict's write applied. */
+ltl settle_told { [] !bad_told }
 #endif
 /* A claimed record is eventually terminal, or orphaned (its claimant gone). */
 ltl claim_settles { [] (PROC(0) -> <> (FINAL(0) || ORPHANED(0))) }

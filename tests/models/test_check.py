@@ -101,9 +101,15 @@ def test_every_profile_proves_with_three_clients_and_catches_every_seeded_bug() 
         | set(check.LEDGER_BUGS)
         | set(check.LIVENESS_BUGS)
         | set(check.AUDIT_BUGS)
+        | set(check.EDIT_BUGS)
+        | set(check.SETTLE_BUGS)
     )
     for name, checks in check.PROFILES.items():
-        assert all(dict(c.config.defines)["NCLIENTS"] >= 2 for c in checks), name
+        # a settle build has no deciding clients: its actors are two operators, the slow
+        # claimant and a re-claiming continuation
+        assert all(dict(c.config.defines)["NCLIENTS"] >= 2 or _settle(c.config) for c in checks), (
+            name
+        )
         caught = {c.bug for c in checks if c.bug}
         assert caught == every_bug, name
         proven = {
@@ -127,6 +133,47 @@ def _ledger(config: object) -> bool:
     return "LEDGER" in dict(config.defines)  # type: ignore[attr-defined]
 
 
+def _edit(config: object) -> bool:
+    return _ledger(config) and "EDIT" in dict(config.defines)  # type: ignore[attr-defined]
+
+
+def _settle(config: object) -> bool:
+    return "SETTLE" in dict(config.defines)  # type: ignore[attr-defined]
+
+
+def test_every_profile_proves_reviewer_edits_and_catches_their_bugs() -> None:
+    # ADR-0135: the assertion run of an -DEDIT build asserts, at every body, that it runs at
+    # most once and with the deciding entry's arguments; with 3 clients in default and deep.
+    for name, checks in check.PROFILES.items():
+        edits = [c for c in checks if _edit(c.config)]
+        proofs = [c for c in edits if not c.expects_counterexample]
+        assert any(c.prop == check.ASSERTIONS for c in proofs), name
+        if name != "quick":
+            assert any(dict(c.config.defines)["NCLIENTS"] >= 3 for c in proofs), name
+        assert {c.bug: c.prop for c in edits if c.bug} == check.EDIT_BUGS, name
+    for checks in check.PROFILES.values():
+        for c in checks:
+            if c.prop in check.EDIT_SAFETY_CLAIMS:
+                assert _edit(c.config), c
+
+
+def test_every_profile_proves_the_settle_entries_and_catches_their_bugs() -> None:
+    # ADR-0136: an entry marked applied iff its verdict's write applied, racing the slow
+    # claimant, a second operator and a re-claim; the lost-answer report is a documented
+    # counterexample (models/README.md) that must still be found.
+    for name, checks in check.PROFILES.items():
+        settles = [c for c in checks if _settle(c.config)]
+        proven = {c.prop for c in settles if not c.expects_counterexample}
+        assert {check.ASSERTIONS, *check.SETTLE_SAFETY_CLAIMS} <= proven, name
+        assert {c.bug: c.prop for c in settles if c.bug} == check.SETTLE_BUGS, name
+        assert any(c.prop == check.SETTLE_TOLD and c.documented for c in settles), name
+        assert all(dict(c.config.defines)["MAXCRASH"] >= 2 for c in settles), name
+    for checks in check.PROFILES.values():
+        for c in checks:
+            if c.prop in (*check.SETTLE_SAFETY_CLAIMS, check.SETTLE_TOLD):
+                assert _settle(c.config), c
+
+
 def test_every_profile_proves_the_ledger_with_three_clients_and_catches_its_bugs() -> None:
     # The assertion run of a -DLEDGER build checks body-at-most-once, body-only-when-approved
     # and the quiescent state; the ledger's seeded bugs need the ledger in their build.
@@ -147,6 +194,8 @@ def test_every_profile_proves_the_ledger_with_three_clients_and_catches_its_bugs
             elif c.bug in check.LIVENESS_BUGS:
                 assert _ledger(c.config), name
                 assert c.prop in check.LEDGER_LIVENESS_CLAIMS and c.fair, name
+            elif c.bug in check.EDIT_BUGS:
+                assert _edit(c.config), name
             elif c.bug:
                 assert not _ledger(c.config), name
     default = {c.prop for c in check.PROFILES["default"] if _ledger(c.config)}
@@ -234,7 +283,14 @@ def test_quick_profile_proves_the_protocol_and_catches_the_seeded_bugs() -> None
     assert proc.returncode == 0, proc.stdout + proc.stderr
     total = len(check.PROFILES["quick"])
     assert f"profile quick: {total}/{total} checks ok" in proc.stdout
-    bugs = (*check.SEEDED_BUGS, *check.INFLIGHT_BUGS, *check.LEDGER_BUGS, *check.LIVENESS_BUGS)
+    bugs = (
+        *check.SEEDED_BUGS,
+        *check.INFLIGHT_BUGS,
+        *check.LEDGER_BUGS,
+        *check.LIVENESS_BUGS,
+        *check.EDIT_BUGS,
+        *check.SETTLE_BUGS,
+    )
     for bug in bugs:
         (line,) = [row for row in proc.stdout.splitlines() if f"[{bug}]" in row]
         assert "counterexample  ok" in line

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, RunContext
@@ -39,6 +39,12 @@ class Truth:
     continuations: int = 0
     #: Told each body's call id just before its side effect (the history checker).
     on_body: Callable[[str], None] | None = None
+    #: The arguments (``n``) each body's side effect ran with, by call id.
+    ran_with: dict[str, list[int]] = field(default_factory=dict)
+    #: The next resume hands the bodies the model's arguments, not a reviewer's edit (a
+    #: runtime that ignored ``override_args``, a middleware that rewrote them): the
+    #: execution guard must refuse an edited call rather than run it (ADR-0135).
+    ignore_edits: bool = False
 
 
 class ChaosStorage:
@@ -115,11 +121,30 @@ def build_agent(truth: Truth) -> Agent[None, Any]:
         if truth.on_body is not None:
             truth.on_body(str(ctx.tool_call_id))
         truth.executions[str(ctx.tool_call_id)] += 1
+        truth.ran_with.setdefault(str(ctx.tool_call_id), []).append(n)
         if mode == "crash-after":
             raise Crash()
         return f"did {n}"
 
     return agent
+
+
+class EditIgnoringRuntime:
+    """A bridge's runtime port that, while ``truth.ignore_edits`` is set, resumes the real
+    runtime with every reviewer's edit dropped from the decisions (the bodies get the model's
+    arguments); the guard it is handed still knows the edits."""
+
+    def __init__(self, inner: Any, truth: Truth) -> None:
+        self.inner, self.truth = inner, truth
+        self.runtime = getattr(inner, "runtime", None)
+
+    def start(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.start(*args, **kwargs)
+
+    def resume(self, run: Any, decisions: tuple[Any, ...], guard: Any) -> Any:
+        if self.truth.ignore_edits:
+            decisions = tuple(replace(d, args=None) for d in decisions)
+        return self.inner.resume(run, decisions, guard)
 
 
 def perform(effect: Effect, ports: Ports) -> Any:

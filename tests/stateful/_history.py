@@ -428,7 +428,13 @@ class ModelChecker:
 # and ``body_once``. The abstraction of a stored record is its state and its claim nonce; the
 # guards are the model's: ``ours`` (the stored claim is the writer's own), ``idempotent`` (the
 # host declared the tool safe to run twice). An operator holds no claim: both guards off.
+# An operator's verdict (ADR-0136, the model's -DSETTLE part): its audit entry
+# ``audit-settle:<call>:<version>:<nonce>`` is created before its write, which stores the nonce
+# as the record's ``verdict``; every other write keeps it; and ``settle_decided``'s rule (an
+# entry applied iff its nonce is a record's verdict or some entry follows it) names exactly
+# the verdicts that applied (``settle_audit_exact``).
 OPERATOR = "operator"
+SETTLE_PREFIX = "audit-settle:"
 #: The events each kind of writer fires (a worker claims and finishes; an operator settles).
 WORKER_EVENTS = (ExecutionEvent.CLAIM, ExecutionEvent.FINISH)
 OPERATOR_EVENTS = (ExecutionEvent.SETTLE_RAN, ExecutionEvent.RELEASE)
@@ -441,6 +447,8 @@ class Entry:
     state: ExecutionState = ExecutionState.ABSENT
     claim: str | None = None
     version: int | None = None
+    #: ``LedgerEntry.verdict``: the nonce of the last operator's verdict that applied
+    verdict: str | None = None
 
     def __str__(self) -> str:
         claim = "" if self.claim is None else f" claim {self.claim[:8]}"
@@ -450,7 +458,7 @@ class Entry:
 def ledger_abstraction(text: str, version: int) -> Entry:
     """The model state of one stored ledger record (its JSON text and storage version)."""
     raw = json.loads(text)
-    return Entry(ExecutionState(raw["state"]), raw["claim"], version)
+    return Entry(ExecutionState(raw["state"]), raw["claim"], version, raw.get("verdict"))
 
 
 @dataclass
@@ -468,6 +476,10 @@ class LedgerChecker:
     nonces: dict[str, str] = field(default_factory=dict)
     steps: int = 0
     failure: Disallowed | None = None
+    #: Settle entries created (nonce -> the ledger key it settles, and its ``follows``) and
+    #: the verdict nonces whose write applied (ghost: ``se_applied``).
+    settles: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    verdicts: set[str] = field(default_factory=set)
 
     @contextlib.contextmanager
     def acting(self, actor: str, *, idempotent: bool = False) -> Iterator[None]:
@@ -503,6 +515,8 @@ class LedgerChecker:
         """A ledger save reached the store."""
         if self.failure is not None:
             return
+        if key.startswith(SETTLE_PREFIX):
+            return self._settle_entry(key, text, expected, applied)
         self.steps += 1
         old = self.entries.get(key, Entry())
         step = f"{self.actor} saves {key} expecting version {expected}"
@@ -529,7 +543,48 @@ class LedgerChecker:
                 key,
                 new,
             )
+        if self.actor == OPERATOR and new.verdict != old.verdict:
+            settle = self.settles.get(new.verdict or "")
+            if settle is None or settle[0] != key:
+                self._fail(step, "settle-entry-first: a verdict applies only after its entry", key)
+            elif settle[1] != old.verdict:
+                self._fail(
+                    step, "settle-entry-first: a verdict's entry read the entry it replaces", key
+                )
+            self.verdicts.add(new.verdict or "")
+        elif new.verdict != old.verdict:
+            self._fail(step, "verdict-kept: only a verdict changes the verdict nonce", key, new)
         self.entries[key] = new
+        self._settle_exact(step, key)
+
+    def _settle_entry(self, key: str, text: str, expected: int | None, applied: bool) -> None:
+        """An operator's settle entry was created (create-only: ``expected`` is None)."""
+        if not applied or expected is not None:
+            return
+        self.steps += 1
+        raw = json.loads(text)
+        ledger = next(
+            (k for k in self.entries if k.split(":", 1)[1] == str(raw["toolCallId"])), None
+        )
+        if ledger is None:  # a settle entry of a call never claimed here: not ours to follow
+            return
+        self.settles[str(raw["nonce"])] = (ledger, raw.get("follows"))
+        self._settle_exact(f"{self.actor} creates {key}", ledger)
+
+    def _settle_exact(self, step: str, key: str) -> None:
+        """settle_audit_exact: the entries ``settle_decided`` marks applied are those whose
+        verdict's write applied."""
+        named = {e.verdict for e in self.entries.values() if e.verdict is not None}
+        named |= {follows for _, follows in self.settles.values() if follows is not None}
+        for nonce, (ledger, _) in self.settles.items():
+            if ledger == key and (nonce in named) != (nonce in self.verdicts):
+                self._fail(
+                    step,
+                    f"settle_audit_exact: the settle entry {nonce[:8]} reads as "
+                    f"{'applied' if nonce in named else 'not applied'}, and it "
+                    f"{'did' if nonce in self.verdicts else 'did not'} apply",
+                    key,
+                )
 
     def body(self, key: str) -> None:
         """The acting worker's tool body is about to run."""
@@ -714,7 +769,7 @@ class BridgeChecker:
         """A record save reached the store (``CheckedStorage``'s observer)."""
         if self.failure is not None:
             return
-        if key.startswith("call:"):
+        if key.startswith(("call:", SETTLE_PREFIX)):
             self.ledger.saved(key, text, expected, applied)
         elif key.startswith("run:"):
             self._saved_run(key, text, expected, applied, processing)

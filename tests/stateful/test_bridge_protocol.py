@@ -16,6 +16,12 @@ confirmations, through a coordinator with a small ``keep_terminal``), so the old
 confirmations of a waiting run are pruned from the envelope; the bridge must then read that
 call's ``decided:`` record rather than propose it again (ADR-0103).
 
+Reviewer edits (ADR-0135): ``edit`` approves a call for other arguments (``editable_tools``),
+with the digest of the arguments shown, a stale digest, or hostile arguments; the runtime may
+hand the bodies the model's arguments instead (``args:model``), which the execution guard must
+refuse. Every body runs once, with the arguments of its call's deciding audit entry (the edit's,
+or the model's for a plain approve); a refused edit writes nothing.
+
 Code -> model: every save that reaches the store, every resume of the runtime and every tool
 body is checked as it happens by ``_history.BridgeChecker`` (the run record against the
 generated ``RUN_TABLE`` under its guards, each call's ledger record against
@@ -45,12 +51,18 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from akchat_fsm import ChatDefinition, resume_chat_session
-from akchat_fsm.errors import AkchatError
+from akchat_fsm import ChatDefinition, arguments_digest, resume_chat_session
+from akchat_fsm.errors import (
+    AkchatError,
+    ArgumentsMismatch,
+    InvalidConfirmationToken,
+    LimitExceeded,
+)
 from akchat_fsm.integrations._bridge import (
     BridgeContext,
     plan_continue,
     plan_decide,
+    plan_edit,
     plan_start,
 )
 from akchat_fsm.integrations._bridge_io import ListRecords, LoadRecord, SaveRecord
@@ -63,9 +75,11 @@ from akchat_fsm.integrations._bridge_runs import (
     decision_status,
 )
 from akchat_fsm.integrations.ledger import AsyncToolLedger, ExecutionState, ToolLedger
-from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge, _Runtime
+from akchat_fsm.integrations.ledger import args_digest as ledger_digest
+from akchat_fsm.integrations.pydantic_ai import PydanticAIBridge, _refusal, _Runtime
 from akchat_fsm.machines.confirmation import ConfirmationEvent
-from akchat_fsm.session.drivers import Ports
+from akchat_fsm.session.audit import plan_deciding_entry
+from akchat_fsm.session.drivers import Ports, run_sync
 from akchat_fsm.session.effects import (
     BridgeEffect,
     Load,
@@ -78,7 +92,15 @@ from akchat_fsm.storage.sqlite import SQLiteStorage
 from akchat_fsm.testing.doubles import RecordingUpstream
 from akchat_fsm.wire.enums import ConfirmationStatus
 
-from ._bridge_world import ChaosStorage, Crash, PlanStepper, Truth, build_agent, perform
+from ._bridge_world import (
+    ChaosStorage,
+    Crash,
+    EditIgnoringRuntime,
+    PlanStepper,
+    Truth,
+    build_agent,
+    perform,
+)
 from ._history import OPERATOR, SWEEP, BridgeChecker, CheckedRuntime, CheckedStorage
 
 CLIENTS = 3
@@ -87,7 +109,20 @@ TTL_MS = 150
 #: that hold and leases that passed).
 LEASE_MS = 300
 DEFINITION = ChatDefinition("bridge-stateful")
-OPS = ("approve",) * 5 + ("reject",) * 2 + ("expire", "continue", "continue", "start")
+OPS = ("approve",) * 3 + ("edit",) * 3 + ("reject",) * 2
+OPS += ("expire", "continue", "continue", "start")
+#: The tools a reviewer may edit (the bridge's ``editable_tools``): the agent's only tool.
+EDITABLE = frozenset({"act"})
+#: What an ``edit`` sends, by the step's draw (0-19): mostly an edit of the arguments shown; a
+#: digest of arguments the reviewer was not shown (``ArgumentsMismatch``); hostile arguments,
+#: not a bounded JSON object (``LimitExceeded``). The refused two must write nothing.
+EDIT_VARIANTS = ("valid",) * 16 + ("stale",) * 2 + ("hostile",) * 2
+HOSTILE_ARGS: tuple[Any, ...] = (
+    ["n", 1],  # not an object
+    {"n": float("nan")},  # not JSON
+    {"n": "x" * 20_000},  # a string past the input bound
+    {"n": [[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]},  # past the depth bound
+)
 INTENTS = {
     "approve": ConfirmationEvent.APPROVE,
     "reject": ConfirmationEvent.REJECT,
@@ -109,6 +144,9 @@ FAULTS: dict[str, tuple[str, ...]] = {
     + ("body:crash-before", "body:crash-after") * 2
     + ("crash-before", "crash-after"),
 }
+# A resume that runs a reviewer's edit may also hand the bodies the model's arguments (a
+# runtime that ignored ``override_args``): the guard must refuse the edited call.
+FAULTS["runtime:edited"] = ("ok",) + ("args:model",) * 5 + FAULTS["runtime"][6:]  # draw 0: none
 WORLD = ("",) * 6 + ("tick", "tick", "reconcile", "churn")
 #: Retention churn: the host decides this many of its own confirmations, admitted through a
 #: coordinator that keeps only ``CHURN_KEEP`` resolved records, so older ones are pruned.
@@ -122,6 +160,8 @@ def fault_table(effect: Any) -> tuple[str, ...]:
         return FAULTS["save"]
     if isinstance(effect, LoadRecord | ListRecords | Load):
         return FAULTS["read"]
+    if isinstance(effect, ResumeRuntime) and any(d.args is not None for d in effect.decisions):
+        return FAULTS["runtime:edited"]
     return FAULTS["runtime" if isinstance(effect, StartRuntime | ResumeRuntime) else "emit"]
 
 
@@ -132,6 +172,9 @@ class _Client:
         self.op = ""
         #: Who runs the current plan, for the history checker (a new name per plan).
         self.actor = ""
+        #: An edit's variant (EDIT_VARIANTS), and the writes its plan sent (refused: none).
+        self.variant = ""
+        self.writes = 0
 
     @property
     def busy(self) -> bool:
@@ -166,6 +209,13 @@ class BridgeProtocol(RuleBasedStateMachine):
         self.completed_seen: dict[str, Any] = {}
         #: Calls whose confirmation was seen ``approved`` (it may be pruned by churn later).
         self.approved_seen: set[str] = set()
+        #: Their bindings as last seen approved; the calls whose body's arguments were checked.
+        self.approved_bindings: dict[str, Any] = {}
+        self.args_checked: set[str] = set()
+        self.binding_checked: set[str] = set()
+        #: An invariant failed: teardown then only cleans up (its recovery may fail on what
+        #: the failure left, and must not replace the failure Hypothesis reports).
+        self.failed = False
 
     # ------------------------------------------------------------------ helpers
     def clock(self) -> int:
@@ -202,7 +252,8 @@ class BridgeProtocol(RuleBasedStateMachine):
         # A new run's calls that need no approval run through the ledger too (none here).
         ledger = AsyncToolLedger(self.storage, self.session_id, owner="machine", clock=self.clock)
         guard = ExecutionGuard(ledger, frozenset())
-        return Ports(self.storage, runtime=self.runtime(_Runtime(self.agent, guard)))
+        runtime = EditIgnoringRuntime(_Runtime(self.agent, guard), self.truth)
+        return Ports(self.storage, runtime=self.runtime(runtime))
 
     def bridge(self) -> PydanticAIBridge:
         """A fault-free host (the recovery process, the humans at teardown)."""
@@ -210,7 +261,13 @@ class BridgeProtocol(RuleBasedStateMachine):
             DEFINITION, session_id=self.session_id, storage=self.raw, clock=self.clock
         )
         bridge = _CheckedBridge(
-            self.agent, session, self.raw, ttl_ms=TTL_MS, clock=self.clock, lease_ms=LEASE_MS
+            self.agent,
+            session,
+            self.raw,
+            ttl_ms=TTL_MS,
+            clock=self.clock,
+            lease_ms=LEASE_MS,
+            editable_tools=tuple(EDITABLE),
         )
         bridge.wrap = self.runtime
         return bridge
@@ -227,8 +284,10 @@ class BridgeProtocol(RuleBasedStateMachine):
     def run_record(self, run_id: str) -> RunRecord | None:
         return RunRecord.from_stored(self.raw.load_record(self.session_id, f"run:{run_id}"))
 
-    def _plan(self, client: _Client, op: str, pick: int) -> Any:
+    def _plan(self, client: _Client, op: str, pick: int, draw: int = 0) -> Any:
         ctx = self.ctx(client)
+        if op == "edit":
+            return self._edit_plan(client, ctx, pick, draw)
         if op in INTENTS:
             bindings = self.bindings()
             live = [b.token for b in bindings if not b.status.is_terminal]
@@ -247,6 +306,24 @@ class BridgeProtocol(RuleBasedStateMachine):
         )
         return plan_start(ctx, run_id, (run_id,), {})
 
+    def _edit_plan(self, client: _Client, ctx: BridgeContext, pick: int, draw: int) -> Any:
+        """An edit of a live call (mostly), for ``{"n": 100 + pick}`` with the digest of the
+        arguments shown; or, by ``draw``, a stale digest or hostile arguments."""
+        client.variant = EDIT_VARIANTS[draw]
+        bindings = self.bindings()
+        live = [b for b in bindings if not b.status.is_terminal]
+        chosen = (live if live and pick < 6 else bindings) or [None]
+        binding = chosen[pick % len(chosen)]
+        token = "confirm-0" if binding is None else binding.token
+        shown = arguments_digest(binding.input if binding is not None else {})
+        args: Any = {"n": 100 + pick}
+        if client.variant == "stale":
+            shown = arguments_digest({"n": -1 - pick})  # arguments the reviewer was not shown
+        elif client.variant == "hostile":
+            args = HOSTILE_ARGS[pick % len(HOSTILE_ARGS)]
+        refusal = lambda call, b: _refusal(EDITABLE, b)  # noqa: E731
+        return plan_edit(ctx, token, args, shown, None, True, None, "api", refusal)
+
     def _finish(self, client: _Client) -> None:
         run = client.run
         assert run is not None
@@ -256,6 +333,18 @@ class BridgeProtocol(RuleBasedStateMachine):
         if run.error is not None and not isinstance(run.error, AkchatError):
             raise run.error  # pydantic-ai or Python refused something: a bridge bug
         outcome = "ok" if run.error is None else type(run.error).__name__
+        if client.op == "edit" and client.variant != "valid":
+            # refused before anything is written (ADR-0135): not even a write was sent
+            assert run.error is not None, f"a {client.variant} edit was accepted"
+            sent = client.writes
+            assert sent == 0, f"a refused {client.variant} edit sent {sent} writes"
+            if client.variant == "hostile":
+                assert isinstance(run.error, LimitExceeded), run.error
+            else:  # or the token is gone (retention pruned it): refused before any write too
+                assert isinstance(run.error, ArgumentsMismatch | InvalidConfirmationToken), (
+                    run.error
+                )
+            outcome = f"refused:{outcome}"
         self.coverage[f"{client.op}:{outcome}"] += 1
         if client.op == "start" and run.error is None:
             self.runs = max(self.runs, int(run.result.run_id.split("-")[1]))
@@ -294,10 +383,10 @@ class BridgeProtocol(RuleBasedStateMachine):
                 client.session = resume_chat_session(
                     DEFINITION, session_id=self.session_id, storage=self.storage, clock=self.clock
                 )
-            client.op = op
+            client.op, client.variant, client.writes = op, "", 0
             client.actor = self.actor(f"c{c}")
             with self.acting(client.actor):
-                client.run = PlanStepper(self._plan(client, op, pick))
+                client.run = PlanStepper(self._plan(client, op, pick, draw))
             self._finish(client)
             return
         self._step(client, draw)
@@ -313,9 +402,15 @@ class BridgeProtocol(RuleBasedStateMachine):
         fault = fault_table(effect)[draw]
         name = type(effect).__name__
         self.coverage[f"effect:{name}"] += 1
+        if fault_table(effect) is FAULTS["runtime:edited"]:
+            self.coverage[f"effect:{name}:edited"] += 1
         if fault == "crash-before":
             return self._crash(client, f"before:{name}")
-        if fault.startswith("w:"):
+        if isinstance(effect, SaveRecord | SaveSnapshot | StartRuntime | ResumeRuntime):
+            client.writes += 1
+        if fault == "args:model":
+            self.truth.ignore_edits = True
+        elif fault.startswith("w:"):
             # the runtime's first ledger write (the lease renewal before it is not armed)
             self.storage.armed, self.storage.armed_for = fault[2:], "call:"
         elif fault.startswith("body:"):
@@ -338,6 +433,7 @@ class BridgeProtocol(RuleBasedStateMachine):
                 run.feed(value)
             finally:
                 self.storage.armed, self.storage.armed_for, self.truth.body_mode = "", "", ""
+                self.truth.ignore_edits = False
         self._finish(client)
 
     def _crash(self, client: _Client, where: str) -> None:
@@ -407,10 +503,19 @@ class BridgeProtocol(RuleBasedStateMachine):
     # ------------------------------------------------------------------ invariants
     @invariant()
     def bridge_invariants(self) -> None:
+        try:
+            self._invariants()
+        except AssertionError:
+            self.failed = True  # teardown's recovery must not replace this failure
+            raise
+
+    def _invariants(self) -> None:
         bindings = {b.tool_call_id: b for b in self.bindings()}
-        self.approved_seen |= {
-            c for c, b in bindings.items() if b.status is ConfirmationStatus.APPROVED
+        now_approved = {
+            c: b for c, b in bindings.items() if b.status is ConfirmationStatus.APPROVED
         }
+        self.approved_seen |= set(now_approved)
+        self.approved_bindings.update(now_approved)
         for call_id, n in self.truth.executions.items():
             assert n <= 1, f"{call_id} ran {n} times"
             binding = bindings.get(call_id)
@@ -421,13 +526,16 @@ class BridgeProtocol(RuleBasedStateMachine):
                 else call_id in self.approved_seen
             )
             assert approved, f"{call_id} ran without an approved record: {binding}"
+        self.check_body_arguments()
         for binding in bindings.values():
             seen = self.terminal_seen.get(binding.token)
             if seen is not None:
                 assert binding.status is seen, f"{binding.token}: {seen} became {binding.status}"
             elif binding.status.is_terminal:
                 self.terminal_seen[binding.token] = binding.status
-        for entry in ToolLedger(self.raw, self.session_id).entries():
+        entries = ToolLedger(self.raw, self.session_id).entries()
+        self.check_ledger_arguments(entries)
+        for entry in entries:
             if entry.state is ExecutionState.EXECUTED:
                 seen_result = self.executed_seen.setdefault(entry.tool_call_id, entry.result)
                 assert entry.result == seen_result, f"{entry.tool_call_id}'s result changed"
@@ -445,7 +553,53 @@ class BridgeProtocol(RuleBasedStateMachine):
                 f"{binding.status.value}: proposed again"
             )
 
+    def deciding_args(self, call_id: str) -> tuple[bool, Any]:
+        """(an edit?, the arguments to run) of an approved call, from its deciding entry."""
+        binding = self.approved_bindings[call_id]
+        entry = run_sync(plan_deciding_entry(self.session_id, binding), Ports(self.raw))
+        if entry is not None and entry.is_edit:
+            return True, entry.edited_args
+        return False, binding.input
+
+    def check_ledger_arguments(self, entries: Any) -> None:
+        """Each approved call's ledger entry is bound to the arguments of its deciding entry
+        (the claim comes before the body: a wrong binding shows even when no body ran). Read
+        once per call: the binding of a recorded call never changes."""
+        for entry in entries:
+            call_id = entry.tool_call_id
+            if call_id in self.binding_checked or call_id not in self.approved_bindings:
+                continue
+            edited, args = self.deciding_args(call_id)
+            assert entry.args_digest == ledger_digest(dict(args)), (
+                f"the ledger binds {call_id} to other arguments than its deciding entry's "
+                f"({'an edit' if edited else 'a plain approve'}: {dict(args)})"
+            )
+            self.binding_checked.add(call_id)
+
+    def check_body_arguments(self) -> None:
+        """Each body ran with its call's deciding audit entry's arguments: the reviewer's
+        edit, or the model's for a plain approve (read once per call: a decided call's entry
+        never changes)."""
+        for call_id, ran in self.truth.ran_with.items():
+            if call_id in self.args_checked:
+                continue
+            edited, args = self.deciding_args(call_id)
+            wanted = args["n"]
+            assert ran == [wanted], (
+                f"{call_id} ran with n={ran}; its deciding entry "
+                f"({'an edit' if edited else 'a plain approve'}) says n={wanted}"
+            )
+            self.coverage[f"body:{'edited' if edited else 'as-proposed'}"] += 1
+            self.args_checked.add(call_id)
+
     def teardown(self) -> None:
+        if self.failed:
+            with contextlib.suppress(Exception):
+                self._teardown()
+            return
+        self._teardown()
+
+    def _teardown(self) -> None:
         try:
             for client in self.clients:
                 if client.busy:
@@ -546,6 +700,11 @@ FLOOR = (
     "reconcile:run:continuing",
     "churn:pruned",
     "read:decided:found",
+    "edit:ok",
+    "edit:refused:ArgumentsMismatch",
+    "edit:refused:LimitExceeded",
+    "thrown:ArgumentsMismatch",  # the guard refused an edited call handed other arguments
+    "body:edited",
 )
 
 
@@ -593,17 +752,33 @@ def _finish(m: BridgeProtocol, c: int) -> None:
         _step(m, c)
 
 
-def _run(m: BridgeProtocol, c: int, op: str, world: str = "", hits: tuple[str, ...] = ()) -> None:
-    """Idle client ``c`` (after ``world``) runs ``op`` to its end, with no fault; that must
-    exercise each floor point of ``hits``."""
+def _run(
+    m: BridgeProtocol,
+    c: int,
+    op: str,
+    world: str = "",
+    hits: tuple[str, ...] = (),
+    pick: int = 0,
+) -> None:
+    """Idle client ``c`` (after ``world``) runs ``op`` (on the ``pick``-th target) to its
+    end, with no fault; that must exercise each floor point of ``hits``."""
     assert not m.clients[c].busy, f"client {c} is still busy"
     before = [_reached(m.coverage, point) for point in hits]
-    m.advance(c, op, 0, 0, world)  # draw 0: no fault, whatever the effect
+    m.advance(c, op, pick, 0, world)  # draw 0: no fault, whatever the effect
     m.bridge_invariants()
     _finish(m, c)
     after = [_reached(m.coverage, point) for point in hits]
     missed = [point for point, b, a in zip(hits, before, after, strict=True) if a == b]
     assert not missed, f"{op} never reached {missed}"
+
+
+def _edit(m: BridgeProtocol, c: int, variant: str, hits: str) -> None:
+    """Idle client ``c`` sends an edit of ``variant`` and runs it to its end, with no fault."""
+    before = _reached(m.coverage, hits)
+    m.advance(c, "edit", 0, EDIT_VARIANTS.index(variant), "")
+    m.bridge_invariants()
+    _finish(m, c)
+    assert _reached(m.coverage, hits) > before, f"a {variant} edit never reached {hits}"
 
 
 def pinned_program(machine: type[BridgeProtocol]) -> None:
@@ -641,8 +816,28 @@ def pinned_program(machine: type[BridgeProtocol]) -> None:
         after = [_reached(m.coverage, p) for p in ("churn:pruned", "read:decided:found")]
         assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
         _step(m, 1, "w:crash-before", hits="crash:in:ResumeRuntime:w:")
-    finally:
-        m.teardown()
+        # the sweep finishes that run; a new one's calls are edited (ADR-0135): a stale digest
+        # and hostile arguments are refused with nothing written; an edit of one call waits
+        # for the other; the second edit's continuation hands the bodies the model's
+        # arguments, which the guard refuses; the next continuation runs both with the edits
+        m.now += LEASE_MS
+        m._recover_once()
+        _run(m, 0, "start")
+        _edit(m, 0, "stale", hits="edit:refused:ArgumentsMismatch")
+        _edit(m, 0, "hostile", hits="edit:refused:LimitExceeded")
+        _run(m, 0, "edit", hits=("edit:ok",))
+        _start_and_step_to(m, 1, "edit", _is(ResumeRuntime))
+        _step(m, 1, "args:model", hits="thrown:ArgumentsMismatch")
+        _finish(m, 1)
+        newest = m.run_ids().index(f"run-{m.runs}")
+        _run(m, 2, "continue", hits=("continue:ok", "body:edited"), pick=newest)
+    except BaseException:
+        # the program's own failure is the finding: a teardown that fails after it (its
+        # recovery meeting what the failure left) must not replace it
+        with contextlib.suppress(Exception):
+            m.teardown()
+        raise
+    m.teardown()
 
 
 def run_bridge_protocol(

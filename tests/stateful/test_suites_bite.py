@@ -15,6 +15,7 @@ mutants, each of which the checker must refuse, with its message, before any inv
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -586,3 +587,94 @@ def test_langgraph_body_without_its_claim_is_refused_by_the_history_checker(
         _run_langgraph(tmp_path, check_history=True)
     message = str(info.value)
     assert "rule broken: claim-first: a body runs only under its own stored claim" in message
+
+
+# --------------------------------------------------------------------------- reviewer edits
+# ADR-0135: the execution guard refuses an edited call that reaches its body with arguments
+# other than the reviewer's. The pydantic-ai machine's runtime may hand the bodies the model's
+# arguments (its ``args:model`` fault); with the guard's check gone, its invariants must catch
+# the body that ran with them.
+def test_a_guard_ignoring_the_edit_fails_the_bridge_suite(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The generated programs (a failure stops the run; no shrinking) must catch it; the
+    pinned program, run after them, drives the fault on an edited call every time. About
+    30 s: the first generated program whose runtime drops an edit on a resume that runs the
+    edited call comes after about a hundred examples (``max_examples`` is only a bound)."""
+    from akchat_fsm.integrations._bridge_ports import ExecutionGuard
+
+    from .test_bridge_protocol import run_bridge_protocol
+
+    real = ExecutionGuard.execute
+
+    async def ignores_edits(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self.edited = {}  # the edited digests never checked
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ExecutionGuard, "execute", ignores_edits)
+    with pytest.raises((AssertionError, Flaky, BaseExceptionGroup)) as caught:
+        run_bridge_protocol(
+            MemoryStorage,
+            False,  # the invariants on their own
+            stateful_step_count=80,
+            # stops at the first example that fails: a bound, not a cost
+            max_examples=150,
+            database=None,
+            derandomize=True,
+            phases=(Phase.explicit, Phase.generate),
+        )
+    errors: list[BaseException] = [caught.value]
+    every = [caught.value]
+    while any(isinstance(e, BaseExceptionGroup) for e in errors):
+        errors = [x for e in errors for x in getattr(e, "exceptions", [e])]
+        every += errors
+    wrong = re.compile(r"ran with n=.*an edit|binds \S+ to other arguments .*\(an edit")
+    assert any(wrong.search(str(e)) for e in errors), errors
+    notes = "\n".join(note for e in every for note in getattr(e, "__notes__", []))
+    assert "state = Protocol()" in notes, "only the pinned program caught it: " + str(errors)
+
+
+# --------------------------------------------------------------------------- settle entries
+# ADR-0136 in the ledger history checker (the model's -DSETTLE part): code-only mutants of the
+# operator's verdict, each refused by ``_history.LedgerChecker`` in the ledger suite.
+def claim_drops_verdict(
+    stored: ledger.LedgerEntry | None, request: ledger.ClaimRequest
+) -> ledger.ClaimDecision:
+    """A re-claim of a released call does not carry the verdict nonce (the model's
+    ``BUG_CLAIM_DROPS_VERDICT``): an applied release then reads as not applied."""
+    decision = _real_decide_claim(stored, request)
+    if decision.write is not None and decision.write.verdict is not None:
+        return replace(decision, write=replace(decision.write, verdict=None))
+    return decision
+
+
+def settle_without_entry(*args: Any, **kwargs: Any) -> Any:
+    """The settle's audit entry is never written (its verdict names nobody)."""
+    return None
+    yield  # a plan that writes nothing
+
+
+SETTLE_MUTANTS: dict[str, tuple[str, Any, str]] = {
+    "claim-drops-verdict": ("decide_claim", claim_drops_verdict, "verdict-kept:"),
+    "settle-without-entry": ("_record_settle", settle_without_entry, "settle-entry-first:"),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(SETTLE_MUTANTS))
+def test_settle_mutant_is_caught_by_the_history_checker(
+    mutant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, broken, rule = SETTLE_MUTANTS[mutant]
+    monkeypatch.setattr(ledger, name, broken)
+    with pytest.raises(Disallowed) as info:
+        run_ledger(
+            max_examples=100,
+            database=None,
+            print_blob=False,
+            report_multiple_bugs=False,
+            derandomize=True,
+            phases=[Phase.explicit, Phase.generate],
+        )
+    message = str(info.value)
+    print(f"{mutant}:\n{message}")
+    assert f"rule broken: {rule}" in message, message
+    notes = "\n".join(getattr(info.value, "__notes__", ()))
+    assert "state = Ledger()" in notes, notes
