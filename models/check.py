@@ -53,11 +53,10 @@ SINGLE_CALL = "single_call"
 AUDIT_SAFETY_CLAIMS = ("audit_names_winner",)
 #: Reviewer edits' claim (only in -DLEDGER -DEDIT builds; ADR-0135).
 EDIT_SAFETY_CLAIMS = ("body_edited",)
-#: Operators' settle audit entries (only in -DSETTLE builds; ADR-0136).
-SETTLE_SAFETY_CLAIMS = ("settle_audit_exact",)
-#: "The operator is told whether its verdict applied": settle_unknown's re-read after a lost
-#: answer looks only at the record's verdict, which a later settle may have replaced (README).
+#: Operators' settle audit entries (only in -DSETTLE builds; ADR-0136), and "the operator is
+#: told whether its verdict applied", even when a later settle replaced it (settle_told).
 SETTLE_TOLD = "settle_told"
+SETTLE_SAFETY_CLAIMS = ("settle_audit_exact", SETTLE_TOLD)
 ASSERTIONS = "assertions"  # the run without a never claim: every assert + invalid end states
 
 #: Each seeded protocol bug and the property that must catch it.
@@ -100,6 +99,8 @@ EDIT_BUGS = {
 SETTLE_BUGS = {
     "BUG_CLAIM_DROPS_VERDICT": "settle_audit_exact",  # a re-claim does not keep the verdict
     "BUG_SETTLE_ENTRY_AFTER": "settle_audit_exact",  # the entry written after the verdict
+    # after a lost answer, re-read only the record's verdict (which a later settle replaced)
+    "BUG_SETTLE_REREAD_ONLY": SETTLE_TOLD,
 }
 #: Seeded bugs of the sweep (-DLEDGER) whose counterexample must be an ACCEPTANCE CYCLE of a
 #: liveness claim under weak fairness: a run that is never finished, not a bad step.
@@ -323,10 +324,6 @@ def _resume_finding(config: Config) -> Check:
     return Check(config, SINGLE_CALL, documented="resume re-calls, no-op")
 
 
-def _settle_told_finding(config: Config = SETTLE_CONFIG) -> Check:
-    return Check(config, SETTLE_TOLD, documented="lost answer, verdict replaced")
-
-
 def _late_release_fixed(config: Config = INFLIGHT_MIXED) -> Check:
     """ADR-0054's finding, now a proof: the resume fence keeps a late release from landing."""
     return Check(config, "no_replay")
@@ -355,7 +352,6 @@ PROFILES: dict[str, list[Check]] = {
         *_props(QUICK_AUDIT, ASSERTIONS, *AUDIT_SAFETY_CLAIMS),
         *_props(QUICK_EDIT, ASSERTIONS, *EDIT_SAFETY_CLAIMS),
         *_props(SETTLE_CONFIG),
-        _settle_told_finding(),
         *_seeded(QUICK),
     ],
     "default": [
@@ -373,7 +369,6 @@ PROFILES: dict[str, list[Check]] = {
         # the assertion run asserts body_edited and body_once at every body
         *_props(LEDGER_EDIT, ASSERTIONS),
         *_props(SETTLE_CONFIG),
-        _settle_told_finding(),
         *_seeded(QUICK),
     ],
     "deep": [
@@ -396,7 +391,6 @@ PROFILES: dict[str, list[Check]] = {
         *_props(LEDGER_EDIT),
         *_props(LEDGER_EDIT_MIXED, ASSERTIONS, *EDIT_SAFETY_CLAIMS),
         *_props(SETTLE_DEEP),
-        _settle_told_finding(SETTLE_DEEP),
         *_seeded(RESUME, INFLIGHT_MIXED, LEDGER_RELEASE),
     ],
 }

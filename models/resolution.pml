@@ -1102,7 +1102,14 @@ end_idle:
      if :: crashed -> break :: else -> skip fi;
      atomic {                            /* not applied or unknown: re-read our nonce */
        if
+#ifdef BUG_SETTLE_REREAD_ONLY
        :: res != SAVE_OK -> res = (sx_verdict == n -> SAVE_OK : SAVE_CONFLICT)
+#else
+       /* a lost answer: the record's verdict, else the call's settle trail (an entry that
+        * follows our nonce: it applied, and a later verdict replaced it) */
+       :: res == SAVE_UNKNOWN -> res = (SE_NAMED(n) -> SAVE_OK : SAVE_CONFLICT)
+       :: res == SAVE_CONFLICT -> res = (sx_verdict == n -> SAVE_OK : SAVE_CONFLICT)
+#endif
        :: else -> skip
        fi;
        if                                /* what the operator is told */

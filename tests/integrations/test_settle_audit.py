@@ -178,6 +178,61 @@ def test_a_compare_and_set_whose_answer_was_lost_is_recognised_as_ours() -> None
     assert entry.decided
 
 
+class LostAnswerThenOthersMoveOn(ForwardingStorage):
+    """The settle's compare-and-set applies and its answer is lost; before the settler's
+    re-read, the next continuation re-claims the released call and dies in the body again,
+    and a second operator settles that (the SPIN model's settle_told trail, models/README.md)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.lost = False
+
+    def save_record(self, session_id: str, key: str, text: str, *args: Any, **kw: Any) -> bool:
+        applied = super().save_record(session_id, key, text, *args, **kw)
+        if key.startswith("call:") and not self.lost:
+            self.lost = True
+            _unknown(self.inner)  # the re-claim, and a body that died again
+            ToolLedger(self.inner, SID).settle_unknown("c1", ran=True, result="r", operator="bo")
+            raise OutcomeUnknown("the answer was lost")
+        return applied
+
+
+def test_a_lost_answer_whose_verdict_was_replaced_since_is_told_it_applied() -> None:
+    """ana's "it did not run" applied (a body ran again because of it), but by the time she
+    re-reads, bo's verdict has replaced hers: she must hear that hers applied, not "nothing
+    written" (before the fix: ``SettleRefused``)."""
+    inner = MemoryStorage()
+    _unknown(inner)
+    told = ToolLedger(LostAnswerThenOthersMoveOn(inner), SID).settle_unknown(
+        "c1", ran=False, operator="ana"
+    )
+    assert told.verdict is not None and told.owner == "ana"
+    trail = {e.principal: e for e in settle_trail(inner, SID)}
+    assert trail["ana"].decided and trail["bo"].decided
+    assert trail["ana"].nonce == told.verdict and trail["bo"].follows == told.verdict
+    assert ToolLedger(inner, SID).get("c1").verdict == trail["bo"].nonce  # type: ignore[union-attr]
+
+
+def test_a_lost_answer_whose_verdict_did_not_apply_is_still_refused() -> None:
+    """The other side of the same re-read: a write that did not apply, answer lost, while bo
+    settled first, is refused as before; the trail names no verdict of ana's."""
+
+    class BoFirstThenLost(ForwardingStorage):
+        def save_record(self, session_id: str, key: str, text: str, *a: Any, **kw: Any) -> bool:
+            if key.startswith("call:"):
+                ToolLedger(self.inner, SID).settle_unknown("c1", ran=True, operator="bo")
+                super().save_record(session_id, key, text, *a, **kw)  # loses: bo moved it on
+                raise OutcomeUnknown("the answer was lost")
+            return super().save_record(session_id, key, text, *a, **kw)
+
+    inner = MemoryStorage()
+    _unknown(inner)
+    with pytest.raises(SettleRefused, match=r"changed while settling.*nothing written"):
+        ToolLedger(BoFirstThenLost(inner), SID).settle_unknown("c1", ran=False, operator="ana")
+    trail = {e.principal: e for e in settle_trail(inner, SID)}
+    assert trail["bo"].decided and not trail["ana"].decided
+
+
 def test_an_entry_that_did_not_land_sends_no_verdict() -> None:
     inner = MemoryStorage()
     _unknown(inner)

@@ -753,7 +753,9 @@ def plan_settle_unknown(
     version read: anything that changed the entry in between makes this write nothing to the
     ledger and raise :class:`SettleRefused` saying what the entry is now (ADR-0104). The
     verdict itself is :func:`decide_settle`'s. Its audit entry is written first (ADR-0136);
-    after a lost compare-and-set it stays, as an attempt that did not apply.
+    after a lost compare-and-set it stays, as an attempt that did not apply. A write whose
+    answer was lost is settled by re-reading: the entry's verdict is ours, or (a later write
+    replaced it: a re-claim, another operator) the call's settle trail says ours applied.
     """
     key = ledger_key(tool_call_id)
     stored = yield from _load(session_id, key)
@@ -773,20 +775,31 @@ def plan_settle_unknown(
     assert write is not None  # an executing entry always changes
     write = replace(write, verdict=nonce())
     yield from _record_settle(session_id, stored, write, settler or Decider(), reason, now_ms)
+    lost = False
     try:
         applied = yield SaveRecord(session_id, key, write.to_json(), stored.version, False)
     except OutcomeUnknown:
-        applied = False  # settled by the re-read: our nonce is there if it applied
+        applied, lost = False, True  # settled by the re-reads below
     if applied:
         return replace(write, version=stored.version + 1)
     now_stored = yield from _load(session_id, key)
     if now_stored is not None and now_stored.verdict == write.verdict:
         return now_stored
+    if lost and (yield from _verdict_applied(session_id, tool_call_id, write.verdict)):
+        # It applied, and the entry moved on before the re-read (a re-claim of the released
+        # call, another operator's verdict): that verdict's entry follows ours.
+        return replace(write, version=stored.version + 1)
     raise SettleRefused(
         f"tool call {tool_call_id!r} changed while settling: it is now "
         f"{describe_entry(now_stored)}; {NOTHING_WRITTEN}",
         now_stored,
     )
+
+
+def _verdict_applied(session_id: str, tool_call_id: str, nonce: str | None) -> Plan[bool]:
+    """Whether the verdict ``nonce`` applied, as the call's settle trail marks it."""
+    trail = yield from plan_settle_trail(session_id, tool_call_id)
+    return any(e.nonce == nonce and e.decided for e in trail)
 
 
 # --------------------------------------------------------------------------- the settle trail
