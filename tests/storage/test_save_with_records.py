@@ -144,6 +144,13 @@ def _stores(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[tuple[Any
         a = PostgresStorage(pg_url, table=table, isolation=isolation)
         b = PostgresStorage(pg_url, table=table, isolation=isolation)
         request.addfinalizer(lambda: _drop_pg(pg_url, table))
+    elif kind == "redis":
+        from akchat_fsm.storage.redis import RedisStorage
+
+        redis_url = request.getfixturevalue("redis_url")
+        prefix = f"akt:{uuid.uuid4().hex[:12]}:"
+        a, b = RedisStorage(redis_url, prefix=prefix), RedisStorage(redis_url, prefix=prefix)
+        request.addfinalizer(lambda: _drop_redis(redis_url, prefix))
     else:
         from akchat_fsm.storage.url import open_storage
 
@@ -166,6 +173,18 @@ def _drop_pg(pg_url: str, table: str) -> None:
         conn.execute(f"DROP TABLE IF EXISTS {table}, {table}__records, {table}__pending")
 
 
+def _drop_redis(redis_url: str, prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
 def _drop_mysql(mysql_url: str, table: str) -> None:
     from storage_harness import drop_mysql_tables
 
@@ -178,6 +197,7 @@ STORES = [
     pytest.param("postgres", marks=pytest.mark.postgres),
     pytest.param("postgres-serializable", marks=pytest.mark.postgres),
     pytest.param("mysql", marks=pytest.mark.mysql),
+    pytest.param("redis", marks=pytest.mark.redis),
 ]
 
 
