@@ -258,6 +258,7 @@ def test_a_stale_cursor_creates_no_record(two: tuple[Any, Any]) -> None:
     assert b.save_with_records(make_snapshot(sid, 2), 1, [(_audit(sid, 1), "{}")]) is False
     assert a.load_record(sid, _audit(sid, 1)) is None
 
+
 # --------------------------------------------------------------------------- the session
 class Store:
     """A session's store over ``inner`` that counts its durable writes; ``atomic=False``
@@ -322,7 +323,9 @@ def test_an_approve_is_two_durable_writes_where_the_store_saves_with_records(
     token = _coordinator(store, sid, upstream).propose("email.send", ARGS).token
     store.writes = 0
     assert _coordinator(store, sid, upstream).approve(token, decided_by="ana").status == "approved"
-    assert store.writes == (2 if atomic else 3)  # (entry + claim), terminal | entry, claim, terminal
+    assert store.writes == (
+        2 if atomic else 3
+    )  # (entry + claim), terminal | entry, claim, terminal
     (entry,) = audit_trail(a, sid)
     assert (entry.principal, entry.decided) == ("ana", True)
     assert len(upstream.calls) == 1

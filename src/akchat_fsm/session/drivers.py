@@ -242,8 +242,8 @@ def _store(effect: StorageEffect, storage: Any) -> _Started:
             method, args = "load", (session_id,)
         case SaveSnapshot(snapshot=snapshot, expected_cursor=expected):
             method, args = "save", (snapshot, expected)
-        case SaveSnapshotCreatingRecords(save=save, records=records):
-            method, args = "save_with_records", (save.snapshot, save.expected_cursor, records)
+        case SaveSnapshotCreatingRecords(save=save, records=created):
+            method, args = "save_with_records", (save.snapshot, save.expected_cursor, created)
         case LoadRecord(session_id=session_id, key=key):
             method, args = "load_record", (session_id, key)
         case SaveRecord():

@@ -408,9 +408,7 @@ def prepare_save_with_records(
     1 to :data:`MAX_CREATED_RECORDS` of them. Refused with ``ConfigError`` before any I/O."""
     save = prepare_save(snapshot, expected_cursor)
     if isinstance(records, str | bytes) or not isinstance(records, list | tuple):
-        raise ConfigError(
-            "records must be a list or tuple of (key, text) pairs.", hint=RECORD_HINT
-        )
+        raise ConfigError("records must be a list or tuple of (key, text) pairs.", hint=RECORD_HINT)
     if not 1 <= len(records) <= MAX_CREATED_RECORDS:
         raise ConfigError(
             f"save_with_records() creates 1 to {MAX_CREATED_RECORDS} records, got {len(records)}.",

@@ -13,7 +13,14 @@ from typing import Generic, Protocol, TypeVar
 
 from ..wire.session import SessionSnapshot
 from ._closing import AsyncClosing
-from .port import AuditRefPage, CreatedRecords, PendingOrder, PendingPage, ProcessingSession, StoredRecord
+from .port import (
+    AuditRefPage,
+    CreatedRecords,
+    PendingOrder,
+    PendingPage,
+    ProcessingSession,
+    StoredRecord,
+)
 
 __all__ = ["ThreadedAsyncStorage"]
 

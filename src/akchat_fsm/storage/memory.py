@@ -33,8 +33,8 @@ from ._closing import AsyncClosing, Closing
 from ._pending import admits, carry_since, check_pending_query, check_token, make_page, sort_key
 from .port import (
     AuditRef,
-    CreatedRecords,
     AuditRefPage,
+    CreatedRecords,
     PendingApproval,
     PendingOrder,
     PendingPage,

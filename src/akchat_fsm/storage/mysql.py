@@ -75,7 +75,14 @@ from ._sql import (
     pending_params,
 )
 from ._threaded import ThreadedAsyncStorage
-from .port import AuditRefPage, CreatedRecords, PendingOrder, PendingPage, ProcessingSession, StoredRecord
+from .port import (
+    AuditRefPage,
+    CreatedRecords,
+    PendingOrder,
+    PendingPage,
+    ProcessingSession,
+    StoredRecord,
+)
 
 __all__ = ["AsyncMySQLStorage", "MySQLStorage", "map_mysql_error"]
 
@@ -684,7 +691,9 @@ class MySQLStorage(Closing):
         marks = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(created))
         insert = self._plan.insert_record.rsplit(" VALUES ", 1)[0] + " VALUES " + marks
         values = [
-            v for r in created for v in (r.session_id, r.key, r.version, r.text, False, p.written_ms)
+            v
+            for r in created
+            for v in (r.session_id, r.key, r.version, r.text, False, p.written_ms)
         ]
 
         def cas_records_pending(cur: Any) -> bool:

@@ -74,7 +74,14 @@ from ._sql import (
     found_session,
     pending_items,
 )
-from .port import AuditRefPage, CreatedRecords, PendingOrder, PendingPage, ProcessingSession, StoredRecord
+from .port import (
+    AuditRefPage,
+    CreatedRecords,
+    PendingOrder,
+    PendingPage,
+    ProcessingSession,
+    StoredRecord,
+)
 
 __all__ = ["AsyncPostgresStorage", "PostgresStorage", "map_pg_error"]
 
@@ -528,8 +535,7 @@ def _with_records(r: str, with_pending: str) -> str:
         with_pending[: -len(tail)]
         + f", created AS (INSERT INTO {r} (session_id, key, version, body, processing,"
         " written_ms) SELECT s.session_id, x.key, 1, x.body, false, %s::bigint"
-        " FROM s, unnest(%s::text[], %s::text[]) AS x (key, body))"
-        + tail
+        " FROM s, unnest(%s::text[], %s::text[]) AS x (key, body))" + tail
     )
 
 

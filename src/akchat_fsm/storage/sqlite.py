@@ -61,7 +61,14 @@ from ._sql import (
     pending_params,
 )
 from ._threaded import ThreadedAsyncStorage
-from .port import AuditRefPage, CreatedRecords, PendingOrder, PendingPage, ProcessingSession, StoredRecord
+from .port import (
+    AuditRefPage,
+    CreatedRecords,
+    PendingOrder,
+    PendingPage,
+    ProcessingSession,
+    StoredRecord,
+)
 
 __all__ = ["AsyncSQLiteStorage", "SQLiteStorage"]
 

@@ -12,6 +12,7 @@ other fails it. A few dozen writes: it runs on every adapter in CI.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -88,9 +89,7 @@ def save_with_records(ctx: KitContext) -> str:
     if b.save_record(sid, "k:3", _OTHER, None) is not True:
         raise AssertionError("save_record could not create a fresh key")
     _expect(a, two, 1, [("k:4", _TEXT), ("k:3", _TEXT)], False, "a save whose key exists")
-    expect_stored(
-        b, sid, (1, "one"), "a refused record create must leave the envelope unchanged"
-    )
+    expect_stored(b, sid, (1, "one"), "a refused record create must leave the envelope unchanged")
     _expect_record(b, sid, "k:3", (1, _OTHER), "the record that was there must be untouched")
     _expect_record(b, sid, "k:4", None, "the other record of a refused write must not exist")
 
@@ -145,17 +144,7 @@ def _race_plain_creates(ctx: KitContext, sid: str, cursor: int) -> None:
             ("plain", []),
         ]
 
-        def racer(i: int, barrier: threading.Barrier, expected: int = expected) -> Any:
-            tag, records = moves[i]
-            storage = clients[i]
-            barrier.wait()
-            if tag == "plain":
-                results[tag] = storage.save_record(sid, key, _OTHER, None)  # noqa: B023
-            else:
-                snapshot = make_snapshot(sid, expected + 1, tag)
-                results[tag] = _swr(storage, snapshot, expected, records, "a race")
-            return results[tag]
-
+        racer = functools.partial(_racer, clients, sid, key, expected, moves, results)
         outcomes = run_threads(3, racer)
         raise_if_workers_raised(outcomes, "a save_with_records race")
         # c2's key is fresh, so only c1's applied write can refuse it: exactly one applies.
@@ -182,6 +171,27 @@ def _race_plain_creates(ctx: KitContext, sid: str, cursor: int) -> None:
                 f"create's answer are {got}, expected {want}: a record exists iff its write "
                 "applied, and a refused combined write created nothing"
             )
+
+
+def _racer(
+    clients: list[Any],
+    sid: str,
+    key: str,
+    expected: int,
+    moves: list[tuple[str, list[tuple[str, str]]]],
+    results: dict[str, Any],
+    i: int,
+    barrier: threading.Barrier,
+) -> Any:
+    """One racer of a round: a plain create of ``key``, or a combined write from ``expected``."""
+    tag, records = moves[i]
+    barrier.wait()
+    if tag == "plain":
+        results[tag] = clients[i].save_record(sid, key, _OTHER, None)
+    else:
+        snapshot = make_snapshot(sid, expected + 1, tag)
+        results[tag] = _swr(clients[i], snapshot, expected, records, "a race")
+    return results[tag]
 
 
 def _observed(storage: Any, sid: str) -> Any:

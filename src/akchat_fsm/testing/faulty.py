@@ -227,10 +227,12 @@ class FaultyStorage(_FaultyBase):
     ) -> bool:
         """The inner ``save_with_records``, with the faults of ``save``."""
         inner: Any = self.inner
-        return self._through(
-            "save",
-            snapshot.session_id,
-            lambda: inner.save_with_records(snapshot, expected_cursor, records),
+        return bool(
+            self._through(
+                "save",
+                snapshot.session_id,
+                lambda: inner.save_with_records(snapshot, expected_cursor, records),
+            )
         )
 
 
@@ -264,8 +266,10 @@ class AsyncFaultyStorage(_FaultyBase):
     ) -> bool:
         """The inner ``save_with_records``, with the faults of ``save``."""
         inner: Any = self.inner
-        return await self._through(
-            "save",
-            snapshot.session_id,
-            lambda: inner.save_with_records(snapshot, expected_cursor, records),
+        return bool(
+            await self._through(
+                "save",
+                snapshot.session_id,
+                lambda: inner.save_with_records(snapshot, expected_cursor, records),
+            )
         )
