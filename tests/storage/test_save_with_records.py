@@ -21,8 +21,35 @@ from akchat_fsm.session import ChatDefinition, audit_trail, resume_chat_session
 from akchat_fsm.storage import MemoryStorage, SaveWithRecords
 from akchat_fsm.storage.capabilities import saves_with_records
 from akchat_fsm.testing import check_session_storage
-from akchat_fsm.testing._envelopes import make_snapshot
 from akchat_fsm.testing.doubles import RecordingUpstream
+from akchat_fsm.wire.session import ConfirmationBinding, SessionSnapshot
+
+
+def make_snapshot(
+    sid: str, cursor: int, marker: str = "m", *, confirmations: int = 0, processing: bool = False
+) -> SessionSnapshot:
+    """A valid envelope of ``sid`` at ``cursor`` (``marker``: its conversation state, which tells
+    stored envelopes apart); ``processing``: its first confirmation is ``approving``."""
+    return SessionSnapshot(
+        session_id=sid,
+        definition_id="swr",
+        definition_revision=1,
+        updated_at="2026-12-04T00:00:00.000Z",
+        cursor=cursor,
+        conversation={"state": marker, "decisions": []},
+        confirmations=tuple(
+            ConfirmationBinding(
+                token=f"confirm-{i}",
+                action="email.send",
+                input={"n": i},
+                tool_call_id=f"call-{i}",
+                expires_at=99,
+                status="approving" if processing and i == 0 else "pending",
+            )
+            for i in range(max(confirmations, 1 if processing else 0))
+        ),
+    )
+
 
 _BROKEN = "save_with_records must write the envelope's compare-and-set and every record's create"
 

@@ -103,7 +103,8 @@ class ThreadedAsyncStorage(AsyncClosing, Generic[S]):
     async def save_with_records(
         self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
     ) -> bool:
-        """The save and the create-only ``records``, all or nothing (``SaveWithRecords``)."""
+        """The save and the create-only ``records`` in one transaction, all or nothing
+        (``SaveWithRecords``)."""
         return await asyncio.to_thread(
             self.sync.save_with_records, snapshot, expected_cursor, records
         )

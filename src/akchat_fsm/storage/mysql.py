@@ -682,9 +682,10 @@ class MySQLStorage(Closing):
         self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
     ) -> bool:
         """The save and the create-only ``records`` in one transaction, all or nothing
-        (``SaveWithRecords``): the envelope's CAS, its pending rows, then one plain ``INSERT``
-        of the records, whose duplicate key (1062, a key already there) rolls it all back:
-        the definite ``False``. A deadlock re-sends the whole transaction."""
+        (``SaveWithRecords``)."""
+        # The envelope's CAS, then one plain INSERT of the records, whose duplicate key (1062,
+        # a key already there) rolls it all back: the definite False; then the pending rows.
+        # A deadlock re-sends the whole transaction.
         p, created = prepare_save_with_records(snapshot, expected_cursor, records)
         sql, params = self._plan.prepared_statement(p)
         self._plan.refuse_if_read_only("a write")

@@ -289,8 +289,9 @@ class SQLiteStorage(Closing):
         self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
     ) -> bool:
         """The save and the create-only ``records`` in one transaction, all or nothing
-        (``SaveWithRecords``): the envelope's CAS, then one ``INSERT … DO NOTHING`` per record;
-        any that changes no row (the key exists) rolls everything back: ``False``."""
+        (``SaveWithRecords``)."""
+        # The envelope's CAS, then one INSERT … DO NOTHING per record: any that changes no row
+        # (the key exists) rolls everything back, and the answer is False.
         p, created = prepare_save_with_records(snapshot, expected_cursor, records)
         flag = int(p.processing)
         inserts = tuple(
