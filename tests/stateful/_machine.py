@@ -33,6 +33,7 @@ from akchat_fsm.session.effects import (
     ProposeUpstream,
     SaveRecord,
     SaveSnapshot,
+    SaveSnapshotCreatingRecords,
 )
 from akchat_fsm.testing.doubles import RecordingChatMemory
 from akchat_fsm.testing.faulty import FaultyStorage
@@ -67,13 +68,21 @@ WORLD = ("",) * 6 + ("tick", "tick", "reconcile")
 
 
 def fault_for(effect: object, draw: int) -> str:
-    if isinstance(effect, SaveSnapshot):
+    if isinstance(effect, SaveSnapshot | SaveSnapshotCreatingRecords):
         return FAULTS["save"][draw]
     if isinstance(effect, Load):
         return FAULTS["load"][draw]
     if isinstance(effect, CallApprove | CallDeny):
         return FAULTS["upstream"][draw]
     return FAULTS["other"][draw]
+
+
+def _save_through(storage: Any, effect: SaveSnapshot | SaveSnapshotCreatingRecords) -> bool:
+    """Send an envelope save effect to ``storage`` (with its records: ADR-0141)."""
+    if isinstance(effect, SaveSnapshotCreatingRecords):
+        save = effect.save
+        return bool(storage.save_with_records(save.snapshot, save.expected_cursor, effect.records))
+    return bool(storage.save(effect.snapshot, effect.expected_cursor))
 
 
 TTL_MS = 150
@@ -335,18 +344,20 @@ class ResolutionProtocol(RuleBasedStateMachine):
         if isinstance(effect, CallDeny):
             self.deny_attempted.add(effect.tool_call_id)
         self._calls_upstream(effect)
-        if fault == "unknown" and isinstance(effect, SaveSnapshot):
+        if fault == "unknown" and isinstance(effect, SaveSnapshot | SaveSnapshotCreatingRecords):
             self.coverage["fault:unknown"] += 1
             self.storage.fail_next_save("unknown_after_apply")
             with pytest.raises(OutcomeUnknown) as unknown:
-                self.storage.save(effect.snapshot, effect.expected_cursor)
+                _save_through(self.storage, effect)
             run.throw(unknown.value)
-        elif fault == "unavailable" and isinstance(effect, SaveSnapshot | Load):
+        elif fault == "unavailable" and isinstance(
+            effect, SaveSnapshot | SaveSnapshotCreatingRecords | Load
+        ):
             self.coverage["fault:unavailable"] += 1
             with pytest.raises(StorageUnavailable) as unavailable:
-                if isinstance(effect, SaveSnapshot):
+                if not isinstance(effect, Load):
                     self.storage.fail_next_save("unavailable")
-                    self.storage.save(effect.snapshot, effect.expected_cursor)
+                    _save_through(self.storage, effect)
                 else:
                     self.storage.fail_next_load("unavailable")
                     self.storage.load(effect.session_id)
