@@ -397,3 +397,41 @@ def test_a_decider_of_the_old_protocol_behind_a_combined_write_loses(
         old.reject(token, reason="no", decided_by="old")
     assert [(e.principal, e.decided) for e in audit_trail(b, sid)] == [("new", True)]
     assert len(upstream.calls) == 1
+
+
+def test_a_failed_commit_of_the_combined_write_is_unknown_and_leaves_neither_half(
+    tmp_path: Any,
+) -> None:
+    """SQLite checks a deferred foreign key at ``COMMIT``: a host trigger on the records table
+    that writes a dangling reference makes the combined write's ``COMMIT`` fail. The adapter
+    cannot tell from the error whether it reached the disk: ``OutcomeUnknown``, never
+    "nothing applied"; rolled back, the store holds neither the envelope nor the record."""
+    import sqlite3
+
+    from akchat_fsm.errors import OutcomeUnknown
+    from akchat_fsm.storage import SQLiteStorage
+
+    path = tmp_path / "fk.db"
+    sid = f"s-{uuid.uuid4().hex}"
+    with SQLiteStorage(path) as storage:
+        assert storage.save(make_snapshot(sid, 1, "one"), None)
+        side = sqlite3.connect(path, isolation_level=None)
+        side.executescript(
+            """
+            CREATE TABLE audit_parent (id INTEGER PRIMARY KEY);
+            CREATE TABLE audit_log (parent INTEGER
+                REFERENCES audit_parent (id) DEFERRABLE INITIALLY DEFERRED);
+            CREATE TRIGGER every_record AFTER INSERT ON akchat_sessions__records
+                BEGIN INSERT INTO audit_log (parent) VALUES (-1); END;
+            """
+        )
+        side.close()
+        assert storage._conn is not None
+        storage._conn.execute("PRAGMA foreign_keys = ON")  # enforced per connection
+        with pytest.raises(OutcomeUnknown) as unknown:
+            storage.save_with_records(make_snapshot(sid, 2, "two"), 1, [(_audit(sid, 1), "{}")])
+        assert isinstance(unknown.value.__cause__, sqlite3.IntegrityError)
+        assert '"state":"one"' in storage.load(sid)
+        assert storage.load_record(sid, _audit(sid, 1)) is None
+        storage._conn.execute("PRAGMA foreign_keys = OFF")
+        assert storage.save_with_records(make_snapshot(sid, 2, "two"), 1, [(_audit(sid, 1), "{}")])
