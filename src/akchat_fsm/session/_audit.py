@@ -13,6 +13,10 @@ highest cursor is the decision that applied**, with no write after the claim, so
 killed right after its claim is still named. Entries are never updated; they outlive the
 bindings retention prunes.
 
+On a store with ``SaveWithRecords`` (ADR-0141) the entry is the record the claim's own atomic
+write creates: an entry then exists iff its claim applied, and the write refuses when the key
+is taken, so deciders of both protocols keep the rules above on one store.
+
 A reviewer edit (ADR-0135) is an approve whose entry also holds the new arguments: intent
 ``edit``, ``argsDigest`` the digest of the arguments the reviewer was shown (the stored call's),
 ``editedArgs`` the arguments to run and ``effectiveDigest`` theirs. The envelope's binding is
