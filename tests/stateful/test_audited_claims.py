@@ -103,10 +103,14 @@ def run_audited(make_storage: Any) -> Counter[str]:
 
 
 def test_mixed_versions_in_memory() -> None:
+    """Over 10 s on a server: the machine's generated programs (the profile's count), as
+    test_resolution_protocol.py spends per store; the mixed versions need the same depth."""
     run_audited(MemoryStorage)
 
 
 def test_mixed_versions_sqlite(tmp_path: Path) -> None:
+    """Over 10 s on a server: the machine's generated programs (the profile's count), as
+    test_resolution_protocol.py spends per store; the mixed versions need the same depth."""
     store = SQLiteStorage(tmp_path / "sessions.db")
     try:
         run_audited(lambda: store)
@@ -116,6 +120,8 @@ def test_mixed_versions_sqlite(tmp_path: Path) -> None:
 
 @pytest.mark.postgres
 def test_mixed_versions_postgres(pg_url: str) -> None:
+    """Over 10 s on a server: the machine's generated programs (the profile's count), as
+    test_resolution_protocol.py spends per store; the mixed versions need the same depth."""
     import psycopg
 
     from akchat_fsm.storage.postgres import PostgresStorage
@@ -132,6 +138,8 @@ def test_mixed_versions_postgres(pg_url: str) -> None:
 
 @pytest.mark.redis
 def test_mixed_versions_redis(redis_url: str) -> None:
+    """Over 10 s on a server: the machine's generated programs (the profile's count), as
+    test_resolution_protocol.py spends per store; the mixed versions need the same depth."""
     import redis
 
     from akchat_fsm.storage.redis import RedisStorage
@@ -151,6 +159,8 @@ def test_mixed_versions_redis(redis_url: str) -> None:
 
 @pytest.mark.mysql
 def test_mixed_versions_mysql(mysql_url: str) -> None:
+    """Over 10 s on a server: the machine's generated programs (the profile's count), as
+    test_resolution_protocol.py spends per store; the mixed versions need the same depth."""
     import pymysql
 
     from akchat_fsm.storage.url import open_storage
