@@ -23,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from akchat_fsm.errors import OutcomeUnknown, StorageUnavailable
 from akchat_fsm.machines.confirmation import ConfirmationEvent
 from akchat_fsm.session import ChatDefinition, _confirm, _ops
+from akchat_fsm.session._audit import Decider
 from akchat_fsm.session._state import SessionHolder
 from akchat_fsm.session.effects import (
     CallApprove,
@@ -108,6 +109,17 @@ EXPECTED_CALL = {
 
 def correct_resolve(holder: SessionHolder, token: str, intent: ConfirmationEvent) -> Plan[Any]:
     return _confirm.plan_resolve(holder, token, intent, reason="no")
+
+
+def mixed_versions_resolve(
+    holder: SessionHolder, token: str, intent: ConfirmationEvent
+) -> Plan[Any]:
+    """Audited resolutions by processes of two versions on one store (ADR-0141): approvals by
+    the combined write (entry and claim at once), the other decisions by ADR-0132's protocol
+    (the entry, then the claim); the decider is named ``new`` or ``old``."""
+    holder.atomic_records = intent is ConfirmationEvent.APPROVE
+    decider = Decider("new" if holder.atomic_records else "old")
+    return _confirm.plan_resolve(holder, token, intent, reason="no", audit=decider)
 
 
 class _Client:

@@ -22,16 +22,12 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import invariant, run_state_machine_as_test
 
-from akchat_fsm.machines.confirmation import ConfirmationEvent
-from akchat_fsm.session import _confirm
-from akchat_fsm.session._audit import Decider, read_entries
-from akchat_fsm.session._state import SessionHolder
-from akchat_fsm.session.effects import Plan
+from akchat_fsm.session import audit_trail
 from akchat_fsm.storage.memory import MemoryStorage
 from akchat_fsm.storage.sqlite import SQLiteStorage
 from akchat_fsm.wire.enums import ConfirmationStatus
 
-from ._machine import ResolutionProtocol, pinned_program
+from ._machine import ResolutionProtocol, mixed_versions_resolve, pinned_program
 
 #: What the claim of each status wrote (a terminal status follows its processing one).
 CLAIMED = {
@@ -44,15 +40,8 @@ CLAIMED = {
 }
 
 
-def mixed_versions(holder: SessionHolder, token: str, intent: ConfirmationEvent) -> Plan[Any]:
-    """Approvals by the combined write, the other decisions by the entry-then-claim protocol."""
-    holder.atomic_records = intent is ConfirmationEvent.APPROVE
-    decider = Decider("new" if holder.atomic_records else "old")
-    return _confirm.plan_resolve(holder, token, intent, reason="no", audit=decider)
-
-
 class AuditedProtocol(ResolutionProtocol):
-    resolve_plan = staticmethod(mixed_versions)
+    resolve_plan = staticmethod(mixed_versions_resolve)
 
     def __init__(self) -> None:
         super().__init__()
@@ -63,11 +52,8 @@ class AuditedProtocol(ResolutionProtocol):
         snapshot = self.stored()
         if snapshot is None:
             return
-        inner = self.recording.inner
-        keys = inner.list_records(self.session_id, "audit:")
-        stored = [(key, (inner.load_record(self.session_id, key) or (0, ""))[1]) for key in keys]
         top: dict[str, Any] = {}
-        for entry in read_entries(self.session_id, stored):
+        for entry in audit_trail(self.recording.inner, self.session_id):
             if entry.token not in top or entry.cursor > top[entry.token].cursor:
                 top[entry.token] = entry
         for binding in snapshot.confirmations:
