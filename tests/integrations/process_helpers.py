@@ -96,6 +96,10 @@ class KillingStorage:
     def save_record(self, *args: Any, **kwargs: Any) -> bool:
         return bool(self._write(lambda: self.inner.save_record(*args, **kwargs)))
 
+    def save_with_records(self, *args: Any) -> bool:
+        # A claim and its audit entry, one write (ADR-0141).
+        return bool(self._write(lambda: self.inner.save_with_records(*args)))
+
 
 #: The next steps that are a person's (a reviewer's decision, an operator's verdict on an
 #: unknown execution): a run waiting on one of these is not the sweep's to finish.

@@ -6,9 +6,9 @@ own). A run pauses on HITL's per-call interrupt for the gated ``send_email`` (``
 process (:mod:`lg_worker`) approves it, which continues the run: ``c1``'s body, then the model
 asks for the ungated ``lookup`` (``u1``), then it answers. The worker is SIGKILLed
 
-* before and after each of its writes to the session's store: the decision's audit entry, its
-  two CAS and its index record, the run claim, the ledger's claim and outcome of ``c1`` then
-  of ``u1``, the run's persist;
+* before and after each of its writes to the session's store: the decision's claim with its
+  audit entry (one write, ADR-0141), its terminal CAS and its index record, the run claim,
+  the ledger's claim and outcome of ``c1`` then of ``u1``, the run's persist;
 * inside ``c1``'s body, before and after its side effect;
 * before and after each write of LangGraph's checkpointer (the task writes and checkpoints
   it saves between those: "after the outcome, before the checkpoint" is one of them).
@@ -222,9 +222,10 @@ def every_point(cases: Cases) -> list[str]:
     after_the_kill(case, "none")
     recover_and_check(case, token, "none")
     writes, saver_writes = int(out["writes"]), int(out["saver_writes"])
-    # the decision's audit entry, its two CAS and its index record, the run claim, the
-    # ledger's claim and outcome of c1 and of u1, the run's persist
-    assert writes == 10, out
+    # the decision's claim with its audit entry (one write, ADR-0141), its terminal CAS and
+    # its index record, the run claim, the ledger's claim and outcome of c1 and of u1, the
+    # run's persist
+    assert writes == 9, out
     assert saver_writes >= 4, out  # the task writes and checkpoints of two tool steps at least
     points = [f"write:{n}:{when}" for n in range(1, writes + 1) for when in ("before", "after")]
     points += ["body:before", "body:after"]

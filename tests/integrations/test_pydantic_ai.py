@@ -356,6 +356,13 @@ class _KilledAfterItsClaim:
             raise _Killed()
         return applied
 
+    def save_with_records(self, snapshot: Any, expected: int | None, records: Any) -> bool:
+        # The claim with its audit entry, one write (ADR-0141): the same death after it.
+        applied = bool(self.inner.save_with_records(snapshot, expected, records))
+        if applied:
+            raise _Killed()
+        return applied
+
 
 def test_a_rejecter_killed_after_its_claim_keeps_its_reason_for_the_model(
     records_backend: RecordsBackend,

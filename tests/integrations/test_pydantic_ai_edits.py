@@ -302,6 +302,13 @@ class _KilledAfterItsClaim:
             raise _Killed()
         return applied
 
+    def save_with_records(self, snapshot: Any, expected: int | None, records: Any) -> bool:
+        # The claim with its audit entry, one write (ADR-0141): the same death after it.
+        applied = bool(self.inner.save_with_records(snapshot, expected, records))
+        if applied:
+            raise _Killed()
+        return applied
+
 
 class _HostUpstream:
     """The host's own upstream for confirmations it proposes outside any agent run."""

@@ -61,6 +61,15 @@ class ReceivingStorage(MemoryStorage):
         self.log.append(("save", snapshot.cursor, statuses))
         return super().save(snapshot, expected_cursor)
 
+    def save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: Any
+    ) -> bool:
+        # An audited claim saves its envelope with its entry, in one write (ADR-0141).
+        self.received.append((snapshot, expected_cursor))
+        statuses = tuple(str(b.status) for b in snapshot.confirmations)
+        self.log.append(("save", snapshot.cursor, statuses))
+        return super().save_with_records(snapshot, expected_cursor, records)
+
 
 class LoggingUpstream(RecordingUpstream):
     """The recording upstream, writing its approve/deny calls into a log shared with storage."""

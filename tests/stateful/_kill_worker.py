@@ -92,12 +92,21 @@ class DiesAfterClaim:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        if callable(getattr(inner, "save_with_records", None)):
+            self.save_with_records = self._save_with_records
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     def save(self, snapshot: Any, expected_cursor: int | None) -> bool:
         applied = bool(self.inner.save(snapshot, expected_cursor))
+        if applied and any(b.status.is_processing for b in snapshot.confirmations):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return applied
+
+    def _save_with_records(self, snapshot: Any, expected_cursor: int | None, records: Any) -> bool:
+        # The claim with its audit entry in one write (ADR-0141): the same kill after it.
+        applied = bool(self.inner.save_with_records(snapshot, expected_cursor, records))
         if applied and any(b.status.is_processing for b in snapshot.confirmations):
             os.kill(os.getpid(), signal.SIGKILL)
         return applied

@@ -23,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from akchat_fsm.errors import OutcomeUnknown, StorageUnavailable
 from akchat_fsm.machines.confirmation import ConfirmationEvent
 from akchat_fsm.session import ChatDefinition, _confirm, _ops
+from akchat_fsm.session._audit import Decider
 from akchat_fsm.session._state import SessionHolder
 from akchat_fsm.session.effects import (
     CallApprove,
@@ -33,6 +34,7 @@ from akchat_fsm.session.effects import (
     ProposeUpstream,
     SaveRecord,
     SaveSnapshot,
+    SaveSnapshotCreatingRecords,
 )
 from akchat_fsm.testing.doubles import RecordingChatMemory
 from akchat_fsm.testing.faulty import FaultyStorage
@@ -67,13 +69,21 @@ WORLD = ("",) * 6 + ("tick", "tick", "reconcile")
 
 
 def fault_for(effect: object, draw: int) -> str:
-    if isinstance(effect, SaveSnapshot):
+    if isinstance(effect, SaveSnapshot | SaveSnapshotCreatingRecords):
         return FAULTS["save"][draw]
     if isinstance(effect, Load):
         return FAULTS["load"][draw]
     if isinstance(effect, CallApprove | CallDeny):
         return FAULTS["upstream"][draw]
     return FAULTS["other"][draw]
+
+
+def _save_through(storage: Any, effect: SaveSnapshot | SaveSnapshotCreatingRecords) -> bool:
+    """Send an envelope save effect to ``storage`` (with its records: ADR-0141)."""
+    if isinstance(effect, SaveSnapshotCreatingRecords):
+        save = effect.save
+        return bool(storage.save_with_records(save.snapshot, save.expected_cursor, effect.records))
+    return bool(storage.save(effect.snapshot, effect.expected_cursor))
 
 
 TTL_MS = 150
@@ -99,6 +109,17 @@ EXPECTED_CALL = {
 
 def correct_resolve(holder: SessionHolder, token: str, intent: ConfirmationEvent) -> Plan[Any]:
     return _confirm.plan_resolve(holder, token, intent, reason="no")
+
+
+def mixed_versions_resolve(
+    holder: SessionHolder, token: str, intent: ConfirmationEvent
+) -> Plan[Any]:
+    """Audited resolutions by processes of two versions on one store (ADR-0141): approvals by
+    the combined write (entry and claim at once), the other decisions by ADR-0132's protocol
+    (the entry, then the claim); the decider is named ``new`` or ``old``."""
+    holder.atomic_records = intent is ConfirmationEvent.APPROVE
+    decider = Decider("new" if holder.atomic_records else "old")
+    return _confirm.plan_resolve(holder, token, intent, reason="no", audit=decider)
 
 
 class _Client:
@@ -335,18 +356,20 @@ class ResolutionProtocol(RuleBasedStateMachine):
         if isinstance(effect, CallDeny):
             self.deny_attempted.add(effect.tool_call_id)
         self._calls_upstream(effect)
-        if fault == "unknown" and isinstance(effect, SaveSnapshot):
+        if fault == "unknown" and isinstance(effect, SaveSnapshot | SaveSnapshotCreatingRecords):
             self.coverage["fault:unknown"] += 1
             self.storage.fail_next_save("unknown_after_apply")
             with pytest.raises(OutcomeUnknown) as unknown:
-                self.storage.save(effect.snapshot, effect.expected_cursor)
+                _save_through(self.storage, effect)
             run.throw(unknown.value)
-        elif fault == "unavailable" and isinstance(effect, SaveSnapshot | Load):
+        elif fault == "unavailable" and isinstance(
+            effect, SaveSnapshot | SaveSnapshotCreatingRecords | Load
+        ):
             self.coverage["fault:unavailable"] += 1
             with pytest.raises(StorageUnavailable) as unavailable:
-                if isinstance(effect, SaveSnapshot):
+                if not isinstance(effect, Load):
                     self.storage.fail_next_save("unavailable")
-                    self.storage.save(effect.snapshot, effect.expected_cursor)
+                    _save_through(self.storage, effect)
                 else:
                     self.storage.fail_next_load("unavailable")
                     self.storage.load(effect.session_id)

@@ -8,13 +8,14 @@ possibly with a fault, so a rule can stop a client between any two steps.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from akchat_fsm.errors import AkchatError
 from akchat_fsm.session.drivers import Ports, execute_sync
-from akchat_fsm.session.effects import Plan, SaveSnapshot
+from akchat_fsm.session.effects import Plan, SaveSnapshot, SaveSnapshotCreatingRecords
 from akchat_fsm.testing.doubles import RecordingUpstream
 from akchat_fsm.wire.session import SessionSnapshot
 
@@ -50,6 +51,8 @@ class RecordingStorage:
     inner: Any
     applied: dict[int, dict[str, Any]] = field(default_factory=dict)
     observer: Callable[[SessionSnapshot, int | None, bool], None] | None = None
+    #: If set, counts the combined writes refused because a record key existed (ADR-0141).
+    counts: Counter[str] | None = None
 
     def load(self, session_id: str) -> object:
         return self.inner.load(session_id)
@@ -60,6 +63,27 @@ class RecordingStorage:
             assert snapshot.cursor not in self.applied, "two saves applied at one cursor"
             self.applied[snapshot.cursor] = snapshot.to_wire()
         if self.observer is not None:
+            self.observer(snapshot, expected_cursor, ok)
+        return ok
+
+    def save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: Any
+    ) -> bool:
+        """An envelope save that also creates records (ADR-0141): recorded like ``save``. A
+        refusal because a record key exists (the steps here are sequential, so a read before
+        tells) is not an envelope CAS the store refused: the write's record guard failed
+        first, as the claim's own entry create does in ADR-0132's protocol; the observer is
+        told only of the CAS."""
+        sid = snapshot.session_id
+        taken = any(self.inner.load_record(sid, key) is not None for key, _ in records)
+        ok = bool(self.inner.save_with_records(snapshot, expected_cursor, records))
+        if ok:
+            assert not taken, "a combined write applied over an existing record"
+            assert snapshot.cursor not in self.applied, "two saves applied at one cursor"
+            self.applied[snapshot.cursor] = snapshot.to_wire()
+        if taken and self.counts is not None:
+            self.counts["combined:refused-by-an-existing-entry"] += 1
+        if self.observer is not None and not taken:
             self.observer(snapshot, expected_cursor, ok)
         return ok
 
@@ -116,6 +140,8 @@ class Stepper:
     def feed(self, value: Any) -> None:
         if isinstance(self.next, SaveSnapshot) and value is True:
             self.acked_saves.append(self.next.snapshot)
+        if isinstance(self.next, SaveSnapshotCreatingRecords) and value is True:
+            self.acked_saves.append(self.next.save.snapshot)
         self._resume(lambda: self.plan.send(value))
 
     def throw(self, exc: BaseException) -> None:

@@ -53,7 +53,13 @@ from akchat_fsm.storage import AsyncMemoryStorage, MemoryStorage
 from akchat_fsm.testing import CHECKS, FaultyStorage, check_session_storage
 from akchat_fsm.testing.conformance import PROPERTIES, UNTYPED_ERRORS, CheckOutcome
 
-PENDING_CHECKS = ("pending_index", "pending_index_filters", "pending_index_pages", "audit_index")
+PENDING_CHECKS = (
+    "pending_index",
+    "pending_index_filters",
+    "pending_index_pages",
+    "audit_index",
+    "save_with_records",
+)
 
 
 def test_a_correct_adapter_passes_every_check() -> None:

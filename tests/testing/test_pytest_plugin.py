@@ -49,6 +49,7 @@ class TestDictStorageThroughTheMixin(SessionStorageConformance):
             "pending_index_filters",
             "pending_index_pages",
             "audit_index",
+            "save_with_records",
         }
     )
 

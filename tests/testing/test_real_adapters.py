@@ -113,6 +113,8 @@ def _not_provided(module: str, *names: str) -> frozenset[str]:
             missing |= _PENDING_CHECKS
         if not callable(getattr(cls, "list_audit", None)):
             missing.add("audit_index")
+        if not callable(getattr(cls, "save_with_records", None)):
+            missing.add("save_with_records")
     return frozenset(missing)
 
 

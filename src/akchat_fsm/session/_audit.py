@@ -13,6 +13,10 @@ highest cursor is the decision that applied**, with no write after the claim, so
 killed right after its claim is still named. Entries are never updated; they outlive the
 bindings retention prunes.
 
+On a store with ``SaveWithRecords`` (ADR-0141) the entry is the record the claim's own atomic
+write creates: an entry then exists iff its claim applied, and the write refuses when the key
+is taken, so deciders of both protocols keep the rules above on one store.
+
 A reviewer edit (ADR-0135) is an approve whose entry also holds the new arguments: intent
 ``edit``, ``argsDigest`` the digest of the arguments the reviewer was shown (the stored call's),
 ``editedArgs`` the arguments to run and ``effectiveDigest`` theirs. The envelope's binding is
@@ -286,6 +290,13 @@ def _create(session_id: str, key: str, text: str) -> Plan[bool]:
         return bool(stored[1] == text)
 
 
+def _fence(holder: SessionHolder) -> Plan[None]:
+    """Move the cursor with an unchanged save, so the claim another decider's entry at the
+    current cursor allows can never apply (that decider may be dead)."""
+    with contextlib.suppress(SessionConflict):  # reloaded: the cursor moved anyway
+        yield from apply(holder, lambda state, at, nonce: core.persist(state, at, nonce=nonce), 1)
+
+
 def plan_audited_claim(
     holder: SessionHolder,
     claim: ClaimCommand,
@@ -295,6 +306,11 @@ def plan_audited_claim(
     reason: str | None,
 ) -> Plan[core.Step]:
     """The claim, each attempt preceded by its audit entry; the step whose save applied.
+
+    On a store with ``SaveWithRecords`` (``holder.atomic_records``, ADR-0141) the entry is
+    created by the claim's own atomic write instead: one durable write, and an entry exists
+    iff its claim applied. The entry's key and text, and the fence, are the same either way,
+    so processes of both protocols may decide on one store side by side.
 
     Decided on the holder's copy first, so a refusal (``AlreadyResolved``, ...) raises before
     any write. Each failed attempt moved the stored cursor (another client's claim, fence or
@@ -315,8 +331,17 @@ def plan_audited_claim(
         if step.save is None or binding is None:  # pragma: no cover - a claim always saves
             return step
         text = _entry_text(binding, binding.status, cursor, intent, decider, reason, now, nonce)
-        created = yield from _create(holder.session_id, audit_key(token, cursor), text)
-        if created:
+        key = audit_key(token, cursor)
+        if holder.atomic_records:
+            # ADR-0141: the entry is created by the claim's own write, so it exists iff the
+            # claim applied. Refused, the store is re-read (by the save): the cursor moved
+            # (another write won it), or another decider's entry holds this key at an unmoved
+            # cursor: a process of the create-then-claim protocol, fenced below like any.
+            if (yield from save_step(holder, step, ((key, text),))):
+                return replace(step, state=holder.core)
+            if holder.cursor == cursor:
+                yield from _fence(holder)
+        elif (yield from _create(holder.session_id, key, text)):
             if (yield from save_step(holder, step)):
                 return replace(step, state=holder.core)
             # a conflict (reloaded): our entry stays, below the cursor of any claim that applies
@@ -326,10 +351,7 @@ def plan_audited_claim(
             # apply (it may be dead), then we decide again at the next cursor.
             yield from reload(holder)
             if holder.cursor == cursor:
-                with contextlib.suppress(SessionConflict):  # reloaded: the cursor moved anyway
-                    yield from apply(
-                        holder, lambda state, at, nonce: core.persist(state, at, nonce=nonce), 1
-                    )
+                yield from _fence(holder)
         stalls = 0 if holder.cursor > cursor else stalls + 1
     raise SessionConflict(session_id=holder.session_id, expected_cursor=holder.cursor)
 

@@ -37,7 +37,7 @@ from ..machines.cursor import CursorEvent, CursorPhase
 from ..wire.decode import INVALID, decode_session_snapshot
 from ..wire.session import SessionSnapshot
 from .definition import ChatDefinition, replay_conversation
-from .effects import Emit, Load, Plan
+from .effects import Emit, Load, Plan, SaveSnapshotCreatingRecords
 from .observers import SessionEvent, SessionEventKind
 
 __all__ = [
@@ -123,6 +123,9 @@ class SessionHolder:
     nonce: Callable[[], int] = field(default=_default_nonce)
     #: Whether anyone listens: observer events are only computed when someone does.
     observed: bool = True
+    #: The store writes an envelope save and create-only records as one atomic write
+    #: (``SaveWithRecords``, ADR-0141): the audited claim then writes its entry inside it.
+    atomic_records: bool = False
     #: A save whose outcome stayed unknown (its settling re-read failed): the envelope before
     #: it and the save sent. The next reload settles it and, if it applied, emits its events.
     unsettled: tuple[SessionSnapshot, SaveSnapshot] | None = None
@@ -196,9 +199,17 @@ def reload(holder: SessionHolder) -> Plan[None]:
             yield Emit(event)
 
 
-def _save(holder: SessionHolder, step: core.Step, save: SaveSnapshot) -> Plan[bool]:
+def _save(
+    holder: SessionHolder,
+    step: core.Step,
+    save: SaveSnapshot,
+    records: tuple[tuple[str, str], ...] = (),
+) -> Plan[bool]:
     """Perform the step's CAS save; ``True`` iff it applied (settled by re-reading if unknown).
 
+    ``records``: create-only records written by the same atomic write (a store with
+    ``SaveWithRecords``, ADR-0141); they applied iff the envelope did, so the envelope's
+    re-read settles an unknown outcome of both, and a refusal (``False``) wrote neither.
     ``save`` is sent exactly as the core built it. On a conflict ``holder`` is reloaded and
     ``False`` returned. An unknown outcome is settled by re-reading: our exact snapshot stored
     → applied; another client's at that cursor → a conflict; the stored cursor unchanged →
@@ -207,7 +218,7 @@ def _save(holder: SessionHolder, step: core.Step, save: SaveSnapshot) -> Plan[bo
     (the next operation reloads first).
     """
     try:
-        saved = yield save
+        saved = yield (save if not records else SaveSnapshotCreatingRecords(save, records))
     except OutcomeUnknown as unknown:
         holder.core = core.save_settled(step.state, CursorEvent.UNKNOWN)
         try:
@@ -294,15 +305,18 @@ REDECIDE: None = None
 MAX_STALLS = 3
 
 
-def save_step(holder: SessionHolder, step: core.Step) -> Plan[bool]:
+def save_step(
+    holder: SessionHolder, step: core.Step, records: tuple[tuple[str, str], ...] = ()
+) -> Plan[bool]:
     """Perform a decided step's save: ``True`` iff it applied (its observer events emitted);
     ``False`` on a conflict (``holder`` reloaded). An unknown outcome is remembered, so the
-    next reload settles it, and raised."""
+    next reload settles it, and raised. ``records``: created by the same atomic write
+    (``SaveWithRecords``; ``False`` then also when a key exists)."""
     save = step.save
     assert save is not None, "callers pass only a step that saves"
     before = holder.snapshot
     try:
-        saved = yield from _save(holder, step, save)
+        saved = yield from _save(holder, step, save, records)
     except OutcomeUnknown:
         holder.unsettled = (before, save)
         raise

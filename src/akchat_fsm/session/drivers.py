@@ -56,6 +56,7 @@ from .effects import (
     RunBody,
     SaveRecord,
     SaveSnapshot,
+    SaveSnapshotCreatingRecords,
     StartRuntime,
     StorageEffect,
 )
@@ -181,6 +182,7 @@ def _start(effect: PortEffect, ports: Ports) -> _Started:
         case (
             Load()
             | SaveSnapshot()
+            | SaveSnapshotCreatingRecords()
             | LoadRecord()
             | SaveRecord()
             | DeleteRecord()
@@ -240,6 +242,8 @@ def _store(effect: StorageEffect, storage: Any) -> _Started:
             method, args = "load", (session_id,)
         case SaveSnapshot(snapshot=snapshot, expected_cursor=expected):
             method, args = "save", (snapshot, expected)
+        case SaveSnapshotCreatingRecords(save=save, records=created):
+            method, args = "save_with_records", (save.snapshot, save.expected_cursor, created)
         case LoadRecord(session_id=session_id, key=key):
             method, args = "load_record", (session_id, key)
         case SaveRecord():

@@ -51,6 +51,7 @@ __all__ = [
     "RunBody",
     "SaveRecord",
     "SaveSnapshot",
+    "SaveSnapshotCreatingRecords",
     "StartRuntime",
     "StorageEffect",
     "SweepEffect",
@@ -118,6 +119,18 @@ class SaveRecord:
     text: str
     expected_version: int | None
     processing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SaveSnapshotCreatingRecords:
+    """``storage.save_with_records(save.snapshot, save.expected_cursor, records)`` → ``True``
+    (the envelope's CAS and every record's create applied, together) or ``False`` (neither:
+    the cursor moved or a key exists). Yielded only on a store with ``SaveWithRecords``
+    (ADR-0141); ``save`` is the core's step save, exactly as the core built it."""
+
+    save: SaveSnapshot
+    #: ``(key, text)`` of each create-only record
+    records: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +274,7 @@ class Progress:
 StorageEffect: TypeAlias = (
     Load
     | SaveSnapshot
+    | SaveSnapshotCreatingRecords
     | LoadRecord
     | SaveRecord
     | DeleteRecord

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 from .. import core
 from ..errors import ConfigError
 from ..machines.confirmation import ConfirmationEvent
-from ..storage.capabilities import keeps_records
+from ..storage.capabilities import keeps_records, saves_with_records
 from ..wire.digest import EditedArguments
 from ..wire.enums import DecisionKind, TurnOutcome
 from ..wire.session import ConfirmationBinding, RouteDecision, SessionSnapshot
@@ -84,6 +84,8 @@ class _SessionBase:
         self._holder = holder
         self._ports = ports
         holder.observed = bool(ports.observers)
+        # The audited claim writes its entry inside the claim where the store can (ADR-0141).
+        holder.atomic_records = saves_with_records(ports.storage)
 
     # -- read-only views -----------------------------------------------------------------
     @property

@@ -40,6 +40,7 @@ __all__ = [
     "pending_rows",
     "prepare_record_save",
     "prepare_save",
+    "prepare_save_with_records",
     "snapshot_text",
 ]
 
@@ -391,3 +392,38 @@ def prepare_stored_record(
     if "\x00" in prepared.text:
         raise ConfigError("The record text holds a NUL character.", hint=RECORD_HINT)
     return prepared
+
+
+#: The most records one :meth:`~akchat_fsm.storage.port.SaveWithRecords.save_with_records`
+#: creates (a claim creates one audit entry; the bound keeps one write's work small).
+MAX_CREATED_RECORDS = 16
+
+
+def prepare_save_with_records(
+    snapshot: Any, expected_cursor: object, records: object
+) -> tuple[PreparedSave, tuple[PreparedRecordSave, ...]]:
+    """Validate a ``save_with_records`` call (ADR-0141): the envelope's save as
+    :func:`prepare_save` checks it, and each ``(key, text)`` as a create-only record of the same
+    session (version 1, not processing, stamped with the save's instant). Keys are distinct;
+    1 to :data:`MAX_CREATED_RECORDS` of them. Refused with ``ConfigError`` before any I/O."""
+    save = prepare_save(snapshot, expected_cursor)
+    if isinstance(records, str | bytes) or not isinstance(records, list | tuple):
+        raise ConfigError("records must be a list or tuple of (key, text) pairs.", hint=RECORD_HINT)
+    if not 1 <= len(records) <= MAX_CREATED_RECORDS:
+        raise ConfigError(
+            f"save_with_records() creates 1 to {MAX_CREATED_RECORDS} records, got {len(records)}.",
+            hint=RECORD_HINT,
+        )
+    prepared: list[PreparedRecordSave] = []
+    for pair in records:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise ConfigError("Each record is a (key, text) tuple.", hint=RECORD_HINT)
+        record = prepare_stored_record(save.session_id, pair[0], pair[1], None, False)
+        prepared.append(
+            PreparedRecordSave(
+                record.session_id, record.key, 1, None, record.text, False, save.written_ms
+            )
+        )
+    if len({r.key for r in prepared}) != len(prepared):
+        raise ConfigError("save_with_records() got the same record key twice.", hint=RECORD_HINT)
+    return save, tuple(prepared)

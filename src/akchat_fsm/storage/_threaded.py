@@ -13,7 +13,14 @@ from typing import Generic, Protocol, TypeVar
 
 from ..wire.session import SessionSnapshot
 from ._closing import AsyncClosing
-from .port import AuditRefPage, PendingOrder, PendingPage, ProcessingSession, StoredRecord
+from .port import (
+    AuditRefPage,
+    CreatedRecords,
+    PendingOrder,
+    PendingPage,
+    ProcessingSession,
+    StoredRecord,
+)
 
 __all__ = ["ThreadedAsyncStorage"]
 
@@ -24,6 +31,10 @@ class _Blocking(Protocol):
     def save(self, snapshot: SessionSnapshot, expected_cursor: int | None) -> bool: ...
 
     def delete(self, session_id: str) -> None: ...
+
+    def save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
+    ) -> bool: ...
 
     def load_record(self, session_id: str, key: str) -> StoredRecord | None: ...
 
@@ -88,6 +99,15 @@ class ThreadedAsyncStorage(AsyncClosing, Generic[S]):
     async def delete(self, session_id: str) -> None:
         """Forget ``session_id`` and its records (one transaction); a missing one is no error."""
         await asyncio.to_thread(self.sync.delete, session_id)
+
+    async def save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
+    ) -> bool:
+        """The save and the create-only ``records`` in one transaction, all or nothing
+        (``SaveWithRecords``)."""
+        return await asyncio.to_thread(
+            self.sync.save_with_records, snapshot, expected_cursor, records
+        )
 
     async def load_record(self, session_id: str, key: str) -> StoredRecord | None:
         """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""

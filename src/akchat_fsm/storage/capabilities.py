@@ -1,6 +1,7 @@
 """Whether a storage has an optional capability: the one check every layer decides by.
 
-A capability (records, the processing, pending and audit indexes; port.py) is present when
+A capability (records, the processing, pending and audit indexes, the save that creates
+records; port.py) is present when
 every method of its protocol can be looked up on the storage and called. This is deliberately not
 ``isinstance(storage, RecordStorage)``: from Python 3.12 a runtime-checkable protocol looks
 attributes up statically (``inspect.getattr_static``), so a wrapper that forwards to its
@@ -14,19 +15,21 @@ Either flavour passes: the sync and asyncio protocols name the same methods.
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .port import AuditIndex, PendingIndex, ProcessingIndex, RecordStorage
+from .port import AuditIndex, PendingIndex, ProcessingIndex, RecordStorage, SaveWithRecords
 
 __all__ = [
     "AUDIT_METHODS",
     "PENDING_METHODS",
     "PROCESSING_METHODS",
     "RECORD_METHODS",
+    "SAVE_WITH_RECORDS_METHODS",
     "MissingCapability",
     "has_audit_index",
     "has_pending_index",
     "has_processing_index",
     "keeps_records",
     "provides",
+    "saves_with_records",
 ]
 
 
@@ -41,6 +44,7 @@ RECORD_METHODS = _methods(RecordStorage)
 PROCESSING_METHODS = _methods(ProcessingIndex)
 PENDING_METHODS = _methods(PendingIndex)
 AUDIT_METHODS = _methods(AuditIndex)
+SAVE_WITH_RECORDS_METHODS = _methods(SaveWithRecords)
 
 
 def provides(storage: object, methods: tuple[str, ...]) -> bool:
@@ -66,6 +70,12 @@ def has_pending_index(storage: object) -> bool:
 def has_audit_index(storage: object) -> bool:
     """Whether ``storage`` has the audit index (``AuditIndex``, either flavour)."""
     return provides(storage, AUDIT_METHODS)
+
+
+def saves_with_records(storage: object) -> bool:
+    """Whether ``storage`` saves an envelope and creates records in one atomic write
+    (``SaveWithRecords``, either flavour, ADR-0141) and keeps records at all."""
+    return keeps_records(storage) and provides(storage, SAVE_WITH_RECORDS_METHODS)
 
 
 class MissingCapability(ConfigError):

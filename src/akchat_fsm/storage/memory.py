@@ -25,6 +25,7 @@ from ._cas import (
     check_session_id,
     loaded_text,
     prepare_save,
+    prepare_save_with_records,
     prepare_stored_record,
     record_prefix_matches_nothing,
 )
@@ -33,6 +34,7 @@ from ._pending import admits, carry_since, check_pending_query, check_token, mak
 from .port import (
     AuditRef,
     AuditRefPage,
+    CreatedRecords,
     PendingApproval,
     PendingOrder,
     PendingPage,
@@ -82,6 +84,30 @@ class MemoryStorage(Closing):
             _, busy, _ = self._index.get(prepared.session_id, (False, frozenset(), 0))
             self._index[prepared.session_id] = (prepared.processing, busy, prepared.written_ms)
             self._save_pending(prepared.session_id, prepared.pending, prepared.written_ms)
+        return True
+
+    def save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
+    ) -> bool:
+        """The save and the create-only ``records``, all or nothing (``SaveWithRecords``)."""
+        prepared, created = prepare_save_with_records(snapshot, expected_cursor, records)
+        sid = prepared.session_id
+        with self._lock:
+            row = self._rows.get(sid)
+            if not cas_allows(None if row is None else row[0], prepared.expected):
+                return False
+            stored = self._records.get(sid, {})
+            if any(r.key in stored for r in created):
+                return False
+            self._rows[sid] = (prepared.cursor, prepared.text)
+            records_now = self._records.setdefault(sid, {})
+            for r in created:
+                records_now[r.key] = (r.version, r.text, False)
+                if audit_indexed(r.key):
+                    self._audit.setdefault(sid, {})[r.key] = r.written_ms
+            _, busy, _ = self._index.get(sid, (False, frozenset(), 0))
+            self._index[sid] = (prepared.processing, busy, prepared.written_ms)
+            self._save_pending(sid, prepared.pending, prepared.written_ms)
         return True
 
     def _save_pending(self, sid: str, rows: tuple[PendingRow, ...], written_ms: int) -> None:
@@ -251,6 +277,12 @@ class AsyncMemoryStorage(AsyncClosing):
     async def delete(self, session_id: str) -> None:
         """Forget ``session_id`` and its records; a missing session is not an error."""
         self.sync.delete(session_id)
+
+    async def save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
+    ) -> bool:
+        """The save and the create-only ``records``, all or nothing (``SaveWithRecords``)."""
+        return self.sync.save_with_records(snapshot, expected_cursor, records)
 
     async def load_record(self, session_id: str, key: str) -> StoredRecord | None:
         """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""

@@ -55,6 +55,7 @@ from ._cas import (
     loaded_text,
     now_ms,
     prepare_save,
+    prepare_save_with_records,
     record_prefix_matches_nothing,
 )
 from ._closing import Closing
@@ -74,7 +75,14 @@ from ._sql import (
     pending_params,
 )
 from ._threaded import ThreadedAsyncStorage
-from .port import AuditRefPage, PendingOrder, PendingPage, ProcessingSession, StoredRecord
+from .port import (
+    AuditRefPage,
+    CreatedRecords,
+    PendingOrder,
+    PendingPage,
+    ProcessingSession,
+    StoredRecord,
+)
 
 __all__ = ["AsyncMySQLStorage", "MySQLStorage", "map_mysql_error"]
 
@@ -669,6 +677,41 @@ class MySQLStorage(Closing):
         with self._lock:
             conn = self._connection()
             return bool(self._send(conn, cas_then_pending, write=True, transaction=True))
+
+    def save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
+    ) -> bool:
+        """The save and the create-only ``records`` in one transaction, all or nothing
+        (``SaveWithRecords``)."""
+        # The envelope's CAS, then one plain INSERT of the records, whose duplicate key (1062,
+        # a key already there) rolls it all back: the definite False; then the pending rows.
+        # A deadlock re-sends the whole transaction.
+        p, created = prepare_save_with_records(snapshot, expected_cursor, records)
+        sql, params = self._plan.prepared_statement(p)
+        self._plan.refuse_if_read_only("a write")
+        marks = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(created))
+        insert = self._plan.insert_record.rsplit(" VALUES ", 1)[0] + " VALUES " + marks
+        values = [
+            v
+            for r in created
+            for v in (r.session_id, r.key, r.version, r.text, False, p.written_ms)
+        ]
+
+        def cas_records_pending(cur: Any) -> bool:
+            cur.execute("BEGIN")
+            if not cur.execute(sql, params):
+                cur.execute("ROLLBACK")
+                return False
+            cur.execute(insert, values)  # 1062 on a key already there: rolled back by _send
+            self._plan.replace_pending(cur, p)
+            cur.execute("COMMIT")
+            return True
+
+        with self._lock:
+            conn = self._connection()
+            if not self._records:  # pragma: no cover - a writing adapter always has the table
+                raise StorageUnavailable("MySQL storage has no records table.")
+            return bool(self._send(conn, cas_records_pending, write=True, transaction=True))
 
     def delete(self, session_id: str) -> None:
         """Forget ``session_id`` and its records (one transaction); a missing one is no error."""

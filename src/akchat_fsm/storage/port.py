@@ -25,7 +25,7 @@ manager whose exit closes its connections. See ``docs/adapters.md``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self, runtime_checkable
@@ -40,10 +40,12 @@ __all__ = [
     "AsyncPendingIndex",
     "AsyncProcessingIndex",
     "AsyncRecordStorage",
+    "AsyncSaveWithRecords",
     "AsyncSessionStorage",
     "AuditIndex",
     "AuditRef",
     "AuditRefPage",
+    "CreatedRecords",
     "DeletableSessionStorage",
     "ManagedSessionStorage",
     "PendingApproval",
@@ -53,6 +55,7 @@ __all__ = [
     "ProcessingIndex",
     "ProcessingSession",
     "RecordStorage",
+    "SaveWithRecords",
     "SessionStorage",
     "StoredRecord",
     "StoredValue",
@@ -188,6 +191,42 @@ class AsyncRecordStorage(Protocol):
     async def list_records(self, session_id: str, prefix: str = "") -> list[str]: ...
 
     async def delete_record(self, session_id: str, key: str) -> None: ...
+
+
+#: What :meth:`SaveWithRecords.save_with_records` creates: ``(key, text)`` pairs.
+CreatedRecords = Sequence[tuple[str, str]]
+
+
+@runtime_checkable
+class SaveWithRecords(Protocol):
+    """An envelope save that also creates records, all or nothing (ADR-0141).
+
+    ``save_with_records(snapshot, expected_cursor, records)`` is one atomic write: the
+    envelope's compare-and-set exactly as ``save`` (same cursor rule, same processing and
+    pending index updates) *and* the create-only record (``save_record(..., None)``, stored
+    version 1, not processing) of every ``(key, text)`` in ``records`` (1 to 16 distinct keys
+    of the session). It applies only if the stored cursor equals ``expected_cursor`` **and**
+    no record exists under any of the keys; otherwise ``False`` and nothing at all is written:
+    neither the envelope nor any record. A reader never sees one half without the other.
+    Errors are the port's: ``StorageUnavailable`` (nothing applied) or ``OutcomeUnknown``
+    (both halves or neither may have applied: re-reading the envelope tells which, since
+    they applied together). Optional: a store that offers it must also be a
+    :class:`RecordStorage`; the session's audited claim then writes its entry inside the
+    claim (two durable writes per approve instead of three).
+    """
+
+    def save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
+    ) -> bool: ...
+
+
+@runtime_checkable
+class AsyncSaveWithRecords(Protocol):
+    """The asyncio twin of :class:`SaveWithRecords`."""
+
+    async def save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
+    ) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ from ._cas import (
     check_sql_identifier,
     derived_identifier,
     loaded_text,
+    prepare_save_with_records,
     processing_statuses,
     record_prefix_matches_nothing,
 )
@@ -73,7 +74,14 @@ from ._sql import (
     found_session,
     pending_items,
 )
-from .port import AuditRefPage, PendingOrder, PendingPage, ProcessingSession, StoredRecord
+from .port import (
+    AuditRefPage,
+    CreatedRecords,
+    PendingOrder,
+    PendingPage,
+    ProcessingSession,
+    StoredRecord,
+)
 
 __all__ = ["AsyncPostgresStorage", "PostgresStorage", "map_pg_error"]
 
@@ -345,6 +353,12 @@ class _Plan(SqlStatements):
             f"UPDATE {t} SET cursor = %s, body = %s, updated_at = now(), processing = %s,"
             " written_ms = %s WHERE session_id = %s AND cursor = %s RETURNING session_id, cursor",
         )
+        # ADR-0141: the same CAS statement, plus the create-only records, inserted from the
+        # CAS's own row (none when it matched nothing) with no ON CONFLICT: a key already
+        # there is a unique violation (23505) that aborts the whole statement, envelope and
+        # pending rows included: the definite conflict.
+        self.insert_with_records = _with_records(r, self.insert)
+        self.update_with_records = _with_records(r, self.update)
         self.delete = (
             f"WITH records AS (DELETE FROM {r} WHERE session_id = %s),"
             f" pending AS (DELETE FROM {p} WHERE session_id = %s)"
@@ -379,6 +393,16 @@ class _Plan(SqlStatements):
 
     def columns_params(self) -> tuple[str, str, str]:
         return self.table, self.table, self.records
+
+    def save_with_records_statement(
+        self, snapshot: Any, expected_cursor: Any, records: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The one statement of a ``save_with_records`` and its parameters."""
+        p, created = prepare_save_with_records(snapshot, expected_cursor, records)
+        sql, params = self.prepared_statement(p)
+        sql = self.insert_with_records if p.expected is None else self.update_with_records
+        keys, texts = [r.key for r in created], [r.text for r in created]
+        return sql, (*params, p.written_ms, keys, texts)
 
     def pending_params(self, p: PreparedSave) -> tuple[Any, ...]:
         """The save's pending rows as arrays: the tokens it keeps, then the columns to upsert."""
@@ -499,6 +523,19 @@ def _with_pending(p: str, envelope: str) -> str:
         " ON CONFLICT (session_id, token) DO UPDATE SET tool_call_id = EXCLUDED.tool_call_id,"
         " action = EXCLUDED.action, expires_at_ms = EXCLUDED.expires_at_ms)"
         " SELECT cursor FROM s"
+    )
+
+
+def _with_records(r: str, with_pending: str) -> str:
+    """A :func:`_with_pending` statement that also inserts the create-only records from its
+    CAS row ``s`` (ADR-0141); their parameters come last: written_ms, keys, texts."""
+    tail = " SELECT cursor FROM s"
+    assert with_pending.endswith(tail)
+    return (
+        with_pending[: -len(tail)]
+        + f", created AS (INSERT INTO {r} (session_id, key, version, body, processing,"
+        " written_ms) SELECT s.session_id, x.key, 1, x.body, false, %s::bigint"
+        " FROM s, unnest(%s::text[], %s::text[]) AS x (key, body))" + tail
     )
 
 
@@ -781,6 +818,14 @@ class PostgresStorage(Closing):
         sql, params = self._plan.delete_statement(session_id)
         self._run(sql, params, write=True, locking=self._plan.lock_session)
 
+    def save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
+    ) -> bool:
+        """The save and the create-only ``records`` in one statement, all or nothing
+        (``SaveWithRecords``): a key already there aborts it (a definite ``False``)."""
+        sql, params = self._plan.save_with_records_statement(snapshot, expected_cursor, records)
+        return self._run(sql, params, write=True) is not None
+
     # ------------------------------------------------------------------ records capability
     def load_record(self, session_id: str, key: str) -> StoredRecord | None:
         """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
@@ -1013,6 +1058,14 @@ class AsyncPostgresStorage(AsyncClosing):
         """Forget ``session_id``, its records and pending rows; a missing one is no error."""
         sql, params = self._plan.delete_statement(session_id)
         await self._run(sql, params, write=True, locking=self._plan.lock_session)
+
+    async def save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
+    ) -> bool:
+        """The save and the create-only ``records`` in one statement, all or nothing
+        (``SaveWithRecords``): a key already there aborts it (a definite ``False``)."""
+        sql, params = self._plan.save_with_records_statement(snapshot, expected_cursor, records)
+        return await self._run(sql, params, write=True) is not None
 
     # ------------------------------------------------------------------ records capability
     async def load_record(self, session_id: str, key: str) -> StoredRecord | None:

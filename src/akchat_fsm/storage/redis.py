@@ -76,6 +76,7 @@ from ._cas import (
     now_ms,
     pending_rows,
     prepare_save,
+    prepare_save_with_records,
     prepare_stored_record,
     record_prefix_matches_nothing,
 )
@@ -93,6 +94,7 @@ from ._read_only import read_only_refusal
 from .port import (
     AuditRef,
     AuditRefPage,
+    CreatedRecords,
     PendingApproval,
     PendingOrder,
     PendingPage,
@@ -249,6 +251,54 @@ reindex(ARGV[7], ARGV[2], KEYS[4], old, ARGV[8], 9)
 local rows = #ARGV > 8 and '1' or '0'
 redis.call('HSET', KEYS[1], 'cursor', ARGV[4], 'body', ARGV[5], 'processing', ARGV[6],
   'pending', rows)
+"""
+    + _INDEX
+)
+
+#: :data:`CAS_SCRIPT` that also creates records, all or nothing (``save_with_records``,
+#: ADR-0141): ARGV[1..8] as there, ARGV[9] the audit index's sorted set, ARGV[10] the record
+#: count ``n``, then ``n`` triples (key, text, "1" if the key is audit-indexed), then the
+#: pending rows. 0, and nothing written, if the cursor does not match or any key exists;
+#: every check (the keys' absence included) runs before the first write.
+CAS_RECORDS_SCRIPT = (
+    _PENDING
+    + """\
+local head = redis.call('HMGET', KEYS[1], 'cursor', 'pending')
+local stored = head[1]
+if ARGV[3] == '' then
+  if stored then return 0 end
+elseif stored ~= ARGV[3] then
+  return 0
+end
+local n = tonumber(ARGV[10])
+if not n or n < 1 or #ARGV < 10 + 3 * n then
+  return redis.error_reply('ERR akchat: a malformed record count')
+end
+local first = 11 + 3 * n
+for i = 11, first - 1, 3 do
+  if redis.call('HEXISTS', KEYS[2], 'v:' .. ARGV[i]) == 1 then return 0 end
+end
+local old = {}
+if head[2] == '1' then old = rows_of(KEYS[4]) end
+local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '0')
+local bad = malformed(old, first, ARGV[8])
+if not bad and (not busy or not digits(ARGV[4]) or (ARGV[6] ~= '0' and ARGV[6] ~= '1')) then
+  bad = 'ERR akchat: a malformed cursor, processing flag or record count'
+end
+if bad then return redis.error_reply(bad) end
+-- Parsed and checked: only writes from here on.
+reindex(ARGV[7], ARGV[2], KEYS[4], old, ARGV[8], first)
+local rows = #ARGV >= first and '1' or '0'
+redis.call('HSET', KEYS[1], 'cursor', ARGV[4], 'body', ARGV[5], 'processing', ARGV[6],
+  'pending', rows)
+for i = 11, first - 1, 3 do
+  local k = ARGV[i]
+  redis.call('HSET', KEYS[2], 'v:' .. k, '1', 'b:' .. k, ARGV[i + 1])
+  if ARGV[i + 2] == '1' then
+    redis.call('HSET', KEYS[2], 'a:' .. k, ARGV[8])
+    redis.call('ZADD', ARGV[9], 0, ARGV[8] .. ' ' .. ARGV[2] .. ' ' .. k)
+  end
+end
 """
     + _INDEX
 )
@@ -415,6 +465,7 @@ _SOURCES = {
     hashlib.sha1(source.encode()).hexdigest(): source
     for source in (
         CAS_SCRIPT,
+        CAS_RECORDS_SCRIPT,
         RECORD_SCRIPT,
         DELETE_RECORD_SCRIPT,
         DELETE_SCRIPT,
@@ -736,6 +787,21 @@ class _Plan:
         args = (expected, str(p.cursor), p.text, flag, ns, _pad(p.written_ms))
         rows = _row_args(p.pending)
         return self._script(CAS_SCRIPT, p.session_id, p.written_ms, *args, *rows)
+
+    def save_with_records_command(
+        self, snapshot: Any, expected_cursor: Any, records: Any
+    ) -> tuple[Any, ...]:
+        p, created = prepare_save_with_records(snapshot, expected_cursor, records)
+        expected = "" if p.expected is None else str(p.expected)
+        flag = "1" if p.processing else "0"
+        ns = self.pending_of(p.session_id)
+        args = (expected, str(p.cursor), p.text, flag, ns, _pad(p.written_ms))
+        triples = [
+            v for r in created for v in (r.key, r.text, "1" if audit_indexed(r.key) else "0")
+        ]
+        head = (self.audit_of(p.session_id), str(len(created)), *triples)
+        rows = _row_args(p.pending)
+        return self._script(CAS_RECORDS_SCRIPT, p.session_id, p.written_ms, *args, *head, *rows)
 
     def load_record_command(self, session_id: str, key: str) -> tuple[Any, ...]:
         k = check_record_key(key)
@@ -1209,6 +1275,14 @@ class RedisStorage(Closing):
         """Forget ``session_id`` and its records (one script); a missing one is not an error."""
         self._call(self._plan.delete_command(session_id), write=True)
 
+    def save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
+    ) -> bool:
+        """The save and the create-only ``records`` in one script, all or nothing
+        (``SaveWithRecords``): every key's absence is checked before the first write."""
+        command = self._plan.save_with_records_command(snapshot, expected_cursor, records)
+        return bool(self._call(command, write=True) == 1)
+
     # ------------------------------------------------------------------ records capability
     def load_record(self, session_id: str, key: str) -> StoredRecord | None:
         """``(version, text)`` of the record ``key`` of ``session_id``, or ``None``."""
@@ -1438,6 +1512,14 @@ class AsyncRedisStorage(AsyncClosing):
     async def delete(self, session_id: str) -> None:
         """Forget ``session_id`` and its records (one script); a missing one is not an error."""
         await self._call(self._plan.delete_command(session_id), write=True)
+
+    async def save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
+    ) -> bool:
+        """The save and the create-only ``records`` in one script, all or nothing
+        (``SaveWithRecords``): every key's absence is checked before the first write."""
+        command = self._plan.save_with_records_command(snapshot, expected_cursor, records)
+        return bool(await self._call(command, write=True) == 1)
 
     # ------------------------------------------------------------------ records capability
     async def load_record(self, session_id: str, key: str) -> StoredRecord | None:

@@ -40,6 +40,7 @@ from ._cas import (
     loaded_text,
     now_ms,
     prepare_save,
+    prepare_save_with_records,
     prepare_stored_record,
     processing_statuses,
     record_prefix_matches_nothing,
@@ -60,7 +61,14 @@ from ._sql import (
     pending_params,
 )
 from ._threaded import ThreadedAsyncStorage
-from .port import AuditRefPage, PendingOrder, PendingPage, ProcessingSession, StoredRecord
+from .port import (
+    AuditRefPage,
+    CreatedRecords,
+    PendingOrder,
+    PendingPage,
+    ProcessingSession,
+    StoredRecord,
+)
 
 __all__ = ["AsyncSQLiteStorage", "SQLiteStorage"]
 
@@ -277,6 +285,28 @@ class SQLiteStorage(Closing):
         update = (p.cursor, p.text, flag, p.written_ms, p.session_id, p.expected)
         return self._write(self._update, update, pending=p)
 
+    def save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: CreatedRecords
+    ) -> bool:
+        """The save and the create-only ``records`` in one transaction, all or nothing
+        (``SaveWithRecords``)."""
+        # The envelope's CAS, then one INSERT … DO NOTHING per record: any that changes no row
+        # (the key exists) rolls everything back, and the answer is False.
+        p, created = prepare_save_with_records(snapshot, expected_cursor, records)
+        flag = int(p.processing)
+        inserts = tuple(
+            (
+                self._schema.insert_record,
+                (r.session_id, r.key, r.version, r.text, 0, r.written_ms),
+            )
+            for r in created
+        )
+        if p.expected is None:
+            create = (p.session_id, p.cursor, p.text, flag, p.written_ms)
+            return self._write(self._insert, create, pending=p, creates=inserts)
+        update = (p.cursor, p.text, flag, p.written_ms, p.session_id, p.expected)
+        return self._write(self._update, update, pending=p, creates=inserts)
+
     def delete(self, session_id: str) -> None:
         """Forget ``session_id`` and its records (one transaction); a missing one is no error."""
         key = (check_session_id(session_id),)
@@ -293,12 +323,15 @@ class SQLiteStorage(Closing):
         params: tuple[object, ...],
         *more: tuple[str, tuple[object, ...]],
         pending: PreparedSave | None = None,
+        creates: tuple[tuple[str, tuple[object, ...]], ...] = (),
     ) -> bool:
         """``BEGIN IMMEDIATE``; one statement; ``COMMIT`` iff it changed one row.
 
         ``more`` statements run after the first in the same transaction, whatever it changed
         (``delete``: the session's records go with its envelope). ``pending``: an envelope
         save, whose pending rows are replaced in the same transaction once it changed a row.
+        ``creates``: statements that must each change one row too (a record's create-only
+        insert), else the whole transaction rolls back (``save_with_records``).
         """
         self._refuse_if_read_only("a write")
         with self._lock:
@@ -308,6 +341,10 @@ class SQLiteStorage(Closing):
                 changed = conn.execute(sql, params).rowcount == 1
                 for extra_sql, extra_params in more:
                     changed = conn.execute(extra_sql, extra_params).rowcount > 0 or changed
+                for create_sql, create_params in creates if changed else ():
+                    changed = conn.execute(create_sql, create_params).rowcount == 1
+                    if not changed:
+                        break
                 if not changed:
                     conn.execute("ROLLBACK")
                     return False

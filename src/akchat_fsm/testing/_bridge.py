@@ -46,6 +46,7 @@ _OPTIONAL = (
     "list_pending",
     "list_audit",
     "find_token",
+    "save_with_records",
 )
 
 

@@ -36,6 +36,7 @@ from . import (
     _pending_index,
     _processes,
     _records,
+    _save_with_records,
     _sequential,
 )
 from ._bridge import AsyncBridge, EventLoopThread
@@ -87,6 +88,7 @@ CHECKS: dict[str, Callable[[KitContext], str]] = {
     "pending_index_filters": _pending_index.pending_index_filters,
     "pending_index_pages": _pending_index.pending_index_pages,
     "audit_index": _audit_index.audit_index,
+    "save_with_records": _save_with_records.save_with_records,
     "no_open_connections": _sequential.no_open_connections,
 }
 
@@ -157,6 +159,9 @@ PROPERTIES: dict[str, str] = {
     "(and no other) from the write that creates it, in (written_ms, session_id, key) order "
     "and in keyset pages; a losing create changes nothing listed, an update lists it once at "
     "its last write; delete_record and delete unlist",
+    "save_with_records": "save_with_records must write the envelope's compare-and-set and "
+    "every record's create as one: both or neither; a stale cursor creates no record, an "
+    "existing key leaves the envelope and the other records unchanged (ADR-0141)",
     "no_open_connections": "close() must release every connection",
 }
 

@@ -166,6 +166,11 @@ class _FaultyBase:
     ) -> None:
         self.inner = inner
         self.plan = FaultPlan(seed, p_unavailable, p_unknown_after_apply, dict(schedule or {}))
+        # The save that also creates records (ADR-0141) is an envelope save: it takes the
+        # save's faults. Bound only when the inner store has it, so the wrapper offers the
+        # capability exactly when its store does.
+        if callable(getattr(inner, "save_with_records", None)):
+            self.save_with_records = self._save_with_records
 
     @property
     def injected(self) -> list[InjectedFault]:
@@ -217,6 +222,19 @@ class FaultyStorage(_FaultyBase):
         """The inner ``delete``, unless a fault is due (before it, or after it has applied)."""
         return self._through("delete", session_id, lambda: self.inner.delete(session_id))  # type: ignore[attr-defined]
 
+    def _save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: Any
+    ) -> bool:
+        """The inner ``save_with_records``, with the faults of ``save``."""
+        inner: Any = self.inner
+        return bool(
+            self._through(
+                "save",
+                snapshot.session_id,
+                lambda: inner.save_with_records(snapshot, expected_cursor, records),
+            )
+        )
+
 
 class AsyncFaultyStorage(_FaultyBase):
     """The asyncio twin of :class:`FaultyStorage` for an :class:`AsyncSessionStorage`."""
@@ -242,3 +260,16 @@ class AsyncFaultyStorage(_FaultyBase):
     async def delete(self, session_id: str) -> Any:
         """The inner ``delete``, unless a fault is due (before it, or after it has applied)."""
         return await self._through("delete", session_id, lambda: self.inner.delete(session_id))  # type: ignore[attr-defined]
+
+    async def _save_with_records(
+        self, snapshot: SessionSnapshot, expected_cursor: int | None, records: Any
+    ) -> bool:
+        """The inner ``save_with_records``, with the faults of ``save``."""
+        inner: Any = self.inner
+        return bool(
+            await self._through(
+                "save",
+                snapshot.session_id,
+                lambda: inner.save_with_records(snapshot, expected_cursor, records),
+            )
+        )
