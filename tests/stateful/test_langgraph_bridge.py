@@ -756,13 +756,6 @@ def _paused_with_a_foreign_answer(tmp_path: Path, answer: dict[str, str]) -> tup
     return (bridge, paused.pending[0].token, counts), (store, close)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a foreign reject on the paused head wins: the reviewer's approval is recorded, the "
-    "run completes with the foreign rejection handed to the model, and the approved body never "
-    "runs (the bridge cannot tell its resume was not the one LangGraph used)",
-)
 def test_a_foreign_answer_on_the_head_cannot_override_the_sessions_approval(
     tmp_path: Path,
 ) -> None:
@@ -779,13 +772,6 @@ def test_a_foreign_answer_on_the_head_cannot_override_the_sessions_approval(
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ConfirmationError,
-    reason="a foreign approve on the paused head is refused by the boundary, but LangGraph keeps "
-    "it: every continuation after the reviewer's reject re-reads that approve and is refused "
-    "again (ConfirmationError), so the run never completes",
-)
 def test_a_refused_foreign_answer_on_the_head_does_not_wedge_the_run(tmp_path: Path) -> None:
     (bridge, token, counts), (store, close) = _paused_with_a_foreign_answer(
         tmp_path, {"type": "approve"}

@@ -28,7 +28,8 @@ import asyncio
 import contextlib
 import contextvars
 import json
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
@@ -48,6 +49,7 @@ from ._bridge import (
     RunRecord,
     RuntimeResult,
 )
+from ._bridge_runs import RunBlocked
 from .ledger import Execution, LedgerEntry, RecordedToolFailure, recorded_failure
 
 __all__ = [
@@ -55,8 +57,10 @@ __all__ = [
     "AsyncLangGraphBridge",
     "LangGraphBridge",
     "RecordedToolFailure",
+    "RunBlocked",
     "RunOutcome",
     "ToolBoundaryMiddleware",
+    "foreign_answers",
     "pending_calls",
     "resume_command",
     "use_guard",
@@ -170,16 +174,23 @@ def _decision(decision: CallDecision, tool: str) -> dict[str, Any]:
     return {"type": "reject", "message": decision.message or ""}
 
 
-def resume_command(run: RunRecord, decisions: Sequence[CallDecision]) -> Command[Any]:
-    """The ``Command(resume=...)`` answering every interrupt of ``run`` with ``decisions``."""
-    interrupts = json.loads(run.snapshot)["interrupts"]
+def resume_command(
+    run: RunRecord, decisions: Sequence[CallDecision], interrupts: Mapping[str, str] | None = None
+) -> Command[Any]:
+    """The ``Command(resume=...)`` answering every interrupt of ``run`` with ``decisions``.
+
+    ``interrupts`` maps each tool-call id to the interrupt id to answer (default: the paused
+    run's, from its snapshot; a fork of the pause asks under new ids, ADR-0138)."""
+    if interrupts is None:
+        interrupts = json.loads(run.snapshot)["interrupts"]
+    answers = _answers(run, decisions)
+    return Command(resume={interrupts[call]: answer for call, answer in answers.items()})
+
+
+def _answers(run: RunRecord, decisions: Sequence[CallDecision]) -> dict[str, dict[str, Any]]:
+    """Each decided call's HITL answer, by tool-call id."""
     tools = {c.tool_call_id: c.tool for c in run.calls}
-    return Command(
-        resume={
-            interrupts[d.tool_call_id]: _decision(d, tools.get(d.tool_call_id, ""))
-            for d in decisions
-        }
-    )
+    return {d.tool_call_id: _decision(d, tools.get(d.tool_call_id, "")) for d in decisions}
 
 
 def _snapshot(thread_id: str, checkpoint_id: str | None, calls: Sequence[PendingCall]) -> str:
@@ -211,6 +222,158 @@ def _result(thread_id: str, output: Any, checkpoint_id: str | None) -> RuntimeRe
         return RuntimeResult(_snapshot(thread_id, checkpoint_id, calls), calls)
     text = _final_text(output.value)
     return RuntimeResult(_snapshot(thread_id, checkpoint_id, ()), None, text, text)
+
+
+# --------------------------------------------------------------------------- resuming
+# LangGraph keeps a pause's answers as ``__resume__`` pending writes on the paused checkpoint,
+# and ``interrupt()`` returns the first one written for its task. An answer sent through
+# LangGraph itself (a host's ``graph.invoke(Command(resume=...))`` on the paused thread) is
+# that first one, and a later resume with the session's decision is ignored. So the
+# continuation reads the pause's writes first; when any answer there is not the session's
+# decision, it replays the paused checkpoint (``invoke(None)`` at its id: LangGraph forks the
+# thread, drops the ``__resume__`` writes and asks again under new interrupt ids) and answers
+# that fork, by tool-call id (docs/adr/0138-the-sessions-decision-wins-over-a-foreign-resume.md).
+
+#: LangGraph's channel names and null task id for a checkpoint's pending writes.
+RESUME_CHANNEL, INTERRUPT_CHANNEL = "__resume__", "__interrupt__"
+NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadPause:
+    """The thread's head checkpoint id and the paused checkpoint's pending writes: a
+    :class:`_Pause`."""
+
+    thread_id: str
+    checkpoint_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Pause:
+    #: The id of the thread's newest checkpoint (``None``: the thread is empty).
+    head: str | None
+    #: The paused checkpoint's pending writes (``None``: the checkpointer does not hold it).
+    writes: list[Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Fork:
+    """Replay the paused checkpoint; its answer: the interrupts the fork paused on."""
+
+    thread_id: str
+    checkpoint_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Resume:
+    """Resume the thread's head with ``command``; its answer: the :class:`RuntimeResult`."""
+
+    thread_id: str
+    command: Command[Any]
+
+
+_ResumeEffect = _ReadPause | _Fork | _Resume
+
+
+def _plan_resume(
+    run: RunRecord, decisions: Sequence[CallDecision]
+) -> Generator[_ResumeEffect, Any, RuntimeResult]:
+    """Continue ``run``'s pause with ``decisions`` so that LangGraph uses exactly those: on the
+    thread's head when the pause holds no other answer, else on a fork of the pause."""
+    snapshot = json.loads(run.snapshot)
+    thread_id, paused = str(snapshot["thread_id"]), snapshot.get("checkpoint_id")
+    command = resume_command(run, decisions)
+    if paused is not None:  # (``None``: not saved by this bridge; nothing to compare with)
+        pause: _Pause = yield _ReadPause(thread_id, str(paused))
+        if pause.writes is None:
+            raise RunBlocked(
+                f"Run {run.run_id!r} paused at checkpoint {paused!r} of LangGraph thread "
+                f"{thread_id!r}, which its checkpointer no longer holds (a deleted thread, a "
+                "shallow checkpointer): the session's decisions cannot reach the run.",
+                next_step=(
+                    f"an operator restores checkpoint {paused!r} of LangGraph thread "
+                    f"{thread_id!r} to the graph's checkpointer (never a shallow one); the "
+                    "next sweep continues the run"
+                ),
+                record=run,
+            )
+        answers = _answers(run, decisions)
+        # Off the pause (a continuation that died after moving the thread on, a host's own
+        # answer or fork), the head may hold answers the session never gave: replay the pause.
+        if pause.head != paused or foreign_answers(pause.writes, answers):
+            asked = yield _Fork(thread_id, str(paused))
+            ids = {c.tool_call_id: c.metadata["interrupt_id"] for c in pending_calls(asked)}
+            if set(ids) != set(answers):
+                raise RunBlocked(
+                    f"Run {run.run_id!r}: replaying its pause at checkpoint {paused!r} of "
+                    f"LangGraph thread {thread_id!r}, to drop an answer sent outside the "
+                    f"bridge, asked about tool calls {sorted(ids)}, not the run's "
+                    f"{sorted(answers)}.",
+                    next_step=(
+                        f"an operator makes the graph that paused LangGraph thread "
+                        f"{thread_id!r} (same nodes and tools) the bridge's; the next sweep "
+                        "continues the run"
+                    ),
+                    record=run,
+                )
+            command = resume_command(run, decisions, ids)
+    result: RuntimeResult = yield _Resume(thread_id, command)
+    return result
+
+
+def foreign_answers(writes: Iterable[Sequence[Any]], answers: Mapping[str, Any]) -> tuple[str, ...]:
+    """Which answers among a paused checkpoint's pending writes LangGraph would use instead of
+    ``answers`` (the session's, by tool-call id): each task's first ``__resume__`` value that
+    is not its call's decision, and any unkeyed one (a bare ``Command(resume=value)``: the
+    bridge always answers by interrupt id). Named by tool-call id (the task id when the pause
+    holds no interrupt for it); ``()`` when LangGraph will use the session's decisions."""
+    writes = [tuple(w) for w in writes]
+    call_of: dict[str, str] = {}
+    for task_id, channel, value, *_ in writes:
+        if channel == INTERRUPT_CHANNEL:
+            for found in value if isinstance(value, list | tuple) else (value,):
+                asked = getattr(found, "value", None)
+                if isinstance(asked, Mapping) and _named(asked.get("tool_call_id")):
+                    call_of[str(task_id)] = asked["tool_call_id"]
+    foreign: list[str] = []
+    for task_id, channel, value, *_ in writes:
+        if channel != RESUME_CHANNEL:
+            continue
+        if task_id == NULL_TASK_ID:
+            foreign.append("(a bare resume value)")
+            continue
+        first = value[0] if isinstance(value, list) and value else value
+        call = call_of.get(str(task_id))
+        if call is None or call not in answers or answers[call] != first:
+            foreign.append(call or str(task_id))
+    return tuple(foreign)
+
+
+def _at(thread_id: str, checkpoint_id: str) -> dict[str, Any]:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": "",
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def _pause(head: Any, paused: Any) -> _Pause:
+    """What :class:`_ReadPause` reads, from the checkpointer's two tuples."""
+    head_id = None if head is None else head.config["configurable"].get("checkpoint_id")
+    writes = None if paused is None else list(paused.pending_writes or ())
+    return _Pause(None if head_id is None else str(head_id), writes)
+
+
+def _checkpointer(graph: Any) -> Any:
+    saver = getattr(graph, "checkpointer", None)
+    if saver is None or isinstance(saver, bool):
+        raise ConfigError(
+            "The graph has no checkpointer of its own; the bridge cannot read its pauses.",
+            hint="Compile the graph with checkpointer=... (SqliteSaver, PostgresSaver, ...).",
+        )
+    return saver
 
 
 # --------------------------------------------------------------------------- the boundary
@@ -363,9 +526,32 @@ class _Runtime:
     def resume(
         self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
     ) -> RuntimeResult:
-        # On the thread's head, never the paused checkpoint id: resuming an old id forks.
-        thread_id = str(json.loads(run.snapshot)["thread_id"])
-        return self._invoke(resume_command(run, decisions), thread_id, guard)
+        # On the thread's head, never the paused checkpoint id (resuming an old id forks),
+        # unless the pause holds an answer that is not the session's (_plan_resume).
+        plan = _plan_resume(run, decisions)
+        effect = next(plan)
+        while True:
+            try:
+                effect = plan.send(self._perform(effect, guard))
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    def _perform(self, effect: _ResumeEffect, guard: ExecutionGuard) -> Any:
+        if isinstance(effect, _ReadPause):
+            saver = _checkpointer(self.graph)
+            head = saver.get_tuple(_config(effect.thread_id))
+            paused = saver.get_tuple(_at(effect.thread_id, effect.checkpoint_id))
+            return _pause(head, paused)
+        if isinstance(effect, _Fork):
+            with use_guard(guard):
+                output = self.graph.invoke(
+                    None,
+                    _at(effect.thread_id, effect.checkpoint_id),
+                    version="v2",
+                    durability=self.durability,
+                )
+            return output.interrupts
+        return self._invoke(effect.command, effect.thread_id, guard)
 
 
 class _AsyncRuntime(_Runtime):
@@ -386,8 +572,33 @@ class _AsyncRuntime(_Runtime):
     async def resume(  # type: ignore[override]
         self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
     ) -> RuntimeResult:
-        thread_id = str(json.loads(run.snapshot)["thread_id"])
-        return await self._ainvoke(resume_command(run, decisions), thread_id, guard)
+        plan = _plan_resume(run, decisions)
+        effect = next(plan)
+        while True:
+            try:
+                effect = plan.send(await self._aperform(effect, guard))
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    async def _aperform(self, effect: _ResumeEffect, guard: ExecutionGuard) -> Any:
+        if isinstance(effect, _ReadPause):
+            saver = _checkpointer(self.graph)
+            head = await saver.aget_tuple(_config(effect.thread_id))
+            paused = await saver.aget_tuple(_at(effect.thread_id, effect.checkpoint_id))
+            return _pause(head, paused)
+        if isinstance(effect, _Fork):
+            with use_guard(guard):
+                try:
+                    output = await self.graph.ainvoke(
+                        None,
+                        _at(effect.thread_id, effect.checkpoint_id),
+                        version="v2",
+                        durability=self.durability,
+                    )
+                finally:
+                    await guard.drain()
+            return output.interrupts
+        return await self._ainvoke(effect.command, effect.thread_id, guard)
 
 
 def _check_durability(durability: object) -> str:
