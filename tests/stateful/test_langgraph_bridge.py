@@ -13,8 +13,10 @@ before or after it applies, apply with an unknown outcome, or fail; one of its c
 writes (``put`` / ``put_writes``) may crash before or after; a tool body may crash after its
 side effect, or another process may try to continue the run while a body runs; a host may
 resume an old paused checkpoint id through LangGraph itself (a fork), answering "approve" to
-every interrupt under the bridge's guard (a foreign answer on the paused *head* is a known bug,
-pinned by the two strict xfails at the end of this file). A crashed process writes nothing
+every interrupt under the bridge's guard, or answer the head's interrupts through LangGraph
+itself, approving (refused by the boundary) or rejecting (LangGraph keeps that answer and runs
+on): the bridge's continuation must still carry the session's decisions (ADR-0138; the two
+tests at the end of this file pin the two shapes). A crashed process writes nothing
 more (LangGraph may swallow an exception on its own writer thread: the process is dead all
 the same). The host continues runs, the start-up sweep
 (``reconcile_all`` with the bridge hook) runs, and an operator settles unknown executions
@@ -54,7 +56,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from langgraph.types import Command
 
 from akchat_fsm import reconcile_all
-from akchat_fsm.errors import AkchatError, ConfirmationError, OutcomeUnknown, StorageUnavailable
+from akchat_fsm.errors import AkchatError, OutcomeUnknown, StorageUnavailable
 from akchat_fsm.integrations.langgraph import LangGraphBridge, use_guard
 from akchat_fsm.session import ChatDefinition, resume_chat_session
 from akchat_fsm.session.sweep import SweepPorts
@@ -90,6 +92,8 @@ BODY_OF = {f"{c.tool}:{next(iter(c.args.values()))}": c.id for c in CALLS.values
 #: Each call's reviewer gives one reason, so the reason the model reads is known.
 REASONS = {call: f"not {call}, please" for call in CALLS}
 EXPIRED = "The approval request for this tool call expired; it was not run."
+#: What a host answering a pause through LangGraph itself (``answer_the_head``) rejects with.
+FOREIGN = "someone else says no"
 #: What a process's armed write does: mostly nothing; otherwise one fault.
 FAULTS = ("",) * 4 + ("crash-before", "crash-after", "unknown", "unavailable")
 
@@ -109,6 +113,8 @@ FLOOR = (
     "body:crash-after",
     "race:continuing",
     "fork:ConfirmationError",
+    "head:ConfirmationError",
+    "head:ok",
     "sweep:took-over",
     "recover:settled-unknown",
 )
@@ -483,9 +489,7 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
         graph = self.hosts.graphs[host]
         head = graph.get_state({"configurable": {"thread_id": self.thread_id}}).config
         if head["configurable"]["checkpoint_id"] == pause["checkpoint_id"]:
-            # Not a fork: a foreign answer on the head's own interrupts is a known bug (the
-            # xfail tests at the end of this file).
-            return
+            return  # not a fork: ``answer_the_head`` answers the head's own interrupts
         fork_of = {"thread_id": self.thread_id, "checkpoint_id": pause["checkpoint_id"]}
         config = {"configurable": fork_of}
         answer = Command(resume={i: {"type": "approve"} for i in pause["interrupts"].values()})
@@ -495,6 +499,36 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
                 graph.invoke(answer, config, version="v2")
 
         self._act("fork", host, "", 0, fork, kind="rogue")
+
+    @rule(approve=st.booleans(), host=st.integers(0, HOSTS - 1))
+    def answer_the_head(self, approve: bool, host: int) -> None:
+        """A host answers the interrupts on the thread's head through LangGraph itself (under
+        the bridge's guard, holding no decision): "approve", which the boundary refuses, or a
+        rejection of its own, which LangGraph keeps as the pause's answer and runs on with.
+        Neither may reach the run: the bridge's continuation must carry the session's
+        decisions. What that foreign run hands the model is not the bridge's run: dropped
+        from what the model was handed (its bodies are still counted)."""
+        graph = self.hosts.graphs[host]
+        config = {"configurable": {"thread_id": self.thread_id}}
+        asked = graph.get_state(config).interrupts
+        if not asked:
+            return
+        answer = {"type": "approve"} if approve else {"type": "reject", "message": FOREIGN}
+        handed = [len(counts.handed) for counts in self.hosts.counts]
+
+        def foreign(bridge: LangGraphBridge) -> None:
+            with use_guard(bridge.execution_guard()):
+                graph.invoke(Command(resume={i.id: answer for i in asked}), config, version="v2")
+
+        # The faults armed for the bridge's next body or checkpointer write stay armed for it.
+        armed = self.body_fault, self.saver_fault, self.saver_at
+        self.body_fault, self.saver_fault, self.saver_at = "", "", 0
+        try:
+            self._act("head", host, "", 0, foreign, kind="rogue")
+        finally:
+            self.body_fault, self.saver_fault, self.saver_at = armed
+            for counts, before in zip(self.hosts.counts, handed, strict=True):
+                del counts.handed[before:]
 
     def _saw_pauses(self) -> None:
         run = self._bridge(0).run_record("r1")
@@ -636,6 +670,9 @@ def pinned_programs(machine: type[LangGraphBridgeProtocol]) -> None:
     try:
         _then_check(
             m,
+            # a host answers "approve" on the head through LangGraph: the boundary refuses
+            # it, and LangGraph keeps it as the pause's first answer to each call
+            (lambda: m.answer_the_head(True, 0), "head:ConfirmationError"),
             # c1 (index 0): the approval's audit entry never applies; then its CAS applies
             # with an unknown outcome, which the bridge settles
             (lambda: m.decide(0, True, 0, "crash-before", 1), "fault:crash-before"),
@@ -662,6 +699,9 @@ def pinned_programs(machine: type[LangGraphBridgeProtocol]) -> None:
         _then_check(
             m,
             (lambda: m.decide(1, False, 0, "", 1), "reject:ok"),  # c2; c1 still pending
+            # a host rejects both on the head itself: LangGraph runs on (the ungated u2 of
+            # the next turn runs, through the ledger) and pauses on c3, off the run's record
+            (lambda: m.answer_the_head(False, 1), "head:ok"),
             # c1's approving claim applies, then its process dies; the sweep completes it and
             # continues the run, dying at its first checkpointer write; the next sweep takes
             # the dead continuation over and dies after its second one
@@ -729,13 +769,14 @@ def test_langgraph_bridge_on_postgres_with_postgressaver(pg_url: str) -> None:
             conn.execute(f"DROP TABLE IF EXISTS {name}, {name}__records")
 
 
-# --------------------------------------------------------------------------- known bugs
-# A resume sent outside the bridge on the paused head (a host or a tool answering the
-# interrupt through LangGraph itself) is the answer LangGraph keeps: ``interrupt()`` returns
-# the first ``__resume__`` written for its task, and the bridge's own ``Command(resume=...)``,
-# sent later with the session's decision, is ignored. The boundary keeps the bodies safe (no
-# unapproved body runs, none runs twice), but the session's decision does not reach the run.
-# The machine above forks only pauses that are no longer the head, for this reason.
+# --------------------------------------------------------------------------- foreign answers
+# An answer sent outside the bridge on the paused head (a host or an inbox answering the
+# interrupt through LangGraph itself) is the one LangGraph keeps: ``interrupt()`` returns the
+# first ``__resume__`` written for its task. The bridge's continuation finds it on the pause
+# and replays the pause, answering the fork with the session's decision (ADR-0138). Without
+# that, a foreign reject completed a run whose call the reviewer approved, and a foreign
+# approve (refused by the boundary) was re-read by every later continuation, which the
+# boundary refused again.
 def _paused_with_a_foreign_answer(tmp_path: Path, answer: dict[str, str]) -> tuple[Any, Any]:
     """A run paused on ``c1`` (``send_email``), then answered ``answer`` by a host driving
     LangGraph itself on the thread's head (under the bridge's guard, holding no decision)."""
