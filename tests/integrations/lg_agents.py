@@ -186,11 +186,10 @@ async def open_async_saver(spec: str) -> AsyncIterator[Any]:
     :func:`open_saver` (``AsyncSqliteSaver`` / ``AsyncPostgresSaver``), closed on exit."""
     kind, _, rest = spec.partition(":")
     if kind == "sqlite":
-        import aiosqlite
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-        async with aiosqlite.connect(rest) as conn:
-            yield AsyncSqliteSaver(conn)
+        async with AsyncSqliteSaver.from_conn_string(rest) as saver:
+            yield saver
         return
     import psycopg
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver

@@ -498,7 +498,7 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
             with use_guard(bridge.execution_guard()):
                 graph.invoke(answer, config, version="v2")
 
-        self._act("fork", host, "", 0, fork, kind="rogue")
+        self._foreign("fork", host, fork)
 
     @rule(approve=st.booleans(), host=st.integers(0, HOSTS - 1))
     def answer_the_head(self, approve: bool, host: int) -> None:
@@ -506,25 +506,30 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
         the bridge's guard, holding no decision): "approve", which the boundary refuses, or a
         rejection of its own, which LangGraph keeps as the pause's answer and runs on with.
         Neither may reach the run: the bridge's continuation must carry the session's
-        decisions. What that foreign run hands the model is not the bridge's run: dropped
-        from what the model was handed (its bodies are still counted)."""
+        decisions."""
         graph = self.hosts.graphs[host]
         config = {"configurable": {"thread_id": self.thread_id}}
         asked = graph.get_state(config).interrupts
         if not asked:
             return
         answer = {"type": "approve"} if approve else {"type": "reject", "message": FOREIGN}
-        handed = [len(counts.handed) for counts in self.hosts.counts]
 
         def foreign(bridge: LangGraphBridge) -> None:
             with use_guard(bridge.execution_guard()):
                 graph.invoke(Command(resume={i.id: answer for i in asked}), config, version="v2")
 
-        # The faults armed for the bridge's next body or checkpointer write stay armed for it.
+        self._foreign("head", host, foreign)
+
+    def _foreign(self, what: str, host: int, action: Callable[[LangGraphBridge], object]) -> None:
+        """A host's own graph call beside the bridge. What it hands the model is not the
+        bridge's run (a foreign rejection kept on a pause may reach the model in a later fork
+        of that pause too): dropped from what the model was handed; its bodies still count.
+        The faults armed for the bridge's next body or checkpointer write stay armed for it."""
+        handed = [len(counts.handed) for counts in self.hosts.counts]
         armed = self.body_fault, self.saver_fault, self.saver_at
         self.body_fault, self.saver_fault, self.saver_at = "", "", 0
         try:
-            self._act("head", host, "", 0, foreign, kind="rogue")
+            self._act(what, host, "", 0, action, kind="rogue")
         finally:
             self.body_fault, self.saver_fault, self.saver_at = armed
             for counts, before in zip(self.hosts.counts, handed, strict=True):

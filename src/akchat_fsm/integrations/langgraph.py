@@ -288,8 +288,8 @@ def _plan_resume(
         if pause.writes is None:
             raise RunBlocked(
                 f"Run {run.run_id!r} paused at checkpoint {paused!r} of LangGraph thread "
-                f"{thread_id!r}, which its checkpointer no longer holds (a deleted thread, a "
-                "shallow checkpointer): the session's decisions cannot reach the run.",
+                f"{thread_id!r}, which its checkpointer no longer holds (a deleted or pruned "
+                "thread, a shallow checkpointer): the session's decisions cannot reach the run.",
                 next_step=(
                     f"an operator restores checkpoint {paused!r} of LangGraph thread "
                     f"{thread_id!r} to the graph's checkpointer (never a shallow one); the "
