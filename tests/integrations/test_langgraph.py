@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -300,11 +301,101 @@ def test_settings_the_bridge_cannot_keep_are_refused_before_anything_runs(
         ToolBoundaryMiddleware(predicate)
 
 
-def test_a_batched_pause_is_refused_with_a_hint(records_backend: RecordsBackend) -> None:
-    graph = build_graph([PAY], Counts(), InMemorySaver(), mode="batched")
-    with pytest.raises(ConfigError, match="cannot decide") as refused:
-        _start(records_backend.sync(), graph)
-    assert "per_call" in str(refused.value.hint)
+# --------------------------------------------------------------------------- batched HITL
+# One interrupt per model turn asks about every gated call: ``{"action_requests": [...]}``,
+# answered by one ``{"decisions": [...]}`` in its order (ADR-0140).
+
+
+def test_a_batched_pause_is_one_confirmation_per_call_and_one_answer_in_its_order(
+    records_backend: RecordsBackend,
+) -> None:
+    """Two gated calls and an ungated one in one turn: nothing runs at the pause (HITL asks
+    first), each gated call is its own confirmation, and the answer goes once, when both are
+    decided, in the interrupt's order whatever the order of the decisions."""
+    counts = Counts()
+    graph = build_graph([EMAIL, LOOKUP, PAY], counts, InMemorySaver(), mode="batched")
+    paused = _start(records_backend.sync(), graph)
+    assert paused.status == "paused" and counts.bodies == []
+    assert {b.tool_call_id: b.action for b in paused.pending} == {"c1": "send_email", "c2": "pay"}
+    [asked] = graph.get_state({"configurable": {"thread_id": "t1"}}).interrupts
+    assert json.loads(paused.snapshot)["interrupts"] == {"c1": asked.id, "c2": asked.id}
+    record = _bridge(records_backend.sync(), graph).run_record("r1")
+    assert record is not None
+    assert {c.tool_call_id: c.metadata["batch"] for c in record.calls} == {"c1": 0, "c2": 1}
+    tokens = {b.tool_call_id: b.token for b in paused.pending}
+    first = _bridge(records_backend.sync(), graph).reject(tokens["c2"], "too much")
+    assert first.run is not None and first.run.status == "waiting"  # c1 undecided: no answer
+    assert counts.bodies == [] and counts.requests == 1
+    done = _bridge(records_backend.sync(), graph).approve(tokens["c1"])
+    assert done.run is not None and done.run.status == "completed"
+    assert sorted(counts.bodies) == ["lookup:o-9", "send_email:a@example.com"]
+    assert done.run.output == (
+        "c1=sent to a@example.com; c2=User rejected the tool call for `pay` with reason: too "
+        "much; c3=order o-9 shipped"
+    )
+    again = _bridge(records_backend.sync(), graph).continue_run("r1")
+    assert again.replayed and again.output == done.run.output
+    assert sorted(counts.bodies) == ["lookup:o-9", "send_email:a@example.com"]
+
+
+def test_the_async_bridge_answers_a_batched_pause_too(records_backend: RecordsBackend) -> None:
+    counts = Counts()
+    graph = build_graph([PAY, EMAIL], counts, InMemorySaver(), mode="batched")
+
+    async def bridge() -> AsyncLangGraphBridge:
+        storage = records_backend.async_()
+        session = await resume_chat_session_async(DEFINITION, session_id=SID, storage=storage)
+        return AsyncLangGraphBridge(graph, session, storage, ttl_ms=TTL)
+
+    async def scenario() -> str:
+        paused = await (await bridge()).run(USER, thread_id="t1", run_id="r1")
+        tokens = {b.tool_call_id: b.token for b in paused.pending}
+        await (await bridge()).reject(tokens["c1"], "not now")  # the batch's second call
+        done = await (await bridge()).approve(tokens["c2"])  # its first
+        assert done.run is not None and done.run.status == "completed"
+        return str(done.run.output)
+
+    rejected = "User rejected the tool call for `send_email` with reason: not now"
+    assert asyncio.run(scenario()) == f"c1={rejected}; c2=paid 5"
+    assert counts.bodies == ["pay:5"]
+
+
+def test_a_partial_or_malformed_batched_answer_is_never_sent(
+    records_backend: RecordsBackend,
+) -> None:
+    """LangGraph keeps a malformed batched answer for good (the thread is wedged), so the
+    bridge checks a batch whole before building the command: a missing decision, or one its
+    tool does not accept, is a ConfigError and nothing is sent."""
+    from akchat_fsm.integrations.langgraph import resume_values
+    from akchat_fsm.integrations.runs import CallDecision
+
+    graph = build_graph([EMAIL, PAY], Counts(), InMemorySaver(), mode="batched")
+    _start(records_backend.sync(), graph)
+    run = _bridge(records_backend.sync(), graph).run_record("r1")
+    assert run is not None
+    with pytest.raises(ConfigError, match="asks about 2 calls but 1 are decided"):
+        resume_values(run, [CallDecision("c1", True)])
+    only_approve = replace(run, calls=tuple(
+        replace(c, metadata={**c.metadata, "decisions": ["approve"]}) for c in run.calls
+    ))  # fmt: skip
+    with pytest.raises(ConfigError, match="does not accept a 'reject'"):
+        resume_values(only_approve, [CallDecision("c1", True), CallDecision("c2", False, "no")])
+    [asked] = graph.get_state({"configurable": {"thread_id": "t1"}}).interrupts
+    assert resume_values(run, [CallDecision("c2", False, "no"), CallDecision("c1", True)]) == {
+        asked.id: {"decisions": [{"type": "approve"}, {"type": "reject", "message": "no"}]}
+    }
+
+
+def test_a_batched_interrupt_that_names_calls_the_state_lacks_is_refused() -> None:
+    from langchain_core.messages import AIMessage
+
+    request = {"name": "pay", "args": {"amount": 5}}
+    value = {"action_requests": [request], "review_configs": [{"action_name": "pay"}]}
+    other = AIMessage("", tool_calls=[{"id": "c9", "name": "pay", "args": {"amount": 6}}])
+    with pytest.raises(ConfigError, match="does not hold"):
+        pending_calls([Interrupt(value=value, id="i-1")], [other])
+    with pytest.raises(ConfigError, match="cannot decide"):
+        pending_calls([Interrupt(value={"ask": "anything"}, id="i-2")])
 
 
 def test_the_async_bridge_runs_the_same_plans(records_backend: RecordsBackend) -> None:
@@ -643,3 +734,92 @@ def test_a_pause_its_checkpointer_lost_is_reported_for_an_operator_and_runs_noth
         close()
         backup.close()
         storage.close()
+
+
+def _wall_bridge(storage: Any, graph: Any) -> LangGraphBridge:
+    """A bridge on the wall clock, 5 minutes to decide: the sweep (which runs a minute on,
+    on the wall clock) finds nothing due."""
+    session = resume_chat_session(DEFINITION, session_id=SID, storage=storage)
+    return LangGraphBridge(graph, session, storage, ttl_ms=300_000)
+
+
+def _approve_then_die(store: str, saver_spec: str, bodies: str, token: str) -> None:
+    """A reviewer's process approves one call of a batch, then is SIGKILLed."""
+    import os
+    import signal
+
+    saver, _ = open_saver(saver_spec)
+    graph = build_graph([EMAIL, LOOKUP, PAY], Counts(file=Path(bodies)), saver, mode="batched")
+    decided = _wall_bridge(open_store(store), graph).approve(token)
+    assert decided.run is not None and decided.run.status == "waiting"
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_batch_killed_half_decided_is_left_to_its_reviewer_then_runs_once(
+    stores: tuple[str, str], tmp_path: Path
+) -> None:
+    """SQLite with ``SqliteSaver``, PostgreSQL with ``PostgresSaver``. A process approves c1
+    of a batched pause and is killed. The sweep sends LangGraph nothing (a partial batched
+    answer would wedge the thread) and reports the run waiting for c2's reviewer. After c2
+    is rejected in another process, the run completes once, each body run once."""
+    store, saver_spec = stores
+    bodies = tmp_path / "bodies.txt"
+    saver, close = open_saver(saver_spec)
+    try:
+        graph = build_graph([EMAIL, LOOKUP, PAY], Counts(file=bodies), saver, mode="batched")
+        paused = _wall_bridge(open_store(store), graph).run(USER, thread_id="t1", run_id="r1")
+        tokens = {b.tool_call_id: b.token for b in paused.pending}
+    finally:
+        close()
+    ctx = multiprocessing.get_context("spawn")
+    worker = ctx.Process(
+        target=_approve_then_die, args=(store, saver_spec, str(bodies), tokens["c1"])
+    )
+    worker.start()
+    worker.join()
+    assert worker.exitcode == -9 and not bodies.exists()
+    storage, (saver, close) = open_store(store), open_saver(saver_spec)
+    try:
+        graph = build_graph([EMAIL, LOOKUP, PAY], Counts(file=bodies), saver, mode="batched")
+
+        def ports_for(session_id: str) -> SweepPorts:
+            return SweepPorts(
+                DEFINITION, bridge=lambda s: LangGraphBridge(graph, s, storage, ttl_ms=300_000)
+            )
+
+        waiting = sweep_leaves_only_people(storage, ports_for, (SID,))
+        assert waiting == {"r1": "a person approves or rejects tool calls c2"}
+        assert not bodies.exists()
+        [asked] = graph.get_state({"configurable": {"thread_id": "t1"}}).interrupts
+        assert asked.id == json.loads(paused.snapshot)["interrupts"]["c1"]  # still unanswered
+        done = _wall_bridge(storage, graph).reject(tokens["c2"], "too much")
+        assert done.run is not None and done.run.status == "completed"
+        assert done.run.output.startswith("c1=sent to a@example.com; c2=User rejected")
+    finally:
+        close()
+        storage.close()
+    assert sorted(bodies.read_text(encoding="utf-8").splitlines()) == [
+        "lookup:o-9",
+        "send_email:a@example.com",
+    ]
+
+
+def test_an_answer_sent_through_langgraph_to_a_batch_cannot_override_the_session(
+    records_backend: RecordsBackend,
+) -> None:
+    """A host rejects the whole batch through LangGraph; the reviewers approve c1 and reject
+    c2: the run completes with their decisions (the pause's HITL step is replayed)."""
+    counts = Counts()
+    graph = build_graph([EMAIL, PAY], counts, InMemorySaver(), mode="batched")
+    paused = _start(records_backend.sync(), graph)
+    [asked] = graph.get_state({"configurable": {"thread_id": "t1"}}).interrupts
+    no = {"decisions": [FOREIGN_REJECT, FOREIGN_REJECT]}
+    with use_guard(_bridge(records_backend.sync(), graph).execution_guard()):
+        graph.invoke(Command(resume={asked.id: no}), {"configurable": {"thread_id": "t1"}})
+    tokens = {b.tool_call_id: b.token for b in paused.pending}
+    _bridge(records_backend.sync(), graph).reject(tokens["c2"], "too much")
+    done = _bridge(records_backend.sync(), graph).approve(tokens["c1"])
+    assert done.run is not None and done.run.output == (
+        "c1=sent to a@example.com; c2=User rejected the tool call for `pay` with reason: too much"
+    )
+    assert counts.bodies == ["send_email:a@example.com"]

@@ -33,7 +33,13 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
-from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict, messages_from_dict
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ToolMessage,
+    message_to_dict,
+    messages_from_dict,
+)
 from langgraph.types import Command
 
 from ..errors import ConfigError, ConfirmationError
@@ -63,6 +69,7 @@ __all__ = [
     "foreign_answers",
     "pending_calls",
     "resume_command",
+    "resume_values",
     "use_guard",
 ]
 
@@ -98,21 +105,31 @@ def use_guard(guard: ExecutionGuard) -> Iterator[ExecutionGuard]:
 # --------------------------------------------------------------------------- pure mapping
 
 
-def pending_calls(interrupts: Sequence[Any]) -> tuple[PendingCall, ...]:
-    """The approval calls of a pause: one per per-call ``tool_approval`` interrupt (by call id).
+def pending_calls(
+    interrupts: Sequence[Any], messages: Sequence[Any] = ()
+) -> tuple[PendingCall, ...]:
+    """The approval calls of a pause: one per per-call ``tool_approval`` interrupt, and one per
+    action request of a batched HITL interrupt (by call id).
 
-    The interrupt id, the reviewer's description and the decisions the interrupt accepts
-    (read off its ``response_schema``, the one LangGraph checks the answer against; ``[]``
-    when it has none) ride in each call's ``metadata``. Any other interrupt (batched HITL, a
-    node's own ``interrupt()``) is refused: its answer cannot be tied to one tool call.
+    The interrupt id, the reviewer's description and the decisions the call accepts (read off
+    a per-call interrupt's ``response_schema``, the one LangGraph checks the answer against,
+    or a batched one's ``review_configs``; ``[]`` when unknown) ride in each call's
+    ``metadata``. A batched interrupt's action requests name no tool-call id: they are the
+    gated calls of the last ``AIMessage`` in ``messages`` (the paused state's), in order,
+    matched by name and arguments; ``metadata["batch"]`` is the call's position in it, which
+    its decision must take in the one ``{"decisions": [...]}`` answer (ADR-0140). Any other
+    interrupt (a node's own ``interrupt()``) is refused: its answer cannot be tied to calls.
     """
-    calls = []
+    calls: list[PendingCall] = []
     for found in interrupts:
         value = found.value
+        if _batched(value):
+            calls += _batch_calls(found, value, messages)
+            continue
         if not (isinstance(value, Mapping) and value.get("type") == "tool_approval"):
             raise ConfigError(
-                f"The graph paused on an interrupt the bridge cannot decide: {value!r}.",
-                hint='Use HumanInTheLoopMiddleware(..., interrupt_mode="per_call").',
+                f"The graph paused on an interrupt the bridge cannot decide: {value!r:.200}.",
+                hint="Use HumanInTheLoopMiddleware for approvals (per_call or batched mode).",
             )
         call_id, name, args = value.get("tool_call_id"), value.get("name"), value.get("args")
         if not (_named(call_id) and _named(name) and isinstance(args, Mapping | None)):
@@ -134,7 +151,55 @@ def pending_calls(interrupts: Sequence[Any]) -> tuple[PendingCall, ...]:
     return tuple(sorted(calls, key=lambda c: c.tool_call_id))
 
 
-MALFORMED_HINT = "Each pending tool call needs its own non-empty id (HITL per_call mode)."
+def _batched(value: object) -> TypeGuard[Mapping[str, Any]]:
+    return (
+        isinstance(value, Mapping)
+        and isinstance(value.get("action_requests"), list)
+        and isinstance(value.get("review_configs"), list)
+    )
+
+
+def _batch_calls(
+    found: Any, value: Mapping[str, Any], messages: Sequence[Any]
+) -> list[PendingCall]:
+    """A batched HITL interrupt's calls: its action requests matched, in order, to the gated
+    tool calls of the last ``AIMessage`` (HITL asks about them in that order)."""
+    requests, configs = value["action_requests"], value["review_configs"]
+    last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    tool_calls = list(last.tool_calls) if last is not None else []
+    allowed = {
+        c.get("action_name"): c.get("allowed_decisions") for c in configs if isinstance(c, Mapping)
+    }
+    calls, at = [], 0
+    for position, request in enumerate(requests):
+        name = request.get("name") if isinstance(request, Mapping) else None
+        args = request.get("args") if isinstance(request, Mapping) else None
+        while at < len(tool_calls) and (
+            tool_calls[at].get("name"),
+            tool_calls[at].get("args"),
+        ) != (name, args):
+            at += 1
+        if at == len(tool_calls) or not _named(tool_calls[at].get("id")) or not _named(name):
+            raise ConfigError(
+                f"A batched approval interrupt asks about a call the paused state's last "
+                f"AIMessage does not hold, in order: {request!r:.200}.",
+                hint=MALFORMED_HINT,
+            )
+        decisions = allowed.get(name)
+        metadata = {
+            "interrupt_id": found.id,
+            "description": str(request.get("description", "")),
+            "decisions": sorted(str(d) for d in decisions) if isinstance(decisions, list) else [],
+            "batch": position,
+            "batch_size": len(requests),
+        }
+        call_id = str(tool_calls[at]["id"])
+        calls.append(PendingCall(call_id, name, dict(args or {}), "approval", metadata))
+        at += 1
+    return calls
+
+
+MALFORMED_HINT = "Each pending tool call needs its own non-empty id (HumanInTheLoopMiddleware)."
 
 
 def _accepted(schema: object) -> list[str]:
@@ -181,16 +246,63 @@ def resume_command(
 
     ``interrupts`` maps each tool-call id to the interrupt id to answer (default: the paused
     run's, from its snapshot; a fork of the pause asks under new ids, ADR-0138)."""
+    return Command(resume=resume_values(run, decisions, interrupts))
+
+
+def resume_values(
+    run: RunRecord, decisions: Sequence[CallDecision], interrupts: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """What ``resume_command`` answers each interrupt with, by interrupt id: a per-call
+    interrupt its call's decision; a batched one ``{"decisions": [...]}``, one per action
+    request in its order, sent only whole. A batch missing a decision, holding one twice or
+    out of place, or a decision the call does not accept, is a ``ConfigError`` raised before
+    anything is sent: a malformed batched answer wedges the LangGraph thread (ADR-0140)."""
     if interrupts is None:
         interrupts = json.loads(run.snapshot)["interrupts"]
-    answers = _answers(run, decisions)
-    return Command(resume={interrupts[call]: answer for call, answer in answers.items()})
+    calls = {c.tool_call_id: c for c in run.calls}
+    values: dict[str, Any] = {}
+    batches: dict[str, dict[int, dict[str, Any]]] = {}
+    sizes: dict[str, int] = {}
+    for decision in decisions:
+        call = calls.get(decision.tool_call_id)
+        answer = _decision(decision, call.tool if call is not None else "")
+        interrupt = interrupts[decision.tool_call_id]
+        metadata = call.metadata if call is not None and isinstance(call.metadata, Mapping) else {}
+        if "batch" not in metadata:
+            values[interrupt] = answer
+            continue
+        allowed = metadata.get("decisions")
+        if isinstance(allowed, list) and allowed and answer["type"] not in allowed:
+            raise ConfigError(
+                f"Tool call {decision.tool_call_id!r} does not accept a {answer['type']!r} "
+                f"decision (allowed: {allowed}); nothing was sent to LangGraph.",
+                hint="Decide each call of a batched pause with a decision its tool allows.",
+            )
+        batch = batches.setdefault(interrupt, {})
+        position, size = metadata.get("batch"), metadata.get("batch_size")
+        if not isinstance(position, int) or position in batch or sizes.get(interrupt, size) != size:
+            raise ConfigError(
+                f"The batched interrupt {interrupt!r} has calls out of place "
+                f"({decision.tool_call_id!r} at {position!r}); nothing was sent to LangGraph.",
+                hint=MALFORMED_HINT,
+            )
+        batch[position] = answer
+        sizes[interrupt] = int(size) if isinstance(size, int) else -1
+    for interrupt, batch in batches.items():
+        if sorted(batch) != list(range(sizes[interrupt])):
+            raise ConfigError(
+                f"The batched interrupt {interrupt!r} asks about {sizes[interrupt]} calls but "
+                f"{len(batch)} are decided (positions {sorted(batch)}); nothing was sent to "
+                "LangGraph: a partial batched answer wedges the thread.",
+                hint="Decide every call of a batched pause; the bridge then continues it.",
+            )
+        values[interrupt] = {"decisions": [batch[i] for i in range(sizes[interrupt])]}
+    return values
 
 
-def _answers(run: RunRecord, decisions: Sequence[CallDecision]) -> dict[str, dict[str, Any]]:
-    """Each decided call's HITL answer, by tool-call id."""
-    tools = {c.tool_call_id: c.tool for c in run.calls}
-    return {d.tool_call_id: _decision(d, tools.get(d.tool_call_id, "")) for d in decisions}
+def _messages(value: Any) -> Sequence[Any]:
+    messages = value.get("messages") if isinstance(value, Mapping) else None
+    return messages if isinstance(messages, list) else ()
 
 
 def _snapshot(thread_id: str, checkpoint_id: str | None, calls: Sequence[PendingCall]) -> str:
@@ -218,7 +330,7 @@ def _checkpoint_id(state: Any) -> str | None:
 
 def _result(thread_id: str, output: Any, checkpoint_id: str | None) -> RuntimeResult:
     if output.interrupts:
-        calls = pending_calls(output.interrupts)
+        calls = pending_calls(output.interrupts, _messages(output.value))
         return RuntimeResult(_snapshot(thread_id, checkpoint_id, calls), calls)
     text = _final_text(output.value)
     return RuntimeResult(_snapshot(thread_id, checkpoint_id, ()), None, text, text)
@@ -258,7 +370,8 @@ class _Pause:
 
 @dataclass(frozen=True, slots=True)
 class _Fork:
-    """Replay the paused checkpoint; its answer: the interrupts the fork paused on."""
+    """Replay the paused checkpoint; its answer: the interrupts the fork paused on, and the
+    fork's messages (a batched interrupt's calls are read off them)."""
 
     thread_id: str
     checkpoint_id: str
@@ -282,7 +395,7 @@ def _plan_resume(
     thread's head when the pause holds no other answer, else on a fork of the pause."""
     snapshot = json.loads(run.snapshot)
     thread_id, paused = str(snapshot["thread_id"]), snapshot.get("checkpoint_id")
-    command = resume_command(run, decisions)
+    values = resume_values(run, decisions)  # checked whole before anything is sent
     if paused is not None:  # (``None``: not saved by this bridge; nothing to compare with)
         pause: _Pause = yield _ReadPause(thread_id, str(paused))
         if pause.writes is None:
@@ -297,18 +410,17 @@ def _plan_resume(
                 ),
                 record=run,
             )
-        answers = _answers(run, decisions)
         # Off the pause (a continuation that died after moving the thread on, a host's own
         # answer or fork), the head may hold answers the session never gave: replay the pause.
-        if pause.head != paused or foreign_answers(pause.writes, answers):
-            asked = yield _Fork(thread_id, str(paused))
-            ids = {c.tool_call_id: c.metadata["interrupt_id"] for c in pending_calls(asked)}
-            if set(ids) != set(answers):
+        if pause.head != paused or foreign_answers(pause.writes, values):
+            asked, messages = yield _Fork(thread_id, str(paused))
+            fork = {c.tool_call_id: c for c in pending_calls(asked, messages)}
+            if sorted(map(_place, fork.values())) != sorted(map(_place, run.calls)):
                 raise RunBlocked(
                     f"Run {run.run_id!r}: replaying its pause at checkpoint {paused!r} of "
                     f"LangGraph thread {thread_id!r}, to drop an answer sent outside the "
-                    f"bridge, asked about tool calls {sorted(ids)}, not the run's "
-                    f"{sorted(answers)}.",
+                    f"bridge, asked about tool calls {sorted(fork)}, not the run's "
+                    f"{sorted(c.tool_call_id for c in run.calls)}.",
                     next_step=(
                         f"an operator makes the graph that paused LangGraph thread "
                         f"{thread_id!r} (same nodes and tools) the bridge's; the next sweep "
@@ -316,25 +428,33 @@ def _plan_resume(
                     ),
                     record=run,
                 )
-            command = resume_command(run, decisions, ids)
-    result: RuntimeResult = yield _Resume(thread_id, command)
+            ids = {call: c.metadata["interrupt_id"] for call, c in fork.items()}
+            values = resume_values(run, decisions, ids)
+    result: RuntimeResult = yield _Resume(thread_id, Command(resume=values))
     return result
+
+
+def _place(call: PendingCall) -> tuple[str, int]:
+    """A call's tool-call id and place in its batch (``-1``: asked on its own)."""
+    metadata = call.metadata if isinstance(call.metadata, Mapping) else {}
+    position = metadata.get("batch")
+    return call.tool_call_id, position if isinstance(position, int) else -1
 
 
 def foreign_answers(writes: Iterable[Sequence[Any]], answers: Mapping[str, Any]) -> tuple[str, ...]:
     """Which answers among a paused checkpoint's pending writes LangGraph would use instead of
-    ``answers`` (the session's, by tool-call id): each task's first ``__resume__`` value that
-    is not its call's decision, and any unkeyed one (a bare ``Command(resume=value)``: the
-    bridge always answers by interrupt id). Named by tool-call id (the task id when the pause
-    holds no interrupt for it); ``()`` when LangGraph will use the session's decisions."""
+    ``answers`` (the bridge's, by interrupt id: what ``resume_values`` sends): each task's
+    first ``__resume__`` value that is not what the bridge sends its interrupt, and any
+    unkeyed one (a bare ``Command(resume=value)``: the bridge always answers by interrupt
+    id). Named by interrupt id (the task id when the pause holds no interrupt for it); ``()``
+    when LangGraph will use the bridge's answers."""
     writes = [tuple(w) for w in writes]
-    call_of: dict[str, str] = {}
+    interrupt_of: dict[str, str] = {}
     for task_id, channel, value, *_ in writes:
         if channel == INTERRUPT_CHANNEL:
-            for found in value if isinstance(value, list | tuple) else (value,):
-                asked = getattr(found, "value", None)
-                if isinstance(asked, Mapping) and _named(asked.get("tool_call_id")):
-                    call_of[str(task_id)] = asked["tool_call_id"]
+            found = value if isinstance(value, list | tuple) else (value,)
+            if found and _named(getattr(found[0], "id", None)):
+                interrupt_of[str(task_id)] = found[0].id
     foreign: list[str] = []
     for task_id, channel, value, *_ in writes:
         if channel != RESUME_CHANNEL:
@@ -343,9 +463,9 @@ def foreign_answers(writes: Iterable[Sequence[Any]], answers: Mapping[str, Any])
             foreign.append("(a bare resume value)")
             continue
         first = value[0] if isinstance(value, list) and value else value
-        call = call_of.get(str(task_id))
-        if call is None or call not in answers or answers[call] != first:
-            foreign.append(call or str(task_id))
+        interrupt = interrupt_of.get(str(task_id))
+        if interrupt is None or interrupt not in answers or answers[interrupt] != first:
+            foreign.append(interrupt or str(task_id))
     return tuple(foreign)
 
 
@@ -550,7 +670,7 @@ class _Runtime:
                     version="v2",
                     durability=self.durability,
                 )
-            return output.interrupts
+            return output.interrupts, _messages(output.value)
         return self._invoke(effect.command, effect.thread_id, guard)
 
 
@@ -597,7 +717,7 @@ class _AsyncRuntime(_Runtime):
                     )
                 finally:
                     await guard.drain()
-            return output.interrupts
+            return output.interrupts, _messages(output.value)
         return await self._ainvoke(effect.command, effect.thread_id, guard)
 
 
