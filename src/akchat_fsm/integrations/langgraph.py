@@ -1,19 +1,23 @@
 """LangGraph bridge: ``create_agent`` approvals decided in the session, each body run at most once.
 
 Needs the ``langgraph`` extra. The agent is langchain's ``create_agent(model, tools,
-middleware=[HumanInTheLoopMiddleware(interrupt_on, interrupt_mode="per_call"),
-ToolBoundaryMiddleware(hitl)], checkpointer=...)``. LangGraph serialises nothing across
+middleware=[HumanInTheLoopMiddleware(interrupt_on), ToolBoundaryMiddleware(hitl)],
+checkpointer=...)`` (HITL per-call or batched). LangGraph serialises nothing across
 processes: two resumes of one pause both run the body, a crash after the body re-runs it, and
 another middleware's ``jump_to="tools"`` can skip the approval (docs/adr/0107-langgraph-bridge.md).
 What this module adds to the shared bridge (:mod:`._bridge`) is only LangGraph's side:
 
-* a run that ends with per-call ``tool_approval`` interrupts becomes a paused run: each
-  interrupt's tool call (id, tool, args) a confirmation; the snapshot is only what resuming
-  needs (thread id, the paused checkpoint id, the interrupt id of each call), never the state;
-* continuing sends one ``Command(resume={interrupt_id: decision})`` with every decision, which
+* a run that ends with HITL's interrupts becomes a paused run: each per-call
+  ``tool_approval`` interrupt's tool call (id, tool, args), and each action request of a
+  batched one (matched to the paused ``AIMessage``'s gated calls, ADR-0140), a confirmation;
+  the snapshot is only what resuming needs (thread id, the paused checkpoint id, the
+  interrupt id of each call), never the state;
+* continuing sends one ``Command(resume={interrupt_id: answer})`` with every decision, which
   the session already holds (approve; edit, with the reviewer's arguments, for a tool whose
   HITL config allows it, ADR-0135; or reject with the reviewer's reason or the expiry
-  sentence, which HITL hands the model as the tool's message), on the thread's head;
+  sentence, which HITL hands the model as the tool's message; a batch as one
+  ``{"decisions": [...]}``, checked whole first), on the thread's head, or on a replay of
+  the pause when the head holds answers that are not the session's (ADR-0138);
 * :class:`ToolBoundaryMiddleware`, listed after HITL, runs every tool body through the
   execution guard keyed by the tool-call id (the ledger binds the id to the effective args),
   and refuses a gated tool that has no approved decision in the session, whatever skipped HITL.
@@ -743,8 +747,8 @@ class LangGraphBridge(Bridge):
     """A LangGraph ``create_agent`` graph whose approvals live in a :class:`ChatSession` (sync).
 
     ``LangGraphBridge(graph, session, storage, durability="sync", ttl_ms=300_000, owner=None,
-    idempotent_tools=())``: ``graph`` is compiled with a checkpointer, HITL in ``per_call``
-    mode and :class:`ToolBoundaryMiddleware` after it; ``storage`` is the session's storage (it
+    idempotent_tools=())``: ``graph`` is compiled with a checkpointer, HITL (``per_call`` or
+    ``batched`` mode) and :class:`ToolBoundaryMiddleware` after it; ``storage`` is the session's storage (it
     must have the ``RecordStorage`` capability); ``durability`` is LangGraph's (never
     ``"exit"``).
     """
