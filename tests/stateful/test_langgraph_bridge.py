@@ -209,7 +209,7 @@ class Hosts:
     checkpoint database, and a graph object on it. Every tool body and checkpointer write
     reports to the example's machine (``machine``)."""
 
-    def __init__(self, saver_spec: str) -> None:
+    def __init__(self, saver_spec: str, mode: str = "per_call") -> None:
         self.machine: LangGraphBridgeProtocol | None = None
         self.counts: list[Counts] = []
         self.graphs: list[Any] = []
@@ -221,7 +221,7 @@ class Hosts:
                 setattr(saver, name, self._saver_write(getattr(saver, name)))
             counts = Counts(inside=self._body)
             self.counts.append(counts)
-            self.graphs.append(build_graph(FIRST, counts, saver, then=THEN))
+            self.graphs.append(build_graph(FIRST, counts, saver, then=THEN, mode=mode))
 
     def _body(self, text: str) -> None:
         assert self.machine is not None
@@ -254,6 +254,8 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
     coverage: ClassVar[Counter[str]]
     #: Check every step against the model (``_history.BridgeChecker``) as it happens.
     check_history: ClassVar[bool] = True
+    #: HITL in batched mode (``run_protocol(..., mode="batched")``).
+    batched: ClassVar[bool] = False
     #: The bridge under test (a bite test swaps in a broken one).
     bridge_class: ClassVar[type[LangGraphBridge]] = _CheckedBridge
 
@@ -492,7 +494,8 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
             return  # not a fork: ``answer_the_head`` answers the head's own interrupts
         fork_of = {"thread_id": self.thread_id, "checkpoint_id": pause["checkpoint_id"]}
         config = {"configurable": fork_of}
-        answer = Command(resume={i: {"type": "approve"} for i in pause["interrupts"].values()})
+        asked = set(pause["interrupts"].values())
+        answer = Command(resume={i: _answer(i, pause, {"type": "approve"}) for i in asked})
 
         def fork(bridge: LangGraphBridge) -> None:
             with use_guard(bridge.execution_guard()):
@@ -516,7 +519,8 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
 
         def foreign(bridge: LangGraphBridge) -> None:
             with use_guard(bridge.execution_guard()):
-                graph.invoke(Command(resume={i.id: answer for i in asked}), config, version="v2")
+                resume = {i.id: _shaped(i.value, answer) for i in asked}
+                graph.invoke(Command(resume=resume), config, version="v2")
 
         self._foreign("head", host, foreign)
 
@@ -656,6 +660,21 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
         assert [p.session_id for p in self.store.list_processing()] == []
 
 
+def _shaped(asked: Any, answer: dict[str, str]) -> Any:
+    """``answer`` in the shape an interrupt takes: as it is (per-call), or one per action
+    request of a batched interrupt."""
+    if isinstance(asked, dict) and isinstance(asked.get("action_requests"), list):
+        return {"decisions": [answer] * len(asked["action_requests"])}
+    return answer
+
+
+def _answer(interrupt: str, pause: dict[str, Any], answer: dict[str, str]) -> Any:
+    """``answer`` for ``interrupt`` of a saved pause: per-call, or as many as the batch's calls
+    (the calls of one batched interrupt share its id)."""
+    size = list(pause["interrupts"].values()).count(interrupt)
+    return answer if size == 1 else {"decisions": [answer] * size}
+
+
 def _then_check(m: LangGraphBridgeProtocol, *steps: tuple[Callable[[], object], str]) -> None:
     """Each step, then the invariants; a step must exercise the floor points it names."""
     for step, points in steps:
@@ -688,14 +707,15 @@ def pinned_programs(machine: type[LangGraphBridgeProtocol]) -> None:
             (lambda: m.sweep(1, "", 1), "sweep:took-over"),  # it reports c1 unknown
             (m.operator_settles, "recover:settled-unknown"),
             (lambda: m.arm_the_next_body("race"), ""),
-            # the second turn: c3 pending, u2 ran; an unavailable store refuses the decision
-            (lambda: m.continue_run(1, "", 1), "race:continuing"),
+            # the second turn: c3 pending, u2 ran (per-call mode: batched HITL runs nothing
+            # before it asks, so u2 and its race come once c3 is decided, below)
+            (lambda: m.continue_run(1, "", 1), "" if m.batched else "race:continuing"),
             # a host resumes the first pause's checkpoint id itself (LangGraph forks the thread)
             # answering "approve": c1's task runs again (its first run died in the body), and
             # the boundary refuses it, since the host's guard holds no decision
             (lambda: m.fork_an_old_pause(0, 0), "fork:ConfirmationError"),
             (lambda: m.decide(2, True, 0, "unavailable", 1), "fault:unavailable"),
-            (lambda: m.expire(0, "", 1), "expire:ok"),
+            (lambda: m.expire(0, "", 1), "expire:ok race:continuing" if m.batched else "expire:ok"),
         )
     finally:
         m.teardown()
@@ -728,10 +748,18 @@ def examples() -> dict[str, Any]:
     return {"max_examples": 6, "stateful_step_count": 12}
 
 
-def run_protocol(store: Any, saver_spec: str, **overrides: Any) -> Counter[str]:
+def run_protocol(
+    store: Any, saver_spec: str, mode: str = "per_call", **overrides: Any
+) -> Counter[str]:
     coverage: Counter[str] = Counter()
-    hosts = Hosts(saver_spec)
-    attributes = {"store": store, "hosts": hosts, "coverage": coverage, **overrides.pop("cls", {})}
+    hosts = Hosts(saver_spec, mode)
+    attributes = {
+        "store": store,
+        "hosts": hosts,
+        "coverage": coverage,
+        "batched": mode == "batched",
+        **overrides.pop("cls", {}),
+    }
     machine = type("Protocol", (LangGraphBridgeProtocol,), attributes)
     try:
         run_state_machine_as_test(
@@ -751,6 +779,17 @@ def test_langgraph_bridge_on_sqlite_with_sqlitesaver(tmp_path: Path) -> None:
     sqlite3.connect(tmp_path / "checkpoints.db").close()
     try:
         run_protocol(store, f"sqlite:{tmp_path / 'checkpoints.db'}")
+    finally:
+        store.close()
+
+
+def test_batched_hitl_through_the_bridge_on_sqlite_with_sqlitesaver(tmp_path: Path) -> None:
+    """The same machine with HITL in batched mode (one interrupt per model turn, answered by
+    one ``{"decisions": [...]}`` once every call of it is decided, ADR-0140)."""
+    store = SQLiteStorage(tmp_path / "sessions.db")
+    sqlite3.connect(tmp_path / "checkpoints.db").close()
+    try:
+        run_protocol(store, f"sqlite:{tmp_path / 'checkpoints.db'}", mode="batched")
     finally:
         store.close()
 

@@ -33,7 +33,7 @@ import contextlib
 import contextvars
 import json
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
 from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
@@ -243,26 +243,19 @@ def _decision(decision: CallDecision, tool: str) -> dict[str, Any]:
     return {"type": "reject", "message": decision.message or ""}
 
 
-def resume_command(
-    run: RunRecord, decisions: Sequence[CallDecision], interrupts: Mapping[str, str] | None = None
-) -> Command[Any]:
-    """The ``Command(resume=...)`` answering every interrupt of ``run`` with ``decisions``.
-
-    ``interrupts`` maps each tool-call id to the interrupt id to answer (default: the paused
-    run's, from its snapshot; a fork of the pause asks under new ids, ADR-0138)."""
-    return Command(resume=resume_values(run, decisions, interrupts))
+def resume_command(run: RunRecord, decisions: Sequence[CallDecision]) -> Command[Any]:
+    """The ``Command(resume=...)`` answering every interrupt of ``run`` (its snapshot's
+    interrupt ids) with ``decisions``."""
+    return Command(resume=resume_values(run, decisions))
 
 
-def resume_values(
-    run: RunRecord, decisions: Sequence[CallDecision], interrupts: Mapping[str, str] | None = None
-) -> dict[str, Any]:
+def resume_values(run: RunRecord, decisions: Sequence[CallDecision]) -> dict[str, Any]:
     """What ``resume_command`` answers each interrupt with, by interrupt id: a per-call
     interrupt its call's decision; a batched one ``{"decisions": [...]}``, one per action
     request in its order, sent only whole. A batch missing a decision, holding one twice or
     out of place, or a decision the call does not accept, is a ``ConfigError`` raised before
     anything is sent: a malformed batched answer wedges the LangGraph thread (ADR-0140)."""
-    if interrupts is None:
-        interrupts = json.loads(run.snapshot)["interrupts"]
+    interrupts = json.loads(run.snapshot)["interrupts"]
     calls = {c.tool_call_id: c for c in run.calls}
     values: dict[str, Any] = {}
     batches: dict[str, dict[int, dict[str, Any]]] = {}
@@ -399,7 +392,7 @@ def _plan_resume(
     thread's head when the pause holds no other answer, else on a fork of the pause."""
     snapshot = json.loads(run.snapshot)
     thread_id, paused = str(snapshot["thread_id"]), snapshot.get("checkpoint_id")
-    values = resume_values(run, decisions)  # checked whole before anything is sent
+    command = resume_command(run, decisions)  # checked whole before anything is sent
     if paused is not None:  # (``None``: not saved by this bridge; nothing to compare with)
         pause: _Pause = yield _ReadPause(thread_id, str(paused))
         if pause.writes is None:
@@ -416,7 +409,7 @@ def _plan_resume(
             )
         # Off the pause (a continuation that died after moving the thread on, a host's own
         # answer or fork), the head may hold answers the session never gave: replay the pause.
-        if pause.head != paused or foreign_answers(pause.writes, values):
+        if pause.head != paused or foreign_answers(pause.writes, _resume_map(command)):
             asked, messages = yield _Fork(thread_id, str(paused))
             fork = {c.tool_call_id: c for c in pending_calls(asked, messages)}
             if sorted(map(_place, fork.values())) != sorted(map(_place, run.calls)):
@@ -432,10 +425,16 @@ def _plan_resume(
                     ),
                     record=run,
                 )
-            ids = {call: c.metadata["interrupt_id"] for call, c in fork.items()}
-            values = resume_values(run, decisions, ids)
-    result: RuntimeResult = yield _Resume(thread_id, Command(resume=values))
+            # The same calls, asked under the fork's interrupt ids.
+            forked = replace(run, snapshot=_snapshot(thread_id, paused, tuple(fork.values())))
+            command = resume_command(forked, decisions)
+    result: RuntimeResult = yield _Resume(thread_id, command)
     return result
+
+
+def _resume_map(command: Command[Any]) -> Mapping[str, Any]:
+    resume = command.resume
+    return resume if isinstance(resume, Mapping) else {}
 
 
 def _place(call: PendingCall) -> tuple[str, int]:
@@ -748,9 +747,9 @@ class LangGraphBridge(Bridge):
 
     ``LangGraphBridge(graph, session, storage, durability="sync", ttl_ms=300_000, owner=None,
     idempotent_tools=())``: ``graph`` is compiled with a checkpointer, HITL (``per_call`` or
-    ``batched`` mode) and :class:`ToolBoundaryMiddleware` after it; ``storage`` is the session's storage (it
-    must have the ``RecordStorage`` capability); ``durability`` is LangGraph's (never
-    ``"exit"``).
+    ``batched`` mode) and :class:`ToolBoundaryMiddleware` after it; ``storage`` is the
+    session's storage (it must have the ``RecordStorage`` capability); ``durability`` is
+    LangGraph's (never ``"exit"``).
     """
 
     runtime_name = RUNTIME
