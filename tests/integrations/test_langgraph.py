@@ -804,18 +804,30 @@ def test_a_batch_killed_half_decided_is_left_to_its_reviewer_then_runs_once(
     ]
 
 
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        {"decisions": [FOREIGN_REJECT, FOREIGN_REJECT]},
+        [{"type": "accept", "args": None}],  # an Agent Inbox reply: HITL fails on it, for good
+        {"decisions": [FOREIGN_REJECT]},  # one decision for two calls: the same
+    ],
+    ids=["reject-all", "inbox-shape", "short"],
+)
 def test_an_answer_sent_through_langgraph_to_a_batch_cannot_override_the_session(
-    records_backend: RecordsBackend,
+    records_backend: RecordsBackend, foreign: Any
 ) -> None:
-    """A host rejects the whole batch through LangGraph; the reviewers approve c1 and reject
-    c2: the run completes with their decisions (the pause's HITL step is replayed)."""
+    """A host answers the batch through LangGraph: it rejects it all, or sends a malformed
+    answer, which LangGraph keeps as the batch's answer and fails on at every later resume
+    (the thread is wedged). The reviewers approve c1 and reject c2: the run completes with
+    their decisions (the pause's HITL step is replayed)."""
     counts = Counts()
     graph = build_graph([EMAIL, PAY], counts, InMemorySaver(), mode="batched")
     paused = _start(records_backend.sync(), graph)
     [asked] = graph.get_state({"configurable": {"thread_id": "t1"}}).interrupts
-    no = {"decisions": [FOREIGN_REJECT, FOREIGN_REJECT]}
-    with use_guard(_bridge(records_backend.sync(), graph).execution_guard()):
-        graph.invoke(Command(resume={asked.id: no}), {"configurable": {"thread_id": "t1"}})
+    config = {"configurable": {"thread_id": "t1"}}
+    guard = _bridge(records_backend.sync(), graph).execution_guard()
+    with contextlib.suppress(KeyError, TypeError, ValueError), use_guard(guard):
+        graph.invoke(Command(resume={asked.id: foreign}), config)
     tokens = {b.tool_call_id: b.token for b in paused.pending}
     _bridge(records_backend.sync(), graph).reject(tokens["c2"], "too much")
     done = _bridge(records_backend.sync(), graph).approve(tokens["c1"])

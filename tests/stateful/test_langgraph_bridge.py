@@ -495,7 +495,8 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
         fork_of = {"thread_id": self.thread_id, "checkpoint_id": pause["checkpoint_id"]}
         config = {"configurable": fork_of}
         asked = set(pause["interrupts"].values())
-        answer = Command(resume={i: _answer(i, pause, {"type": "approve"}) for i in asked})
+        approve = {"type": "approve"}
+        answer = Command(resume={i: _answer(i, pause, approve, self.batched) for i in asked})
 
         def fork(bridge: LangGraphBridge) -> None:
             with use_guard(bridge.execution_guard()):
@@ -668,11 +669,11 @@ def _shaped(asked: Any, answer: dict[str, str]) -> Any:
     return answer
 
 
-def _answer(interrupt: str, pause: dict[str, Any], answer: dict[str, str]) -> Any:
+def _answer(interrupt: str, pause: dict[str, Any], answer: dict[str, str], batched: bool) -> Any:
     """``answer`` for ``interrupt`` of a saved pause: per-call, or as many as the batch's calls
     (the calls of one batched interrupt share its id)."""
     size = list(pause["interrupts"].values()).count(interrupt)
-    return answer if size == 1 else {"decisions": [answer] * size}
+    return {"decisions": [answer] * size} if batched else answer
 
 
 def _then_check(m: LangGraphBridgeProtocol, *steps: tuple[Callable[[], object], str]) -> None:
