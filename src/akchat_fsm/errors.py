@@ -43,6 +43,8 @@ Catch the narrowest class that matches what you can do about it::
     │   │                          the entry was not unknown when read, or changed after
     │   ├── RunInProgress          (integrations) another process holds the run's continuation
     │   ├── RunClaimLost           (integrations) our continuation claim was taken over
+    │   ├── RunBlocked             (integrations) the runtime cannot continue the run from
+    │   │                          what it holds; .next_step is the operator's, nothing ran
     │   └── RecordedToolFailure    (integrations.ledger) the body already ran and raised;
     │                              it is not run again
     ├── SessionConflict            CAS refused: the stored cursor moved; reload, re-apply

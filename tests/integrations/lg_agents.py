@@ -9,8 +9,9 @@ counted in a :class:`Counts` (or a file, across processes), so "ran once" is cou
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,30 @@ def open_saver(spec: str) -> tuple[Any, Callable[[], None]]:
     saver = PostgresSaver(pg)  # type: ignore[arg-type]
     saver.setup()
     return saver, pg.close
+
+
+@contextlib.asynccontextmanager
+async def open_async_saver(spec: str) -> AsyncIterator[Any]:
+    """LangGraph's asyncio checkpointer on the same ``sqlite:`` / ``postgres:`` specs as
+    :func:`open_saver` (``AsyncSqliteSaver`` / ``AsyncPostgresSaver``), closed on exit."""
+    kind, _, rest = spec.partition(":")
+    if kind == "sqlite":
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async with AsyncSqliteSaver.from_conn_string(rest) as saver:
+            yield saver
+        return
+    import psycopg
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from psycopg.rows import dict_row
+
+    url, _, schema = rest.partition("|")
+    pg = await psycopg.AsyncConnection.connect(
+        url, autocommit=True, row_factory=dict_row, options=f"-c search_path={schema}"
+    )
+    try:
+        saver = AsyncPostgresSaver(pg)  # type: ignore[arg-type]
+        await saver.setup()
+        yield saver
+    finally:
+        await pg.close()

@@ -7,11 +7,14 @@ as separate approver processes would; bodies and model requests are counted (:mo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import threading
+import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ import pytest
 from bridge_harness import RecordsBackend
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, Interrupt
-from lg_agents import Call, Counts, JumpToTools, build_graph, open_saver
+from lg_agents import Call, Counts, JumpToTools, build_graph, open_async_saver, open_saver
 from process_helpers import new_store_spec, open_store, sweep_leaves_only_people
 
 from akchat_fsm import (
@@ -298,11 +301,101 @@ def test_settings_the_bridge_cannot_keep_are_refused_before_anything_runs(
         ToolBoundaryMiddleware(predicate)
 
 
-def test_a_batched_pause_is_refused_with_a_hint(records_backend: RecordsBackend) -> None:
-    graph = build_graph([PAY], Counts(), InMemorySaver(), mode="batched")
-    with pytest.raises(ConfigError, match="cannot decide") as refused:
-        _start(records_backend.sync(), graph)
-    assert "per_call" in str(refused.value.hint)
+# --------------------------------------------------------------------------- batched HITL
+# One interrupt per model turn asks about every gated call: ``{"action_requests": [...]}``,
+# answered by one ``{"decisions": [...]}`` in its order (ADR-0140).
+
+
+def test_a_batched_pause_is_one_confirmation_per_call_and_one_answer_in_its_order(
+    records_backend: RecordsBackend,
+) -> None:
+    """Two gated calls and an ungated one in one turn: nothing runs at the pause (HITL asks
+    first), each gated call is its own confirmation, and the answer goes once, when both are
+    decided, in the interrupt's order whatever the order of the decisions."""
+    counts = Counts()
+    graph = build_graph([EMAIL, LOOKUP, PAY], counts, InMemorySaver(), mode="batched")
+    paused = _start(records_backend.sync(), graph)
+    assert paused.status == "paused" and counts.bodies == []
+    assert {b.tool_call_id: b.action for b in paused.pending} == {"c1": "send_email", "c2": "pay"}
+    [asked] = graph.get_state({"configurable": {"thread_id": "t1"}}).interrupts
+    assert json.loads(paused.snapshot)["interrupts"] == {"c1": asked.id, "c2": asked.id}
+    record = _bridge(records_backend.sync(), graph).run_record("r1")
+    assert record is not None
+    assert {c.tool_call_id: c.metadata["batch"] for c in record.calls} == {"c1": 0, "c2": 1}
+    tokens = {b.tool_call_id: b.token for b in paused.pending}
+    first = _bridge(records_backend.sync(), graph).reject(tokens["c2"], "too much")
+    assert first.run is not None and first.run.status == "waiting"  # c1 undecided: no answer
+    assert counts.bodies == [] and counts.requests == 1
+    done = _bridge(records_backend.sync(), graph).approve(tokens["c1"])
+    assert done.run is not None and done.run.status == "completed"
+    assert sorted(counts.bodies) == ["lookup:o-9", "send_email:a@example.com"]
+    assert done.run.output == (
+        "c1=sent to a@example.com; c2=User rejected the tool call for `pay` with reason: too "
+        "much; c3=order o-9 shipped"
+    )
+    again = _bridge(records_backend.sync(), graph).continue_run("r1")
+    assert again.replayed and again.output == done.run.output
+    assert sorted(counts.bodies) == ["lookup:o-9", "send_email:a@example.com"]
+
+
+def test_the_async_bridge_answers_a_batched_pause_too(records_backend: RecordsBackend) -> None:
+    counts = Counts()
+    graph = build_graph([PAY, EMAIL], counts, InMemorySaver(), mode="batched")
+
+    async def bridge() -> AsyncLangGraphBridge:
+        storage = records_backend.async_()
+        session = await resume_chat_session_async(DEFINITION, session_id=SID, storage=storage)
+        return AsyncLangGraphBridge(graph, session, storage, ttl_ms=TTL)
+
+    async def scenario() -> str:
+        paused = await (await bridge()).run(USER, thread_id="t1", run_id="r1")
+        tokens = {b.tool_call_id: b.token for b in paused.pending}
+        await (await bridge()).reject(tokens["c1"], "not now")  # the batch's second call
+        done = await (await bridge()).approve(tokens["c2"])  # its first
+        assert done.run is not None and done.run.status == "completed"
+        return str(done.run.output)
+
+    rejected = "User rejected the tool call for `send_email` with reason: not now"
+    assert asyncio.run(scenario()) == f"c1={rejected}; c2=paid 5"
+    assert counts.bodies == ["pay:5"]
+
+
+def test_a_partial_or_malformed_batched_answer_is_never_sent(
+    records_backend: RecordsBackend,
+) -> None:
+    """LangGraph keeps a malformed batched answer for good (the thread is wedged), so the
+    bridge checks a batch whole before building the command: a missing decision, or one its
+    tool does not accept, is a ConfigError and nothing is sent."""
+    from akchat_fsm.integrations.langgraph import resume_values
+    from akchat_fsm.integrations.runs import CallDecision
+
+    graph = build_graph([EMAIL, PAY], Counts(), InMemorySaver(), mode="batched")
+    _start(records_backend.sync(), graph)
+    run = _bridge(records_backend.sync(), graph).run_record("r1")
+    assert run is not None
+    with pytest.raises(ConfigError, match="asks about 2 calls but 1 are decided"):
+        resume_values(run, [CallDecision("c1", True)])
+    only_approve = replace(run, calls=tuple(
+        replace(c, metadata={**c.metadata, "decisions": ["approve"]}) for c in run.calls
+    ))  # fmt: skip
+    with pytest.raises(ConfigError, match="does not accept a 'reject'"):
+        resume_values(only_approve, [CallDecision("c1", True), CallDecision("c2", False, "no")])
+    [asked] = graph.get_state({"configurable": {"thread_id": "t1"}}).interrupts
+    assert resume_values(run, [CallDecision("c2", False, "no"), CallDecision("c1", True)]) == {
+        asked.id: {"decisions": [{"type": "approve"}, {"type": "reject", "message": "no"}]}
+    }
+
+
+def test_a_batched_interrupt_that_names_calls_the_state_lacks_is_refused() -> None:
+    from langchain_core.messages import AIMessage
+
+    request = {"name": "pay", "args": {"amount": 5}}
+    value = {"action_requests": [request], "review_configs": [{"action_name": "pay"}]}
+    other = AIMessage("", tool_calls=[{"id": "c9", "name": "pay", "args": {"amount": 6}}])
+    with pytest.raises(ConfigError, match="does not hold"):
+        pending_calls([Interrupt(value=value, id="i-1")], [other])
+    with pytest.raises(ConfigError, match="cannot decide"):
+        pending_calls([Interrupt(value={"ask": "anything"}, id="i-2")])
 
 
 def test_the_async_bridge_runs_the_same_plans(records_backend: RecordsBackend) -> None:
@@ -443,3 +536,302 @@ def test_the_boundary_refuses_a_tool_call_without_an_id() -> None:
     with pytest.raises(ConfigError, match="without an id"):
         boundary.wrap_tool_call(request, lambda _request: ran.append("body"))
     assert ran == []
+
+
+# --------------------------------------------------------------------------- foreign answers
+# A host (or an inbox) answering a paused run through LangGraph itself, beside the bridge:
+# LangGraph keeps the first answer written on the pause, so the bridge's continuation must
+# not send its own after it on the head (ADR-0138).
+FOREIGN_REJECT = {"type": "reject", "message": "someone else says no"}
+SENT = "c1=sent to a@example.com"
+REJECTED = "c1=User rejected the tool call for `send_email` with reason: too late"
+#: (the foreign answer, whether the reviewer approves, the run's output, the bodies run)
+FOREIGN = [
+    pytest.param(FOREIGN_REJECT, True, SENT, ["send_email:a@example.com"], id="reject-vs-approve"),
+    pytest.param({"type": "approve"}, False, REJECTED, [], id="approve-vs-reject"),
+]
+
+
+def _async_store(spec: str) -> Any:
+    kind, _, rest = spec.partition(":")
+    if kind == "sqlite":
+        from akchat_fsm.storage.sqlite import AsyncSQLiteStorage
+
+        return AsyncSQLiteStorage(rest)
+    from akchat_fsm.storage.postgres import AsyncPostgresStorage
+
+    url, _, table = rest.partition("|")
+    return AsyncPostgresStorage(url, table=table)
+
+
+@pytest.mark.parametrize(("answer", "approve", "output", "bodies"), FOREIGN)
+def test_the_sessions_decision_wins_over_an_answer_sent_through_langgraph(
+    stores: tuple[str, str], answer: dict[str, str], approve: bool, output: str, bodies: list[str]
+) -> None:
+    """SQLite with ``SqliteSaver``, PostgreSQL with ``PostgresSaver``. A foreign reject ran
+    the thread on to the end; a foreign approve was refused by the boundary and stayed the
+    pause's first answer. Either way the reviewer's decision is the one the run completes
+    with, each body runs at most once, and the thread's head holds that outcome."""
+    store, saver_spec = stores
+    counts = Counts()
+    saver, close = open_saver(saver_spec)
+    try:
+        graph = build_graph([EMAIL], counts, saver)
+        paused = _start(open_store(store), graph)
+        interrupt = json.loads(paused.snapshot)["interrupts"]["c1"]
+        config = {"configurable": {"thread_id": "t1"}}
+        guard = _bridge(open_store(store), graph).execution_guard()
+        with contextlib.suppress(ConfirmationError), use_guard(guard):
+            graph.invoke(Command(resume={interrupt: answer}), config)
+        assert counts.bodies == []
+        bridge = _bridge(open_store(store), graph)
+        token = paused.pending[0].token
+        decided = bridge.approve(token) if approve else bridge.reject(token, "too late")
+        assert decided.run is not None and decided.run.status == "completed"
+        assert decided.run.output == output and counts.bodies == bodies
+        assert graph.get_state(config).values["messages"][-1].text == output
+        again = _bridge(open_store(store), graph).continue_run("r1")
+        assert again.replayed and again.output == output and counts.bodies == bodies
+    finally:
+        close()
+
+
+@pytest.mark.parametrize(("answer", "approve", "output", "bodies"), FOREIGN)
+def test_the_async_bridge_wins_over_an_answer_sent_through_langgraph(
+    stores: tuple[str, str], answer: dict[str, str], approve: bool, output: str, bodies: list[str]
+) -> None:
+    """The asyncio twin, on ``AsyncSqliteSaver`` / ``AsyncPostgresSaver``: the same plan."""
+    store, saver_spec = stores
+    counts = Counts()
+
+    async def bridge(graph: Any) -> AsyncLangGraphBridge:
+        storage = _async_store(store)
+        session = await resume_chat_session_async(DEFINITION, session_id=SID, storage=storage)
+        return AsyncLangGraphBridge(graph, session, storage, ttl_ms=TTL)
+
+    async def scenario() -> None:
+        async with open_async_saver(saver_spec) as saver:
+            graph = build_graph([EMAIL], counts, saver)
+            paused = await (await bridge(graph)).run(USER, thread_id="t1", run_id="r1")
+            interrupt = json.loads(paused.snapshot)["interrupts"]["c1"]
+            config = {"configurable": {"thread_id": "t1"}}
+            guard = (await bridge(graph)).execution_guard()
+            with contextlib.suppress(ConfirmationError), use_guard(guard):
+                await graph.ainvoke(Command(resume={interrupt: answer}), config)
+            assert counts.bodies == []
+            reviewer, token = await bridge(graph), paused.pending[0].token
+            if approve:
+                decided = await reviewer.approve(token)
+            else:
+                decided = await reviewer.reject(token, "too late")
+            assert decided.run is not None and decided.run.status == "completed"
+            assert decided.run.output == output and counts.bodies == bodies
+            state = await graph.aget_state(config)
+            assert state.values["messages"][-1].text == output
+            again = await (await bridge(graph)).continue_run("r1")
+            assert again.replayed and again.output == output
+
+    asyncio.run(scenario())
+    assert counts.bodies == bodies
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approve", "reject"])
+def test_a_host_replaying_the_pause_and_answering_its_fork_cannot_override_the_session(
+    records_backend: RecordsBackend, approve: bool
+) -> None:
+    """A host replays the pause itself (``invoke(None)`` at its checkpoint id: LangGraph forks
+    the thread and asks again, under new interrupt ids) and rejects the fork's call: the pause
+    holds no foreign answer, but the head is past it, on the host's branch. The continuation
+    replays the pause again and answers that with the session's decision."""
+    counts = Counts()
+    graph = build_graph([EMAIL], counts, InMemorySaver())
+    paused = _start(records_backend.sync(), graph)
+    at = {"thread_id": "t1", "checkpoint_id": json.loads(paused.snapshot)["checkpoint_id"]}
+    with use_guard(_bridge(records_backend.sync(), graph).execution_guard()):
+        fork = graph.invoke(None, {"configurable": at}, version="v2")
+        [asked] = fork.interrupts
+        graph.invoke(
+            Command(resume={asked.id: FOREIGN_REJECT}), {"configurable": {"thread_id": "t1"}}
+        )
+    bridge, token = _bridge(records_backend.sync(), graph), paused.pending[0].token
+    decided = bridge.approve(token) if approve else bridge.reject(token, "too late")
+    assert decided.run is not None and decided.run.status == "completed"
+    assert decided.run.output == (SENT if approve else REJECTED)
+    assert counts.bodies == (["send_email:a@example.com"] if approve else [])
+
+
+def test_a_continuation_that_died_past_the_pause_is_replayed_from_the_pause(
+    records_backend: RecordsBackend,
+) -> None:
+    """The continuation ran the body and its checkpoint, then the model failed: the thread's
+    head is past the pause. The next continuation replays the pause (a head past it may hold
+    answers the session never gave) and hands the model the ledger's result: the body runs
+    once, and the fork's answer is the session's."""
+    counts = Counts()
+    graph = build_graph([EMAIL], counts, InMemorySaver())
+    paused = _start(records_backend.sync(), graph)
+    counts.fail_next_answer = 1
+    with pytest.raises(ConnectionError):
+        _bridge(records_backend.sync(), graph).approve(paused.pending[0].token)
+    config = {"configurable": {"thread_id": "t1"}}
+    head = graph.get_state(config).config["configurable"]["checkpoint_id"]
+    assert head != json.loads(paused.snapshot)["checkpoint_id"]  # the thread moved on
+    done = _bridge(records_backend.sync(), graph).continue_run("r1")
+    assert done.status == "completed" and done.output == SENT
+    assert counts.bodies == ["send_email:a@example.com"]
+
+
+def test_a_pause_its_checkpointer_lost_is_reported_for_an_operator_and_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    """The thread is deleted from ``SqliteSaver`` after the pause. The reviewer's approval is
+    recorded, but no continuation can carry it: each raises ``RunBlocked`` naming the
+    checkpoint, the run goes back to paused, and the sweep reports the operator's step
+    instead of failing the session. Restored from a backup, the next sweep completes it."""
+    import sqlite3
+
+    from akchat_fsm import reconcile_all
+    from akchat_fsm.integrations import RunBlocked
+    from akchat_fsm.storage.sqlite import SQLiteStorage
+
+    storage = SQLiteStorage(tmp_path / "sessions.db")
+    path, backup = tmp_path / "checkpoints.db", sqlite3.connect(tmp_path / "backup.db")
+    counts = Counts()
+    saver, close = open_saver(f"sqlite:{path}")
+    try:
+        graph = build_graph([EMAIL], counts, saver)
+        paused = _start(storage, graph)
+        checkpoint = json.loads(paused.snapshot)["checkpoint_id"]
+        saver.conn.backup(backup)
+        saver.delete_thread("t1")
+        with pytest.raises(RunBlocked, match=checkpoint) as blocked:
+            _bridge(storage, graph).approve(paused.pending[0].token)
+        assert "restores checkpoint" in blocked.value.next_step
+        bridge = _bridge(storage, graph)
+        assert [b.status.value for b in bridge.session.confirmations] == ["approved"]
+        run = bridge.run_record("r1")
+        assert run is not None and run.state.value == "paused"  # released, nothing ran
+
+        def ports_for(session_id: str) -> SweepPorts:
+            return SweepPorts(
+                DEFINITION, bridge=lambda s: LangGraphBridge(graph, s, storage, ttl_ms=TTL)
+            )
+
+        def later() -> int:  # the processing index is stamped with the wall clock
+            return time.time_ns() // 1_000_000 + 10 * TTL
+
+        report = reconcile_all(storage, ports_for, older_than_ms=0, clock=later)
+        [swept] = [s for s in report.sessions if s.session_id == SID]
+        assert swept.error is None and dict(swept.waiting) == {"r1": blocked.value.next_step}
+        assert counts.bodies == []
+        backup.backup(saver.conn)  # the operator restores the checkpointer
+        report = reconcile_all(storage, ports_for, older_than_ms=0, clock=later)
+        [swept] = [s for s in report.sessions if s.session_id == SID]
+        assert swept.error is None and swept.waiting == ()
+        assert _bridge(storage, graph).continue_run("r1").output == SENT
+        assert counts.bodies == ["send_email:a@example.com"]
+    finally:
+        close()
+        backup.close()
+        storage.close()
+
+
+def _wall_bridge(storage: Any, graph: Any) -> LangGraphBridge:
+    """A bridge on the wall clock, 5 minutes to decide: the sweep (which runs a minute on,
+    on the wall clock) finds nothing due."""
+    session = resume_chat_session(DEFINITION, session_id=SID, storage=storage)
+    return LangGraphBridge(graph, session, storage, ttl_ms=300_000)
+
+
+def _approve_then_die(store: str, saver_spec: str, bodies: str, token: str) -> None:
+    """A reviewer's process approves one call of a batch, then is SIGKILLed."""
+    import os
+    import signal
+
+    saver, _ = open_saver(saver_spec)
+    graph = build_graph([EMAIL, LOOKUP, PAY], Counts(file=Path(bodies)), saver, mode="batched")
+    decided = _wall_bridge(open_store(store), graph).approve(token)
+    assert decided.run is not None and decided.run.status == "waiting"
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_batch_killed_half_decided_is_left_to_its_reviewer_then_runs_once(
+    stores: tuple[str, str], tmp_path: Path
+) -> None:
+    """SQLite with ``SqliteSaver``, PostgreSQL with ``PostgresSaver``. A process approves c1
+    of a batched pause and is killed. The sweep sends LangGraph nothing (a partial batched
+    answer would wedge the thread) and reports the run waiting for c2's reviewer. After c2
+    is rejected in another process, the run completes once, each body run once."""
+    store, saver_spec = stores
+    bodies = tmp_path / "bodies.txt"
+    saver, close = open_saver(saver_spec)
+    try:
+        graph = build_graph([EMAIL, LOOKUP, PAY], Counts(file=bodies), saver, mode="batched")
+        paused = _wall_bridge(open_store(store), graph).run(USER, thread_id="t1", run_id="r1")
+        tokens = {b.tool_call_id: b.token for b in paused.pending}
+    finally:
+        close()
+    ctx = multiprocessing.get_context("spawn")
+    worker = ctx.Process(
+        target=_approve_then_die, args=(store, saver_spec, str(bodies), tokens["c1"])
+    )
+    worker.start()
+    worker.join()
+    assert worker.exitcode == -9 and not bodies.exists()
+    storage, (saver, close) = open_store(store), open_saver(saver_spec)
+    try:
+        graph = build_graph([EMAIL, LOOKUP, PAY], Counts(file=bodies), saver, mode="batched")
+
+        def ports_for(session_id: str) -> SweepPorts:
+            return SweepPorts(
+                DEFINITION, bridge=lambda s: LangGraphBridge(graph, s, storage, ttl_ms=300_000)
+            )
+
+        waiting = sweep_leaves_only_people(storage, ports_for, (SID,))
+        assert waiting == {"r1": "a person approves or rejects tool calls c2"}
+        assert not bodies.exists()
+        [asked] = graph.get_state({"configurable": {"thread_id": "t1"}}).interrupts
+        assert asked.id == json.loads(paused.snapshot)["interrupts"]["c1"]  # still unanswered
+        done = _wall_bridge(storage, graph).reject(tokens["c2"], "too much")
+        assert done.run is not None and done.run.status == "completed"
+        assert done.run.output.startswith("c1=sent to a@example.com; c2=User rejected")
+    finally:
+        close()
+        storage.close()
+    assert sorted(bodies.read_text(encoding="utf-8").splitlines()) == [
+        "lookup:o-9",
+        "send_email:a@example.com",
+    ]
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        {"decisions": [FOREIGN_REJECT, FOREIGN_REJECT]},
+        [{"type": "accept", "args": None}],  # an Agent Inbox reply: HITL fails on it, for good
+        {"decisions": [FOREIGN_REJECT]},  # one decision for two calls: the same
+    ],
+    ids=["reject-all", "inbox-shape", "short"],
+)
+def test_an_answer_sent_through_langgraph_to_a_batch_cannot_override_the_session(
+    records_backend: RecordsBackend, foreign: Any
+) -> None:
+    """A host answers the batch through LangGraph: it rejects it all, or sends a malformed
+    answer, which LangGraph keeps as the batch's answer and fails on at every later resume
+    (the thread is wedged). The reviewers approve c1 and reject c2: the run completes with
+    their decisions (the pause's HITL step is replayed)."""
+    counts = Counts()
+    graph = build_graph([EMAIL, PAY], counts, InMemorySaver(), mode="batched")
+    paused = _start(records_backend.sync(), graph)
+    [asked] = graph.get_state({"configurable": {"thread_id": "t1"}}).interrupts
+    config = {"configurable": {"thread_id": "t1"}}
+    guard = _bridge(records_backend.sync(), graph).execution_guard()
+    with contextlib.suppress(KeyError, TypeError, ValueError), use_guard(guard):
+        graph.invoke(Command(resume={asked.id: foreign}), config)
+    tokens = {b.tool_call_id: b.token for b in paused.pending}
+    _bridge(records_backend.sync(), graph).reject(tokens["c2"], "too much")
+    done = _bridge(records_backend.sync(), graph).approve(tokens["c1"])
+    assert done.run is not None and done.run.output == (
+        "c1=sent to a@example.com; c2=User rejected the tool call for `pay` with reason: too much"
+    )
+    assert counts.bodies == ["send_email:a@example.com"]

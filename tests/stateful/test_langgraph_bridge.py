@@ -13,8 +13,10 @@ before or after it applies, apply with an unknown outcome, or fail; one of its c
 writes (``put`` / ``put_writes``) may crash before or after; a tool body may crash after its
 side effect, or another process may try to continue the run while a body runs; a host may
 resume an old paused checkpoint id through LangGraph itself (a fork), answering "approve" to
-every interrupt under the bridge's guard (a foreign answer on the paused *head* is a known bug,
-pinned by the two strict xfails at the end of this file). A crashed process writes nothing
+every interrupt under the bridge's guard, or answer the head's interrupts through LangGraph
+itself, approving (refused by the boundary) or rejecting (LangGraph keeps that answer and runs
+on): the bridge's continuation must still carry the session's decisions (ADR-0138; the two
+tests at the end of this file pin the two shapes). A crashed process writes nothing
 more (LangGraph may swallow an exception on its own writer thread: the process is dead all
 the same). The host continues runs, the start-up sweep
 (``reconcile_all`` with the bridge hook) runs, and an operator settles unknown executions
@@ -54,7 +56,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from langgraph.types import Command
 
 from akchat_fsm import reconcile_all
-from akchat_fsm.errors import AkchatError, ConfirmationError, OutcomeUnknown, StorageUnavailable
+from akchat_fsm.errors import AkchatError, OutcomeUnknown, StorageUnavailable
 from akchat_fsm.integrations.langgraph import LangGraphBridge, use_guard
 from akchat_fsm.session import ChatDefinition, resume_chat_session
 from akchat_fsm.session.sweep import SweepPorts
@@ -90,6 +92,8 @@ BODY_OF = {f"{c.tool}:{next(iter(c.args.values()))}": c.id for c in CALLS.values
 #: Each call's reviewer gives one reason, so the reason the model reads is known.
 REASONS = {call: f"not {call}, please" for call in CALLS}
 EXPIRED = "The approval request for this tool call expired; it was not run."
+#: What a host answering a pause through LangGraph itself (``answer_the_head``) rejects with.
+FOREIGN = "someone else says no"
 #: What a process's armed write does: mostly nothing; otherwise one fault.
 FAULTS = ("",) * 4 + ("crash-before", "crash-after", "unknown", "unavailable")
 
@@ -109,6 +113,8 @@ FLOOR = (
     "body:crash-after",
     "race:continuing",
     "fork:ConfirmationError",
+    "head:ConfirmationError",
+    "head:ok",
     "sweep:took-over",
     "recover:settled-unknown",
 )
@@ -203,7 +209,7 @@ class Hosts:
     checkpoint database, and a graph object on it. Every tool body and checkpointer write
     reports to the example's machine (``machine``)."""
 
-    def __init__(self, saver_spec: str) -> None:
+    def __init__(self, saver_spec: str, mode: str = "per_call") -> None:
         self.machine: LangGraphBridgeProtocol | None = None
         self.counts: list[Counts] = []
         self.graphs: list[Any] = []
@@ -215,7 +221,7 @@ class Hosts:
                 setattr(saver, name, self._saver_write(getattr(saver, name)))
             counts = Counts(inside=self._body)
             self.counts.append(counts)
-            self.graphs.append(build_graph(FIRST, counts, saver, then=THEN))
+            self.graphs.append(build_graph(FIRST, counts, saver, then=THEN, mode=mode))
 
     def _body(self, text: str) -> None:
         assert self.machine is not None
@@ -248,6 +254,8 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
     coverage: ClassVar[Counter[str]]
     #: Check every step against the model (``_history.BridgeChecker``) as it happens.
     check_history: ClassVar[bool] = True
+    #: HITL in batched mode (``run_protocol(..., mode="batched")``).
+    batched: ClassVar[bool] = False
     #: The bridge under test (a bite test swaps in a broken one).
     bridge_class: ClassVar[type[LangGraphBridge]] = _CheckedBridge
 
@@ -483,18 +491,54 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
         graph = self.hosts.graphs[host]
         head = graph.get_state({"configurable": {"thread_id": self.thread_id}}).config
         if head["configurable"]["checkpoint_id"] == pause["checkpoint_id"]:
-            # Not a fork: a foreign answer on the head's own interrupts is a known bug (the
-            # xfail tests at the end of this file).
-            return
+            return  # not a fork: ``answer_the_head`` answers the head's own interrupts
         fork_of = {"thread_id": self.thread_id, "checkpoint_id": pause["checkpoint_id"]}
         config = {"configurable": fork_of}
-        answer = Command(resume={i: {"type": "approve"} for i in pause["interrupts"].values()})
+        asked = set(pause["interrupts"].values())
+        approve = {"type": "approve"}
+        answer = Command(resume={i: _answer(i, pause, approve, self.batched) for i in asked})
 
         def fork(bridge: LangGraphBridge) -> None:
             with use_guard(bridge.execution_guard()):
                 graph.invoke(answer, config, version="v2")
 
-        self._act("fork", host, "", 0, fork, kind="rogue")
+        self._foreign("fork", host, fork)
+
+    @rule(approve=st.booleans(), host=st.integers(0, HOSTS - 1))
+    def answer_the_head(self, approve: bool, host: int) -> None:
+        """A host answers the interrupts on the thread's head through LangGraph itself (under
+        the bridge's guard, holding no decision): "approve", which the boundary refuses, or a
+        rejection of its own, which LangGraph keeps as the pause's answer and runs on with.
+        Neither may reach the run: the bridge's continuation must carry the session's
+        decisions."""
+        graph = self.hosts.graphs[host]
+        config = {"configurable": {"thread_id": self.thread_id}}
+        asked = graph.get_state(config).interrupts
+        if not asked:
+            return
+        answer = {"type": "approve"} if approve else {"type": "reject", "message": FOREIGN}
+
+        def foreign(bridge: LangGraphBridge) -> None:
+            with use_guard(bridge.execution_guard()):
+                resume = {i.id: _shaped(i.value, answer) for i in asked}
+                graph.invoke(Command(resume=resume), config, version="v2")
+
+        self._foreign("head", host, foreign)
+
+    def _foreign(self, what: str, host: int, action: Callable[[LangGraphBridge], object]) -> None:
+        """A host's own graph call beside the bridge. What it hands the model is not the
+        bridge's run (a foreign rejection kept on a pause may reach the model in a later fork
+        of that pause too): dropped from what the model was handed; its bodies still count.
+        The faults armed for the bridge's next body or checkpointer write stay armed for it."""
+        handed = [len(counts.handed) for counts in self.hosts.counts]
+        armed = self.body_fault, self.saver_fault, self.saver_at
+        self.body_fault, self.saver_fault, self.saver_at = "", "", 0
+        try:
+            self._act(what, host, "", 0, action, kind="rogue")
+        finally:
+            self.body_fault, self.saver_fault, self.saver_at = armed
+            for counts, before in zip(self.hosts.counts, handed, strict=True):
+                del counts.handed[before:]
 
     def _saw_pauses(self) -> None:
         run = self._bridge(0).run_record("r1")
@@ -617,6 +661,21 @@ class LangGraphBridgeProtocol(RuleBasedStateMachine):
         assert [p.session_id for p in self.store.list_processing()] == []
 
 
+def _shaped(asked: Any, answer: dict[str, str]) -> Any:
+    """``answer`` in the shape an interrupt takes: as it is (per-call), or one per action
+    request of a batched interrupt."""
+    if isinstance(asked, dict) and isinstance(asked.get("action_requests"), list):
+        return {"decisions": [answer] * len(asked["action_requests"])}
+    return answer
+
+
+def _answer(interrupt: str, pause: dict[str, Any], answer: dict[str, str], batched: bool) -> Any:
+    """``answer`` for ``interrupt`` of a saved pause: per-call, or as many as the batch's calls
+    (the calls of one batched interrupt share its id)."""
+    size = list(pause["interrupts"].values()).count(interrupt)
+    return {"decisions": [answer] * size} if batched else answer
+
+
 def _then_check(m: LangGraphBridgeProtocol, *steps: tuple[Callable[[], object], str]) -> None:
     """Each step, then the invariants; a step must exercise the floor points it names."""
     for step, points in steps:
@@ -636,6 +695,9 @@ def pinned_programs(machine: type[LangGraphBridgeProtocol]) -> None:
     try:
         _then_check(
             m,
+            # a host answers "approve" on the head through LangGraph: the boundary refuses
+            # it, and LangGraph keeps it as the pause's first answer to each call
+            (lambda: m.answer_the_head(True, 0), "head:ConfirmationError"),
             # c1 (index 0): the approval's audit entry never applies; then its CAS applies
             # with an unknown outcome, which the bridge settles
             (lambda: m.decide(0, True, 0, "crash-before", 1), "fault:crash-before"),
@@ -646,14 +708,15 @@ def pinned_programs(machine: type[LangGraphBridgeProtocol]) -> None:
             (lambda: m.sweep(1, "", 1), "sweep:took-over"),  # it reports c1 unknown
             (m.operator_settles, "recover:settled-unknown"),
             (lambda: m.arm_the_next_body("race"), ""),
-            # the second turn: c3 pending, u2 ran; an unavailable store refuses the decision
-            (lambda: m.continue_run(1, "", 1), "race:continuing"),
+            # the second turn: c3 pending, u2 ran (per-call mode: batched HITL runs nothing
+            # before it asks, so u2 and its race come once c3 is decided, below)
+            (lambda: m.continue_run(1, "", 1), "" if m.batched else "race:continuing"),
             # a host resumes the first pause's checkpoint id itself (LangGraph forks the thread)
             # answering "approve": c1's task runs again (its first run died in the body), and
             # the boundary refuses it, since the host's guard holds no decision
             (lambda: m.fork_an_old_pause(0, 0), "fork:ConfirmationError"),
             (lambda: m.decide(2, True, 0, "unavailable", 1), "fault:unavailable"),
-            (lambda: m.expire(0, "", 1), "expire:ok"),
+            (lambda: m.expire(0, "", 1), "expire:ok race:continuing" if m.batched else "expire:ok"),
         )
     finally:
         m.teardown()
@@ -662,6 +725,9 @@ def pinned_programs(machine: type[LangGraphBridgeProtocol]) -> None:
         _then_check(
             m,
             (lambda: m.decide(1, False, 0, "", 1), "reject:ok"),  # c2; c1 still pending
+            # a host rejects both on the head itself: LangGraph runs on (the ungated u2 of
+            # the next turn runs, through the ledger) and pauses on c3, off the run's record
+            (lambda: m.answer_the_head(False, 1), "head:ok"),
             # c1's approving claim applies, then its process dies; the sweep completes it and
             # continues the run, dying at its first checkpointer write; the next sweep takes
             # the dead continuation over and dies after its second one
@@ -683,10 +749,18 @@ def examples() -> dict[str, Any]:
     return {"max_examples": 6, "stateful_step_count": 12}
 
 
-def run_protocol(store: Any, saver_spec: str, **overrides: Any) -> Counter[str]:
+def run_protocol(
+    store: Any, saver_spec: str, mode: str = "per_call", **overrides: Any
+) -> Counter[str]:
     coverage: Counter[str] = Counter()
-    hosts = Hosts(saver_spec)
-    attributes = {"store": store, "hosts": hosts, "coverage": coverage, **overrides.pop("cls", {})}
+    hosts = Hosts(saver_spec, mode)
+    attributes = {
+        "store": store,
+        "hosts": hosts,
+        "coverage": coverage,
+        "batched": mode == "batched",
+        **overrides.pop("cls", {}),
+    }
     machine = type("Protocol", (LangGraphBridgeProtocol,), attributes)
     try:
         run_state_machine_as_test(
@@ -710,6 +784,17 @@ def test_langgraph_bridge_on_sqlite_with_sqlitesaver(tmp_path: Path) -> None:
         store.close()
 
 
+def test_batched_hitl_through_the_bridge_on_sqlite_with_sqlitesaver(tmp_path: Path) -> None:
+    """The same machine with HITL in batched mode (one interrupt per model turn, answered by
+    one ``{"decisions": [...]}`` once every call of it is decided, ADR-0140)."""
+    store = SQLiteStorage(tmp_path / "sessions.db")
+    sqlite3.connect(tmp_path / "checkpoints.db").close()
+    try:
+        run_protocol(store, f"sqlite:{tmp_path / 'checkpoints.db'}", mode="batched")
+    finally:
+        store.close()
+
+
 @pytest.mark.postgres
 def test_langgraph_bridge_on_postgres_with_postgressaver(pg_url: str) -> None:
     import psycopg
@@ -729,13 +814,14 @@ def test_langgraph_bridge_on_postgres_with_postgressaver(pg_url: str) -> None:
             conn.execute(f"DROP TABLE IF EXISTS {name}, {name}__records")
 
 
-# --------------------------------------------------------------------------- known bugs
-# A resume sent outside the bridge on the paused head (a host or a tool answering the
-# interrupt through LangGraph itself) is the answer LangGraph keeps: ``interrupt()`` returns
-# the first ``__resume__`` written for its task, and the bridge's own ``Command(resume=...)``,
-# sent later with the session's decision, is ignored. The boundary keeps the bodies safe (no
-# unapproved body runs, none runs twice), but the session's decision does not reach the run.
-# The machine above forks only pauses that are no longer the head, for this reason.
+# --------------------------------------------------------------------------- foreign answers
+# An answer sent outside the bridge on the paused head (a host or an inbox answering the
+# interrupt through LangGraph itself) is the one LangGraph keeps: ``interrupt()`` returns the
+# first ``__resume__`` written for its task. The bridge's continuation finds it on the pause
+# and replays the pause, answering the fork with the session's decision (ADR-0138). Without
+# that, a foreign reject completed a run whose call the reviewer approved, and a foreign
+# approve (refused by the boundary) was re-read by every later continuation, which the
+# boundary refused again.
 def _paused_with_a_foreign_answer(tmp_path: Path, answer: dict[str, str]) -> tuple[Any, Any]:
     """A run paused on ``c1`` (``send_email``), then answered ``answer`` by a host driving
     LangGraph itself on the thread's head (under the bridge's guard, holding no decision)."""
@@ -756,13 +842,6 @@ def _paused_with_a_foreign_answer(tmp_path: Path, answer: dict[str, str]) -> tup
     return (bridge, paused.pending[0].token, counts), (store, close)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a foreign reject on the paused head wins: the reviewer's approval is recorded, the "
-    "run completes with the foreign rejection handed to the model, and the approved body never "
-    "runs (the bridge cannot tell its resume was not the one LangGraph used)",
-)
 def test_a_foreign_answer_on_the_head_cannot_override_the_sessions_approval(
     tmp_path: Path,
 ) -> None:
@@ -779,13 +858,6 @@ def test_a_foreign_answer_on_the_head_cannot_override_the_sessions_approval(
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ConfirmationError,
-    reason="a foreign approve on the paused head is refused by the boundary, but LangGraph keeps "
-    "it: every continuation after the reviewer's reject re-reads that approve and is refused "
-    "again (ConfirmationError), so the run never completes",
-)
 def test_a_refused_foreign_answer_on_the_head_does_not_wedge_the_run(tmp_path: Path) -> None:
     (bridge, token, counts), (store, close) = _paused_with_a_foreign_answer(
         tmp_path, {"type": "approve"}

@@ -14,7 +14,7 @@ what to do with each.
 from __future__ import annotations
 
 from ._bridge_io import BridgeError
-from ._bridge_runs import RunClaimLost, RunInProgress
+from ._bridge_runs import RunBlocked, RunClaimLost, RunInProgress
 from .ledger import (
     ExecutionClaimLost,
     ExecutionUnknown,
@@ -28,6 +28,7 @@ __all__ = [
     "ExecutionClaimLost",
     "ExecutionUnknown",
     "RecordedToolFailure",
+    "RunBlocked",
     "RunClaimLost",
     "RunInProgress",
     "SettleRefused",

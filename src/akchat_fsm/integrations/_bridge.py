@@ -76,6 +76,7 @@ from ._bridge_runs import (
     ContinueAction,
     PendingCall,
     Readiness,
+    RunBlocked,
     RunInProgress,
     RunRecord,
     RunState,
@@ -163,6 +164,9 @@ class RunOutcome:
     snapshot: str = ""
     #: ``True`` when this call ran nothing and reports what another call recorded.
     replayed: bool = False
+    #: What an operator must do first, when the runtime cannot continue the run
+    #: (:class:`RunBlocked`'s ``next_step``, as a reconcile found it).
+    blocked: str | None = None
 
     @property
     def next_step(self) -> str | None:
@@ -173,6 +177,8 @@ class RunOutcome:
             return None
         if self.status == "continuing":
             return "another process holds its continuation; nothing to do unless it died"
+        if self.blocked is not None:
+            return self.blocked
         steps = []
         if self.pending:
             ids = ", ".join(b.tool_call_id for b in self.pending)
@@ -826,6 +832,10 @@ def plan_reconcile(ctx: BridgeContext) -> Plan[BridgeReport]:
             )
         except ExecutionUnknown:
             outcome = RunOutcome(run.run_id, "waiting", snapshot=run.snapshot)
+        except RunBlocked as blocked:  # an operator's, reported so; the other runs go on
+            outcome = RunOutcome(
+                run.run_id, "waiting", snapshot=run.snapshot, blocked=blocked.next_step
+            )
         if outcome.status == "continuing":  # a live owner holds it (its lease has not passed)
             in_flight |= {c.tool_call_id for c in run.calls}
         runs.append(outcome)

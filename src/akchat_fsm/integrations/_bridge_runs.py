@@ -48,6 +48,7 @@ __all__ = [
     "ContinueDecision",
     "PendingCall",
     "Readiness",
+    "RunBlocked",
     "RunClaimLost",
     "RunInProgress",
     "RunRecord",
@@ -92,6 +93,16 @@ def _stored_state(value: Any) -> RunState:
 
 class RunInProgress(BridgeError):
     """Another process holds this run's continuation; nothing ran here. ``record``: the run."""
+
+
+class RunBlocked(BridgeError):
+    """The runtime cannot continue this run from what it holds (a LangGraph thread that no
+    longer holds the run's pause); nothing ran. The message names the state; ``next_step``
+    says what an operator must do, and the sweep reports it so. ``record``: the run."""
+
+    def __init__(self, message: str, *, next_step: str, record: Any = None) -> None:
+        super().__init__(message, record=record)
+        self.next_step = next_step
 
 
 class RunClaimLost(BridgeError):

@@ -1,19 +1,23 @@
 """LangGraph bridge: ``create_agent`` approvals decided in the session, each body run at most once.
 
 Needs the ``langgraph`` extra. The agent is langchain's ``create_agent(model, tools,
-middleware=[HumanInTheLoopMiddleware(interrupt_on, interrupt_mode="per_call"),
-ToolBoundaryMiddleware(hitl)], checkpointer=...)``. LangGraph serialises nothing across
+middleware=[HumanInTheLoopMiddleware(interrupt_on), ToolBoundaryMiddleware(hitl)],
+checkpointer=...)`` (HITL per-call or batched). LangGraph serialises nothing across
 processes: two resumes of one pause both run the body, a crash after the body re-runs it, and
 another middleware's ``jump_to="tools"`` can skip the approval (docs/adr/0107-langgraph-bridge.md).
 What this module adds to the shared bridge (:mod:`._bridge`) is only LangGraph's side:
 
-* a run that ends with per-call ``tool_approval`` interrupts becomes a paused run: each
-  interrupt's tool call (id, tool, args) a confirmation; the snapshot is only what resuming
-  needs (thread id, the paused checkpoint id, the interrupt id of each call), never the state;
-* continuing sends one ``Command(resume={interrupt_id: decision})`` with every decision, which
+* a run that ends with HITL's interrupts becomes a paused run: each per-call
+  ``tool_approval`` interrupt's tool call (id, tool, args), and each action request of a
+  batched one (matched to the paused ``AIMessage``'s gated calls, ADR-0140), a confirmation;
+  the snapshot is only what resuming needs (thread id, the paused checkpoint id, the
+  interrupt id of each call), never the state;
+* continuing sends one ``Command(resume={interrupt_id: answer})`` with every decision, which
   the session already holds (approve; edit, with the reviewer's arguments, for a tool whose
   HITL config allows it, ADR-0135; or reject with the reviewer's reason or the expiry
-  sentence, which HITL hands the model as the tool's message), on the thread's head;
+  sentence, which HITL hands the model as the tool's message; a batch as one
+  ``{"decisions": [...]}``, checked whole first), on the thread's head, or on a replay of
+  the pause when the head holds answers that are not the session's (ADR-0138);
 * :class:`ToolBoundaryMiddleware`, listed after HITL, runs every tool body through the
   execution guard keyed by the tool-call id (the ledger binds the id to the effective args),
   and refuses a gated tool that has no approved decision in the session, whatever skipped HITL.
@@ -28,11 +32,18 @@ import asyncio
 import contextlib
 import contextvars
 import json
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
 from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
-from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict, messages_from_dict
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ToolMessage,
+    message_to_dict,
+    messages_from_dict,
+)
 from langgraph.types import Command, GraphOutput
 
 from ..errors import ConfigError, ConfirmationError
@@ -48,6 +59,7 @@ from ._bridge import (
     RunRecord,
     RuntimeResult,
 )
+from ._bridge_runs import RunBlocked
 from ._sink import Sink
 from .ledger import Execution, LedgerEntry, RecordedToolFailure, recorded_failure
 
@@ -56,10 +68,13 @@ __all__ = [
     "AsyncLangGraphBridge",
     "LangGraphBridge",
     "RecordedToolFailure",
+    "RunBlocked",
     "RunOutcome",
     "ToolBoundaryMiddleware",
+    "foreign_answers",
     "pending_calls",
     "resume_command",
+    "resume_values",
     "use_guard",
 ]
 
@@ -95,21 +110,31 @@ def use_guard(guard: ExecutionGuard) -> Iterator[ExecutionGuard]:
 # --------------------------------------------------------------------------- pure mapping
 
 
-def pending_calls(interrupts: Sequence[Any]) -> tuple[PendingCall, ...]:
-    """The approval calls of a pause: one per per-call ``tool_approval`` interrupt (by call id).
+def pending_calls(
+    interrupts: Sequence[Any], messages: Sequence[Any] = ()
+) -> tuple[PendingCall, ...]:
+    """The approval calls of a pause: one per per-call ``tool_approval`` interrupt, and one per
+    action request of a batched HITL interrupt (by call id).
 
-    The interrupt id, the reviewer's description and the decisions the interrupt accepts
-    (read off its ``response_schema``, the one LangGraph checks the answer against; ``[]``
-    when it has none) ride in each call's ``metadata``. Any other interrupt (batched HITL, a
-    node's own ``interrupt()``) is refused: its answer cannot be tied to one tool call.
+    The interrupt id, the reviewer's description and the decisions the call accepts (read off
+    a per-call interrupt's ``response_schema``, the one LangGraph checks the answer against,
+    or a batched one's ``review_configs``; ``[]`` when unknown) ride in each call's
+    ``metadata``. A batched interrupt's action requests name no tool-call id: they are the
+    gated calls of the last ``AIMessage`` in ``messages`` (the paused state's), in order,
+    matched by name and arguments; ``metadata["batch"]`` is the call's position in it, which
+    its decision must take in the one ``{"decisions": [...]}`` answer (ADR-0140). Any other
+    interrupt (a node's own ``interrupt()``) is refused: its answer cannot be tied to calls.
     """
-    calls = []
+    calls: list[PendingCall] = []
     for found in interrupts:
         value = found.value
+        if _batched(value):
+            calls += _batch_calls(found, value, messages)
+            continue
         if not (isinstance(value, Mapping) and value.get("type") == "tool_approval"):
             raise ConfigError(
-                f"The graph paused on an interrupt the bridge cannot decide: {value!r}.",
-                hint='Use HumanInTheLoopMiddleware(..., interrupt_mode="per_call").',
+                f"The graph paused on an interrupt the bridge cannot decide: {value!r:.200}.",
+                hint="Use HumanInTheLoopMiddleware for approvals (per_call or batched mode).",
             )
         call_id, name, args = value.get("tool_call_id"), value.get("name"), value.get("args")
         if not (_named(call_id) and _named(name) and isinstance(args, Mapping | None)):
@@ -131,7 +156,55 @@ def pending_calls(interrupts: Sequence[Any]) -> tuple[PendingCall, ...]:
     return tuple(sorted(calls, key=lambda c: c.tool_call_id))
 
 
-MALFORMED_HINT = "Each pending tool call needs its own non-empty id (HITL per_call mode)."
+def _batched(value: object) -> TypeGuard[Mapping[str, Any]]:
+    return (
+        isinstance(value, Mapping)
+        and isinstance(value.get("action_requests"), list)
+        and isinstance(value.get("review_configs"), list)
+    )
+
+
+def _batch_calls(
+    found: Any, value: Mapping[str, Any], messages: Sequence[Any]
+) -> list[PendingCall]:
+    """A batched HITL interrupt's calls: its action requests matched, in order, to the gated
+    tool calls of the last ``AIMessage`` (HITL asks about them in that order)."""
+    requests, configs = value["action_requests"], value["review_configs"]
+    last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    tool_calls = list(last.tool_calls) if last is not None else []
+    allowed = {
+        c.get("action_name"): c.get("allowed_decisions") for c in configs if isinstance(c, Mapping)
+    }
+    calls, at = [], 0
+    for position, request in enumerate(requests):
+        name = request.get("name") if isinstance(request, Mapping) else None
+        args = request.get("args") if isinstance(request, Mapping) else None
+        while at < len(tool_calls) and (
+            tool_calls[at].get("name"),
+            tool_calls[at].get("args"),
+        ) != (name, args):
+            at += 1
+        if at == len(tool_calls) or not _named(tool_calls[at].get("id")) or not _named(name):
+            raise ConfigError(
+                f"A batched approval interrupt asks about a call the paused state's last "
+                f"AIMessage does not hold, in order: {request!r:.200}.",
+                hint=MALFORMED_HINT,
+            )
+        decisions = allowed.get(name)
+        metadata = {
+            "interrupt_id": found.id,
+            "description": str(request.get("description", "")),
+            "decisions": sorted(str(d) for d in decisions) if isinstance(decisions, list) else [],
+            "batch": position,
+            "batch_size": len(requests),
+        }
+        call_id = str(tool_calls[at]["id"])
+        calls.append(PendingCall(call_id, name, dict(args or {}), "approval", metadata))
+        at += 1
+    return calls
+
+
+MALFORMED_HINT = "Each pending tool call needs its own non-empty id (HumanInTheLoopMiddleware)."
 
 
 def _accepted(schema: object) -> list[str]:
@@ -172,15 +245,62 @@ def _decision(decision: CallDecision, tool: str) -> dict[str, Any]:
 
 
 def resume_command(run: RunRecord, decisions: Sequence[CallDecision]) -> Command[Any]:
-    """The ``Command(resume=...)`` answering every interrupt of ``run`` with ``decisions``."""
+    """The ``Command(resume=...)`` answering every interrupt of ``run`` (its snapshot's
+    interrupt ids) with ``decisions``."""
+    return Command(resume=resume_values(run, decisions))
+
+
+def resume_values(run: RunRecord, decisions: Sequence[CallDecision]) -> dict[str, Any]:
+    """What ``resume_command`` answers each interrupt with, by interrupt id: a per-call
+    interrupt its call's decision; a batched one ``{"decisions": [...]}``, one per action
+    request in its order, sent only whole. A batch missing a decision, holding one twice or
+    out of place, or a decision the call does not accept, is a ``ConfigError`` raised before
+    anything is sent: a malformed batched answer wedges the LangGraph thread (ADR-0140)."""
     interrupts = json.loads(run.snapshot)["interrupts"]
-    tools = {c.tool_call_id: c.tool for c in run.calls}
-    return Command(
-        resume={
-            interrupts[d.tool_call_id]: _decision(d, tools.get(d.tool_call_id, ""))
-            for d in decisions
-        }
-    )
+    calls = {c.tool_call_id: c for c in run.calls}
+    values: dict[str, Any] = {}
+    batches: dict[str, dict[int, dict[str, Any]]] = {}
+    sizes: dict[str, int] = {}
+    for decision in decisions:
+        call = calls.get(decision.tool_call_id)
+        answer = _decision(decision, call.tool if call is not None else "")
+        interrupt = interrupts[decision.tool_call_id]
+        metadata = call.metadata if call is not None and isinstance(call.metadata, Mapping) else {}
+        if "batch" not in metadata:
+            values[interrupt] = answer
+            continue
+        allowed = metadata.get("decisions")
+        if isinstance(allowed, list) and allowed and answer["type"] not in allowed:
+            raise ConfigError(
+                f"Tool call {decision.tool_call_id!r} does not accept a {answer['type']!r} "
+                f"decision (allowed: {allowed}); nothing was sent to LangGraph.",
+                hint="Decide each call of a batched pause with a decision its tool allows.",
+            )
+        batch = batches.setdefault(interrupt, {})
+        position, size = metadata.get("batch"), metadata.get("batch_size")
+        if not isinstance(position, int) or position in batch or sizes.get(interrupt, size) != size:
+            raise ConfigError(
+                f"The batched interrupt {interrupt!r} has calls out of place "
+                f"({decision.tool_call_id!r} at {position!r}); nothing was sent to LangGraph.",
+                hint=MALFORMED_HINT,
+            )
+        batch[position] = answer
+        sizes[interrupt] = int(size) if isinstance(size, int) else -1
+    for interrupt, batch in batches.items():
+        if sorted(batch) != list(range(sizes[interrupt])):
+            raise ConfigError(
+                f"The batched interrupt {interrupt!r} asks about {sizes[interrupt]} calls but "
+                f"{len(batch)} are decided (positions {sorted(batch)}); nothing was sent to "
+                "LangGraph: a partial batched answer wedges the thread.",
+                hint="Decide every call of a batched pause; the bridge then continues it.",
+            )
+        values[interrupt] = {"decisions": [batch[i] for i in range(sizes[interrupt])]}
+    return values
+
+
+def _messages(value: Any) -> Sequence[Any]:
+    messages = value.get("messages") if isinstance(value, Mapping) else None
+    return messages if isinstance(messages, list) else ()
 
 
 def _snapshot(thread_id: str, checkpoint_id: str | None, calls: Sequence[PendingCall]) -> str:
@@ -208,10 +328,176 @@ def _checkpoint_id(state: Any) -> str | None:
 
 def _result(thread_id: str, output: Any, checkpoint_id: str | None) -> RuntimeResult:
     if output.interrupts:
-        calls = pending_calls(output.interrupts)
+        calls = pending_calls(output.interrupts, _messages(output.value))
         return RuntimeResult(_snapshot(thread_id, checkpoint_id, calls), calls)
     text = _final_text(output.value)
     return RuntimeResult(_snapshot(thread_id, checkpoint_id, ()), None, text, text)
+
+
+# --------------------------------------------------------------------------- resuming
+# LangGraph keeps a pause's answers as ``__resume__`` pending writes on the paused checkpoint,
+# and ``interrupt()`` returns the first one written for its task. An answer sent through
+# LangGraph itself (a host's ``graph.invoke(Command(resume=...))`` on the paused thread) is
+# that first one, and a later resume with the session's decision is ignored. So the
+# continuation reads the pause's writes first; when any answer there is not the session's
+# decision, it replays the paused checkpoint (``invoke(None)`` at its id: LangGraph forks the
+# thread, drops the ``__resume__`` writes and asks again under new interrupt ids) and answers
+# that fork, by tool-call id (docs/adr/0138-the-sessions-decision-wins-over-a-foreign-resume.md).
+
+#: LangGraph's channel names and null task id for a checkpoint's pending writes.
+RESUME_CHANNEL, INTERRUPT_CHANNEL = "__resume__", "__interrupt__"
+NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadPause:
+    """The thread's head checkpoint id and the paused checkpoint's pending writes: a
+    :class:`_Pause`."""
+
+    thread_id: str
+    checkpoint_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Pause:
+    #: The id of the thread's newest checkpoint (``None``: the thread is empty).
+    head: str | None
+    #: The paused checkpoint's pending writes (``None``: the checkpointer does not hold it).
+    writes: list[Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Fork:
+    """Replay the paused checkpoint; its answer: the interrupts the fork paused on, and the
+    fork's messages (a batched interrupt's calls are read off them)."""
+
+    thread_id: str
+    checkpoint_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Resume:
+    """Resume the thread's head with ``command``; its answer: the :class:`RuntimeResult`."""
+
+    thread_id: str
+    command: Command[Any]
+
+
+_ResumeEffect = _ReadPause | _Fork | _Resume
+
+
+def _plan_resume(
+    run: RunRecord, decisions: Sequence[CallDecision]
+) -> Generator[_ResumeEffect, Any, RuntimeResult]:
+    """Continue ``run``'s pause with ``decisions`` so that LangGraph uses exactly those: on the
+    thread's head when the pause holds no other answer, else on a fork of the pause."""
+    snapshot = json.loads(run.snapshot)
+    thread_id, paused = str(snapshot["thread_id"]), snapshot.get("checkpoint_id")
+    command = resume_command(run, decisions)  # checked whole before anything is sent
+    if paused is not None:  # (``None``: not saved by this bridge; nothing to compare with)
+        pause: _Pause = yield _ReadPause(thread_id, str(paused))
+        if pause.writes is None:
+            raise RunBlocked(
+                f"Run {run.run_id!r} paused at checkpoint {paused!r} of LangGraph thread "
+                f"{thread_id!r}, which its checkpointer no longer holds (a deleted or pruned "
+                "thread, a shallow checkpointer): the session's decisions cannot reach the run.",
+                next_step=(
+                    f"an operator restores checkpoint {paused!r} of LangGraph thread "
+                    f"{thread_id!r} to the graph's checkpointer (never a shallow one); the "
+                    "next sweep continues the run"
+                ),
+                record=run,
+            )
+        # Off the pause (a continuation that died after moving the thread on, a host's own
+        # answer or fork), the head may hold answers the session never gave: replay the pause.
+        if pause.head != paused or foreign_answers(pause.writes, _resume_map(command)):
+            asked, messages = yield _Fork(thread_id, str(paused))
+            fork = {c.tool_call_id: c for c in pending_calls(asked, messages)}
+            if sorted(map(_place, fork.values())) != sorted(map(_place, run.calls)):
+                raise RunBlocked(
+                    f"Run {run.run_id!r}: replaying its pause at checkpoint {paused!r} of "
+                    f"LangGraph thread {thread_id!r}, to drop an answer sent outside the "
+                    f"bridge, asked about tool calls {sorted(fork)}, not the run's "
+                    f"{sorted(c.tool_call_id for c in run.calls)}.",
+                    next_step=(
+                        f"an operator makes the graph that paused LangGraph thread "
+                        f"{thread_id!r} (same nodes and tools) the bridge's; the next sweep "
+                        "continues the run"
+                    ),
+                    record=run,
+                )
+            # The same calls, asked under the fork's interrupt ids.
+            forked = replace(run, snapshot=_snapshot(thread_id, paused, tuple(fork.values())))
+            command = resume_command(forked, decisions)
+    result: RuntimeResult = yield _Resume(thread_id, command)
+    return result
+
+
+def _resume_map(command: Command[Any]) -> Mapping[str, Any]:
+    resume = command.resume
+    return resume if isinstance(resume, Mapping) else {}
+
+
+def _place(call: PendingCall) -> tuple[str, int]:
+    """A call's tool-call id and place in its batch (``-1``: asked on its own)."""
+    metadata = call.metadata if isinstance(call.metadata, Mapping) else {}
+    position = metadata.get("batch")
+    return call.tool_call_id, position if isinstance(position, int) else -1
+
+
+def foreign_answers(writes: Iterable[Sequence[Any]], answers: Mapping[str, Any]) -> tuple[str, ...]:
+    """Which answers among a paused checkpoint's pending writes LangGraph would use instead of
+    ``answers`` (the bridge's, by interrupt id: what ``resume_values`` sends): each task's
+    first ``__resume__`` value that is not what the bridge sends its interrupt, and any
+    unkeyed one (a bare ``Command(resume=value)``: the bridge always answers by interrupt
+    id). Named by interrupt id (the task id when the pause holds no interrupt for it); ``()``
+    when LangGraph will use the bridge's answers."""
+    writes = [tuple(w) for w in writes]
+    interrupt_of: dict[str, str] = {}
+    for task_id, channel, value, *_ in writes:
+        if channel == INTERRUPT_CHANNEL:
+            found = value if isinstance(value, list | tuple) else (value,)
+            if found and _named(getattr(found[0], "id", None)):
+                interrupt_of[str(task_id)] = found[0].id
+    foreign: list[str] = []
+    for task_id, channel, value, *_ in writes:
+        if channel != RESUME_CHANNEL:
+            continue
+        if task_id == NULL_TASK_ID:
+            foreign.append("(a bare resume value)")
+            continue
+        first = value[0] if isinstance(value, list) and value else value
+        interrupt = interrupt_of.get(str(task_id))
+        if interrupt is None or interrupt not in answers or answers[interrupt] != first:
+            foreign.append(interrupt or str(task_id))
+    return tuple(foreign)
+
+
+def _at(thread_id: str, checkpoint_id: str) -> dict[str, Any]:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": "",
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def _pause(head: Any, paused: Any) -> _Pause:
+    """What :class:`_ReadPause` reads, from the checkpointer's two tuples."""
+    head_id = None if head is None else head.config["configurable"].get("checkpoint_id")
+    writes = None if paused is None else list(paused.pending_writes or ())
+    return _Pause(None if head_id is None else str(head_id), writes)
+
+
+def _checkpointer(graph: Any) -> Any:
+    saver = getattr(graph, "checkpointer", None)
+    if saver is None or isinstance(saver, bool):
+        raise ConfigError(
+            "The graph has no checkpointer of its own; the bridge cannot read its pauses.",
+            hint="Compile the graph with checkpointer=... (SqliteSaver, PostgresSaver, ...).",
+        )
+    return saver
 
 
 # --------------------------------------------------------------------------- the boundary
@@ -411,9 +697,32 @@ class _Runtime:
     def resume(
         self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
     ) -> RuntimeResult:
-        # On the thread's head, never the paused checkpoint id: resuming an old id forks.
-        thread_id = str(json.loads(run.snapshot)["thread_id"])
-        return self._invoke(resume_command(run, decisions), thread_id, guard)
+        # On the thread's head, never the paused checkpoint id (resuming an old id forks),
+        # unless the pause holds an answer that is not the session's (_plan_resume).
+        plan = _plan_resume(run, decisions)
+        effect = next(plan)
+        while True:
+            try:
+                effect = plan.send(self._perform(effect, guard))
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    def _perform(self, effect: _ResumeEffect, guard: ExecutionGuard) -> Any:
+        if isinstance(effect, _ReadPause):
+            saver = _checkpointer(self.graph)
+            head = saver.get_tuple(_config(effect.thread_id))
+            paused = saver.get_tuple(_at(effect.thread_id, effect.checkpoint_id))
+            return _pause(head, paused)
+        if isinstance(effect, _Fork):
+            with use_guard(guard):
+                output = self.graph.invoke(
+                    None,
+                    _at(effect.thread_id, effect.checkpoint_id),
+                    version="v2",
+                    durability=self.durability,
+                )
+            return output.interrupts, _messages(output.value)
+        return self._invoke(effect.command, effect.thread_id, guard)
 
 
 class _AsyncRuntime(_Runtime):
@@ -448,8 +757,33 @@ class _AsyncRuntime(_Runtime):
     async def resume(  # type: ignore[override]
         self, run: RunRecord, decisions: tuple[CallDecision, ...], guard: ExecutionGuard
     ) -> RuntimeResult:
-        thread_id = str(json.loads(run.snapshot)["thread_id"])
-        return await self._ainvoke(resume_command(run, decisions), thread_id, guard)
+        plan = _plan_resume(run, decisions)
+        effect = next(plan)
+        while True:
+            try:
+                effect = plan.send(await self._aperform(effect, guard))
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    async def _aperform(self, effect: _ResumeEffect, guard: ExecutionGuard) -> Any:
+        if isinstance(effect, _ReadPause):
+            saver = _checkpointer(self.graph)
+            head = await saver.aget_tuple(_config(effect.thread_id))
+            paused = await saver.aget_tuple(_at(effect.thread_id, effect.checkpoint_id))
+            return _pause(head, paused)
+        if isinstance(effect, _Fork):
+            with use_guard(guard):
+                try:
+                    output = await self.graph.ainvoke(
+                        None,
+                        _at(effect.thread_id, effect.checkpoint_id),
+                        version="v2",
+                        durability=self.durability,
+                    )
+                finally:
+                    await guard.drain()
+            return output.interrupts, _messages(output.value)
+        return await self._ainvoke(effect.command, effect.thread_id, guard)
 
 
 def _check_durability(durability: object) -> str:
@@ -490,10 +824,10 @@ class LangGraphBridge(Bridge):
     """A LangGraph ``create_agent`` graph whose approvals live in a :class:`ChatSession` (sync).
 
     ``LangGraphBridge(graph, session, storage, durability="sync", ttl_ms=300_000, owner=None,
-    idempotent_tools=())``: ``graph`` is compiled with a checkpointer, HITL in ``per_call``
-    mode and :class:`ToolBoundaryMiddleware` after it; ``storage`` is the session's storage (it
-    must have the ``RecordStorage`` capability); ``durability`` is LangGraph's (never
-    ``"exit"``).
+    idempotent_tools=())``: ``graph`` is compiled with a checkpointer, HITL (``per_call`` or
+    ``batched`` mode) and :class:`ToolBoundaryMiddleware` after it; ``storage`` is the
+    session's storage (it must have the ``RecordStorage`` capability); ``durability`` is
+    LangGraph's (never ``"exit"``).
     """
 
     runtime_name = RUNTIME
