@@ -616,7 +616,7 @@ def test_a_guard_ignoring_the_edit_fails_the_bridge_suite(monkeypatch: pytest.Mo
             False,  # the invariants on their own
             stateful_step_count=80,
             # stops at the first example that fails: a bound, not a cost
-            max_examples=150,
+            max_examples=400,
             database=None,
             derandomize=True,
             phases=(Phase.explicit, Phase.generate),
