@@ -228,9 +228,9 @@ end
 #: key prefix, ARGV[8] written ms padded, ARGV[9..] the pending rows. 1 when written, 0 on a
 #: conflict (and then nothing, the pending index included, has changed). The envelope's
 #: ``pending`` field says whether it has rows, so a save of a session without any reads none.
-CAS_SCRIPT = (
-    _PENDING
-    + """\
+#: The compare of every CAS script: ARGV[3] the expected cursor ("" = create-only); 0 on a
+#: mismatch, before anything is written. ``head`` is the envelope's cursor and pending flag.
+_CAS_HEAD = """\
 local head = redis.call('HMGET', KEYS[1], 'cursor', 'pending')
 local stored = head[1]
 if ARGV[3] == '' then
@@ -238,6 +238,12 @@ if ARGV[3] == '' then
 elseif stored ~= ARGV[3] then
   return 0
 end
+"""
+
+CAS_SCRIPT = (
+    _PENDING
+    + _CAS_HEAD
+    + """\
 local old = {}
 if head[2] == '1' then old = rows_of(KEYS[4]) end
 local busy = tonumber(redis.call('HGET', KEYS[2], '#processing') or '0')
@@ -262,14 +268,8 @@ redis.call('HSET', KEYS[1], 'cursor', ARGV[4], 'body', ARGV[5], 'processing', AR
 #: every check (the keys' absence included) runs before the first write.
 CAS_RECORDS_SCRIPT = (
     _PENDING
+    + _CAS_HEAD
     + """\
-local head = redis.call('HMGET', KEYS[1], 'cursor', 'pending')
-local stored = head[1]
-if ARGV[3] == '' then
-  if stored then return 0 end
-elseif stored ~= ARGV[3] then
-  return 0
-end
 local n = tonumber(ARGV[10])
 if not n or n < 1 or #ARGV < 10 + 3 * n then
   return redis.error_reply('ERR akchat: a malformed record count')
