@@ -2,7 +2,7 @@
 
 Two forms. ``reconcile URL SESSION_ID --memory FILE`` plans (dry run, the default) or applies
 one session. ``reconcile URL --all --older-than 5m`` finds every session the store's
-processing index lists as holding claims last written that long ago or more
+processing index lists as holding claims last written more than that long ago
 (:func:`akchat_fsm.session.reconcile_all`), reading each one's memory from
 ``--memory-dir DIR/<session id>.json`` (:mod:`.reconcile_all`).
 

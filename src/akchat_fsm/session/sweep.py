@@ -608,8 +608,10 @@ def reconcile_all(
     clock: Callable[[], int] = default_clock,
     progress: ProgressFn | None = None,
 ) -> SweepReport:
-    """Reconcile every session whose processing records were last written ``older_than_ms``
-    ago or more (at most ``limit``, oldest first), then expire the confirmations due before
+    """Reconcile every session whose processing records were last written more than
+    ``older_than_ms`` ago (strictly before ``clock() - older_than_ms``, the index's
+    ``written_before_ms``: at 0, a write in the current millisecond waits for the next
+    sweep; at most ``limit``, oldest first), then expire the confirmations due before
     ``clock()`` (at most ``limit`` more sessions, soonest first; a storage with the pending
     index only).
 
@@ -646,8 +648,10 @@ async def reconcile_all_async(
     clock: Callable[[], int] = default_clock,
     progress: ProgressFn | None = None,
 ) -> SweepReport:
-    """Reconcile every session whose processing records were last written ``older_than_ms``
-    ago or more (at most ``limit``, oldest first), then expire the confirmations due before
+    """Reconcile every session whose processing records were last written more than
+    ``older_than_ms`` ago (strictly before ``clock() - older_than_ms``, the index's
+    ``written_before_ms``: at 0, a write in the current millisecond waits for the next
+    sweep; at most ``limit``, oldest first), then expire the confirmations due before
     ``clock()`` (at most ``limit`` more sessions, soonest first; a storage with the pending
     index only).
 
