@@ -445,11 +445,10 @@ class _Inbox:
         # Deny by default: only an explicit ``True`` lets a person decide.
         return await self.hook(self.can_decide, principal, pending) is True
 
-    async def may_edit(self, principal: Principal, pending: PendingApproval) -> bool:
-        # An edit is a decision and more: both hooks must say an explicit ``True``.
-        return await self.may_decide(principal, pending) and (
-            await self.hook(self.can_edit, principal, pending) is True
-        )
+    async def may_also_edit(self, principal: Principal, pending: PendingApproval) -> bool:
+        # Asked only of a principal who may decide (an edit is a decision and more); deny by
+        # default: only an explicit ``True``.
+        return await self.hook(self.can_edit, principal, pending) is True
 
     async def decide(
         self,
@@ -472,7 +471,7 @@ class _Inbox:
             return await self._decided(located)
         if not await self.may_decide(principal, located.pending):
             return _Outcome(403, "forbidden", located)
-        if edit is not None and not await self.may_edit(principal, located.pending):
+        if edit is not None and not await self.may_also_edit(principal, located.pending):
             return _Outcome(403, "forbidden", located)
         session_id = located.session_id
         who = {"args_digest": shown, "decided_by": principal_identity(principal), "via": "inbox"}
@@ -810,7 +809,7 @@ async def _call_context(inbox: _Inbox, principal: Principal, located: _Located) 
     can_edit = (
         can_decide
         and pending is not None
-        and await inbox.may_edit(principal, pending)
+        and await inbox.may_also_edit(principal, pending)
         and await inbox.editable(located.session_id, located.binding.token)
     )
     return {
