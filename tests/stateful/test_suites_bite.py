@@ -395,10 +395,31 @@ def finish_without_claim(
     return _real_decide_finish(stored, mine, outcome, result, now_ms)
 
 
+# ADR-0136 in the ledger history checker (the model's -DSETTLE part): code-only mutants of the
+# operator's verdict, each refused by ``_history.LedgerChecker`` in the ledger suite.
+def claim_drops_verdict(
+    stored: ledger.LedgerEntry | None, request: ledger.ClaimRequest
+) -> ledger.ClaimDecision:
+    """A re-claim of a released call does not carry the verdict nonce (the model's
+    ``BUG_CLAIM_DROPS_VERDICT``): an applied release then reads as not applied."""
+    decision = _real_decide_claim(stored, request)
+    if decision.write is not None and decision.write.verdict is not None:
+        return replace(decision, write=replace(decision.write, verdict=None))
+    return decision
+
+
+def settle_without_entry(*args: Any, **kwargs: Any) -> Any:
+    """The settle's audit entry is never written (its verdict names nobody)."""
+    return None
+    yield  # a plan that writes nothing
+
+
 LEDGER_MUTANTS: dict[str, tuple[str, Any, str]] = {
     "body-without-claim": ("decide_claim", body_without_claim, "claim-first:"),
     "rerun-unknown": ("decide_claim", rerun_unknown, "table:"),
     "finish-without-claim": ("decide_finish", finish_without_claim, "table:"),
+    "claim-drops-verdict": ("decide_claim", claim_drops_verdict, "verdict-kept:"),
+    "settle-without-entry": ("_record_settle", settle_without_entry, "settle-entry-first:"),
 }
 
 
@@ -630,51 +651,3 @@ def test_a_guard_ignoring_the_edit_fails_the_bridge_suite(monkeypatch: pytest.Mo
     assert any(wrong.search(str(e)) for e in errors), errors
     notes = "\n".join(note for e in every for note in getattr(e, "__notes__", []))
     assert "state = Protocol()" in notes, "only the pinned program caught it: " + str(errors)
-
-
-# --------------------------------------------------------------------------- settle entries
-# ADR-0136 in the ledger history checker (the model's -DSETTLE part): code-only mutants of the
-# operator's verdict, each refused by ``_history.LedgerChecker`` in the ledger suite.
-def claim_drops_verdict(
-    stored: ledger.LedgerEntry | None, request: ledger.ClaimRequest
-) -> ledger.ClaimDecision:
-    """A re-claim of a released call does not carry the verdict nonce (the model's
-    ``BUG_CLAIM_DROPS_VERDICT``): an applied release then reads as not applied."""
-    decision = _real_decide_claim(stored, request)
-    if decision.write is not None and decision.write.verdict is not None:
-        return replace(decision, write=replace(decision.write, verdict=None))
-    return decision
-
-
-def settle_without_entry(*args: Any, **kwargs: Any) -> Any:
-    """The settle's audit entry is never written (its verdict names nobody)."""
-    return None
-    yield  # a plan that writes nothing
-
-
-SETTLE_MUTANTS: dict[str, tuple[str, Any, str]] = {
-    "claim-drops-verdict": ("decide_claim", claim_drops_verdict, "verdict-kept:"),
-    "settle-without-entry": ("_record_settle", settle_without_entry, "settle-entry-first:"),
-}
-
-
-@pytest.mark.parametrize("mutant", sorted(SETTLE_MUTANTS))
-def test_settle_mutant_is_caught_by_the_history_checker(
-    mutant: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    name, broken, rule = SETTLE_MUTANTS[mutant]
-    monkeypatch.setattr(ledger, name, broken)
-    with pytest.raises(Disallowed) as info:
-        run_ledger(
-            max_examples=100,
-            database=None,
-            print_blob=False,
-            report_multiple_bugs=False,
-            derandomize=True,
-            phases=[Phase.explicit, Phase.generate],
-        )
-    message = str(info.value)
-    print(f"{mutant}:\n{message}")
-    assert f"rule broken: {rule}" in message, message
-    notes = "\n".join(getattr(info.value, "__notes__", ()))
-    assert "state = Ledger()" in notes, notes
