@@ -755,7 +755,8 @@ def plan_settle_unknown(
     verdict itself is :func:`decide_settle`'s. Its audit entry is written first (ADR-0136);
     after a lost compare-and-set it stays, as an attempt that did not apply. A write whose
     answer was lost is settled by re-reading: the entry's verdict is ours, or (a later write
-    replaced it: a re-claim, another operator) the call's settle trail says ours applied.
+    replaced it: a re-claim, another operator) the call's settle trail says ours applied;
+    the entry returned is then the one our verdict wrote, which a later write has replaced.
     """
     key = ledger_key(tool_call_id)
     stored = yield from _load(session_id, key)

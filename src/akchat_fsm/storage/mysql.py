@@ -353,10 +353,12 @@ class _Plan(SqlStatements):
             f" LEFT JOIN {r} x ON x.session_id = %s LEFT JOIN {p} y ON y.session_id = %s"
         )
         self.select_record = f"SELECT version, body FROM {r} WHERE session_id = %s AND `key` = %s"
-        self.insert_record = (
-            f"INSERT INTO {r} (session_id, `key`, version, body, processing, written_ms)"
-            " VALUES (%s, %s, %s, %s, %s, %s)"
+        #: Plain INSERT, never IGNORE or ON DUPLICATE: a held key must raise 1062, which is
+        #: how ``save_with_records`` refuses the whole transaction (all or nothing).
+        self.insert_records_into = (
+            f"INSERT INTO {r} (session_id, `key`, version, body, processing, written_ms) VALUES "
         )
+        self.insert_record = self.insert_records_into + "(%s, %s, %s, %s, %s, %s)"
         self.update_record = (
             f"UPDATE {r} SET version = %s, body = %s, processing = %s, written_ms = %s"
             " WHERE session_id = %s AND `key` = %s AND version = %s"
@@ -690,7 +692,7 @@ class MySQLStorage(Closing):
         sql, params = self._plan.prepared_statement(p)
         self._plan.refuse_if_read_only("a write")
         marks = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(created))
-        insert = self._plan.insert_record.rsplit(" VALUES ", 1)[0] + " VALUES " + marks
+        insert = self._plan.insert_records_into + marks
         values = [
             v
             for r in created

@@ -223,11 +223,6 @@ local function reindex(ns, sid, rows, old, now, first)
 end
 """
 
-#: ARGV[1] written ms, ARGV[2] session id, ARGV[3] expected cursor ("" = create-only),
-#: ARGV[4] new cursor, ARGV[5] body, ARGV[6] "1" if processing, ARGV[7] the pending index's
-#: key prefix, ARGV[8] written ms padded, ARGV[9..] the pending rows. 1 when written, 0 on a
-#: conflict (and then nothing, the pending index included, has changed). The envelope's
-#: ``pending`` field says whether it has rows, so a save of a session without any reads none.
 #: The compare of every CAS script: ARGV[3] the expected cursor ("" = create-only); 0 on a
 #: mismatch, before anything is written. ``head`` is the envelope's cursor and pending flag.
 _CAS_HEAD = """\
@@ -240,6 +235,11 @@ elseif stored ~= ARGV[3] then
 end
 """
 
+#: ARGV[1] written ms, ARGV[2] session id, ARGV[3] expected cursor ("" = create-only),
+#: ARGV[4] new cursor, ARGV[5] body, ARGV[6] "1" if processing, ARGV[7] the pending index's
+#: key prefix, ARGV[8] written ms padded, ARGV[9..] the pending rows. 1 when written, 0 on a
+#: conflict (and then nothing, the pending index included, has changed). The envelope's
+#: ``pending`` field says whether it has rows, so a save of a session without any reads none.
 CAS_SCRIPT = (
     _PENDING
     + _CAS_HEAD
