@@ -235,6 +235,9 @@ def test_on_event_and_event_stream_handler_together_are_refused(
             on_event=print,
             event_stream_handler=handler,
         )
+    # Refused before the run id was claimed: the same id still starts the run.
+    again = bridge_call("sync", records_backend, build, "run", "mail a", run_id="r1")
+    assert again.status == "paused"
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

@@ -184,12 +184,7 @@ class _Runtime:
     def _streamed(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         if self.sink is None:
             return kwargs
-        if kwargs.get("event_stream_handler") is not None:
-            raise ConfigError(
-                "Pass on_event= or event_stream_handler=, not both.",
-                hint="on_event streams the continuations too; event_stream_handler only a start.",
-            )
-        return {**kwargs, "event_stream_handler": self._handler}
+        return {**kwargs, "event_stream_handler": self._handler}  # _one_stream checked it
 
     async def _handler(self, ctx: Any, events: AsyncIterable[Any]) -> None:
         sink = self.sink
@@ -259,6 +254,17 @@ def _refusal(editable: frozenset[str], binding: ConfirmationBinding) -> str | No
     )
 
 
+def _one_stream(on_event: object, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` for a start, refused (``ConfigError``) before the run id is claimed when it
+    asks for two streams: a caller's mistake must not use up the run id."""
+    if on_event is not None and kwargs.get("event_stream_handler") is not None:
+        raise ConfigError(
+            "Pass on_event= or event_stream_handler=, not both.",
+            hint="on_event streams the continuations too; event_stream_handler only a start.",
+        )
+    return kwargs
+
+
 class PydanticAIBridge(Bridge):
     """A pydantic-ai ``agent`` whose approvals live in a :class:`ChatSession` (sync).
 
@@ -301,7 +307,7 @@ class PydanticAIBridge(Bridge):
         arguments; a pause is saved and its calls proposed. ``on_event``: called with each of
         pydantic-ai's ``AgentStreamEvent`` objects as the run emits them (ADR-0137; an asyncio
         bridge also awaits an async sink)."""
-        return self._start(run_id, args, kwargs, on_event)
+        return self._start(run_id, args, _one_stream(on_event, kwargs), on_event)
 
 
 class AsyncPydanticAIBridge(AsyncBridge):
@@ -339,4 +345,4 @@ class AsyncPydanticAIBridge(AsyncBridge):
         arguments; a pause is saved and its calls proposed. ``on_event``: called with each of
         pydantic-ai's ``AgentStreamEvent`` objects as the run emits them (ADR-0137; an asyncio
         bridge also awaits an async sink)."""
-        return await self._start(run_id, args, kwargs, on_event)
+        return await self._start(run_id, args, _one_stream(on_event, kwargs), on_event)
