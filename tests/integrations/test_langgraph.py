@@ -736,6 +736,34 @@ def test_a_pause_its_checkpointer_lost_is_reported_for_an_operator_and_runs_noth
         storage.close()
 
 
+def test_expire_due_reports_a_blocked_run_and_goes_on(tmp_path: Path) -> None:
+    """The same lost pause met by ``expire_due``: the call expires, the run cannot be carried
+    on, and ``expire_due`` returns it waiting with the operator's step instead of raising (a
+    pass over many runs must not stop at one blocked run)."""
+    from akchat_fsm.storage.sqlite import SQLiteStorage
+
+    storage = SQLiteStorage(tmp_path / "sessions.db")
+    counts = Counts()
+    saver, close = open_saver(f"sqlite:{tmp_path / 'checkpoints.db'}")
+    try:
+        graph = build_graph([EMAIL], counts, saver)
+        paused = _start(storage, graph)
+        checkpoint = json.loads(paused.snapshot)["checkpoint_id"]
+        saver.delete_thread("t1")
+        bridge = _bridge(storage, graph, now=T0 + 2 * TTL)
+        (outcome,) = bridge.expire_due()
+        assert (outcome.run_id, outcome.status) == ("r1", "waiting")
+        assert outcome.blocked is not None and checkpoint in outcome.blocked
+        assert outcome.next_step == outcome.blocked
+        assert [b.status.value for b in bridge.session.confirmations] == ["expired"]
+        assert counts.bodies == []
+        run = bridge.run_record("r1")
+        assert run is not None and run.state.value == "paused"
+    finally:
+        close()
+        storage.close()
+
+
 def _wall_bridge(storage: Any, graph: Any) -> LangGraphBridge:
     """A bridge on the wall clock, 5 minutes to decide: the sweep (which runs a minute on,
     on the wall clock) finds nothing due."""

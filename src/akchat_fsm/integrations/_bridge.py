@@ -798,8 +798,22 @@ def plan_edit(
     return Decided(decided, (yield from plan_continue(ctx, run_id, {})))
 
 
+def _continue_or_blocked(
+    ctx: BridgeContext, run_id: str, recover: bool = False
+) -> Plan[RunOutcome]:
+    """Continue ``run_id`` for a pass over many runs: a run its runtime cannot continue is an
+    operator's (``RunBlocked``), reported as waiting with that step, and the other runs go on."""
+    try:
+        return (yield from plan_continue(ctx, run_id, {}, recover=recover))
+    except RunBlocked as blocked:
+        run = yield from _load_run(ctx, run_id)  # released paused, as the error left it
+        snapshot = "" if run is None else run.snapshot
+        return RunOutcome(run_id, "waiting", snapshot=snapshot, blocked=blocked.next_step)
+
+
 def plan_expire_due(ctx: BridgeContext) -> Plan[tuple[RunOutcome, ...]]:
-    """Expire every due confirmation, then continue the runs that became ready."""
+    """Expire every due confirmation, then continue the runs that became ready (a blocked
+    run is reported, as by :func:`plan_reconcile`)."""
     expired: tuple[ConfirmationBinding, ...] = yield from ctx.confirmations().expire_due()
     outcomes = []
     seen: set[str] = set()
@@ -807,7 +821,7 @@ def plan_expire_due(ctx: BridgeContext) -> Plan[tuple[RunOutcome, ...]]:
         run_id = yield from plan_find_run(ctx, binding.tool_call_id)
         if run_id is not None and run_id not in seen:
             seen.add(run_id)
-            outcomes.append((yield from plan_continue(ctx, run_id, {})))
+            outcomes.append((yield from _continue_or_blocked(ctx, run_id)))
     return tuple(outcomes)
 
 
@@ -827,15 +841,10 @@ def plan_reconcile(ctx: BridgeContext) -> Plan[BridgeReport]:
         if run is None or run.state is RunState.COMPLETED:
             continue
         try:
-            outcome = yield from plan_continue(
-                ctx, run.run_id, {}, recover=run.state is RunState.CONTINUING
-            )
+            recover = run.state is RunState.CONTINUING
+            outcome = yield from _continue_or_blocked(ctx, run.run_id, recover)
         except ExecutionUnknown:
             outcome = RunOutcome(run.run_id, "waiting", snapshot=run.snapshot)
-        except RunBlocked as blocked:  # an operator's, reported so; the other runs go on
-            outcome = RunOutcome(
-                run.run_id, "waiting", snapshot=run.snapshot, blocked=blocked.next_step
-            )
         if outcome.status == "continuing":  # a live owner holds it (its lease has not passed)
             in_flight |= {c.tool_call_id for c in run.calls}
         runs.append(outcome)
